@@ -1,0 +1,153 @@
+//! bench and gen.
+
+use clap::Args;
+use dckpt::bench::{self, BenchResult};
+use dckpt::generate::{Shape, Workload, parse_size};
+use dckpt::{Error, HashAlgo, Method, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Arguments of `dckpt bench`.
+#[derive(Args)]
+pub struct BenchArgs {
+    /// tree, list, basic, full or all.
+    #[arg(long, default_value = "all")]
+    method: String,
+    /// Chunk size in bytes.
+    #[arg(long, default_value_t = 128)]
+    chunk_size: u32,
+    /// Digest algorithm.
+    #[arg(long, default_value = "murmur3")]
+    hash: HashAlgo,
+    /// Skip the zstd, lz4, hashing and memcpy baselines.
+    #[arg(long)]
+    no_baselines: bool,
+    /// Also write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Successive versions of one rank's buffer (same length).
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+}
+
+/// Arguments of `dckpt gen`.
+#[derive(Args)]
+pub struct GenArgs {
+    /// Bytes per version (4096, 64M, 1G, ...).
+    #[arg(long)]
+    size: String,
+    /// Number of versions, the base included.
+    #[arg(long, default_value_t = 10)]
+    versions: u32,
+    /// Fraction of bytes rewritten per version.
+    #[arg(long, default_value_t = 0.01)]
+    change: f64,
+    /// clustered or scattered.
+    #[arg(long, default_value = "clustered")]
+    shape: Shape,
+    /// Random seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Output directory (files v001.bin, v002.bin, ...).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+fn bar(len: usize, label: &str) -> ProgressBar {
+    let pb = ProgressBar::new(len as u64);
+    if let Ok(style) = ProgressStyle::with_template("{prefix:>10} [{bar:30}] {pos}/{len} {elapsed}") {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb.set_prefix(label.to_string());
+    pb
+}
+
+pub fn bench(a: BenchArgs) -> Result<ExitCode> {
+    let methods: Vec<Method> = if a.method == "all" { Method::ALL.to_vec() } else { vec![a.method.parse()?] };
+    let loading = bar(a.files.len(), "loading");
+    let mut data = Vec::with_capacity(a.files.len());
+    for f in &a.files {
+        data.push(std::fs::read(f).map_err(|e| Error::io(f, e))?);
+        loading.inc(1);
+    }
+    loading.finish_and_clear();
+    if data.iter().any(|d| d.len() != data[0].len()) {
+        return Err(Error::InvalidOption("all versions must have the same length".into()));
+    }
+    let versions: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+    let n = versions.len();
+    let mut results: Vec<BenchResult> = Vec::new();
+    for m in methods {
+        let pb = bar(n, m.name());
+        results.push(bench::run_method(m, a.chunk_size, a.hash, &versions, |_| pb.inc(1))?);
+        pb.finish_and_clear();
+    }
+    if !a.no_baselines {
+        let pb = bar(n, "hash");
+        results.push(bench::run_hash_only(a.chunk_size, a.hash, &versions, |_| pb.inc(1))?);
+        pb.finish_and_clear();
+        let pb = bar(n, "zstd-1");
+        results.push(bench::run_zstd(&versions, |_| pb.inc(1)));
+        pb.finish_and_clear();
+        let pb = bar(n, "lz4");
+        results.push(bench::run_lz4(&versions, |_| pb.inc(1)));
+        pb.finish_and_clear();
+        let pb = bar(n, "memcpy");
+        results.push(bench::run_memcpy(&versions, |_| pb.inc(1)));
+        pb.finish_and_clear();
+    }
+    println!(
+        "{} versions x {} bytes, chunk {} B, hash {}, {} threads",
+        n,
+        versions[0].len(),
+        a.chunk_size,
+        a.hash,
+        rayon::current_num_threads()
+    );
+    println!("{:>12} {:>10} {:>14} {:>14} {:>10}", "method", "ratio", "stored", "metadata", "GB/s");
+    for r in &results {
+        println!(
+            "{:>12} {:>10.2} {:>14} {:>14} {:>10.3}",
+            r.name,
+            r.ratio(),
+            r.stored_bytes,
+            r.metadata_bytes,
+            r.throughput_gbs()
+        );
+    }
+    if let Some(path) = a.json {
+        let rows: Vec<serde_json::Value> = results
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "name": r.name, "versions": r.versions, "logical_bytes": r.logical_bytes,
+                    "stored_bytes": r.stored_bytes, "metadata_bytes": r.metadata_bytes,
+                    "seconds": r.seconds, "ratio": r.ratio(), "throughput_gbs": r.throughput_gbs(),
+                    "chunk_size": a.chunk_size, "hash": a.hash.name(), "threads": rayon::current_num_threads(),
+                })
+            })
+            .collect();
+        let text = serde_json::to_string_pretty(&rows).map_err(|e| Error::InvalidOption(e.to_string()))?;
+        std::fs::write(&path, text).map_err(|e| Error::io(&path, e))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn generate(a: GenArgs) -> Result<ExitCode> {
+    let size = usize::try_from(parse_size(&a.size)?).map_err(|_| Error::InvalidOption("size too large".into()))?;
+    std::fs::create_dir_all(&a.out).map_err(|e| Error::io(&a.out, e))?;
+    let mut w = Workload::new(size, a.change, a.shape, a.seed)?;
+    let pb = bar(a.versions as usize, "gen");
+    for v in 1..=a.versions {
+        if v > 1 {
+            w.advance();
+        }
+        let path = a.out.join(format!("v{v:03}.bin"));
+        std::fs::write(&path, w.current()).map_err(|e| Error::io(&path, e))?;
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    println!("wrote {} versions of {} bytes to {}", a.versions, size, a.out.display());
+    Ok(ExitCode::SUCCESS)
+}

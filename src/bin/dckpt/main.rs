@@ -1,0 +1,62 @@
+//! `dckpt`: checkpoint, restore, verify, inspect, benchmark and generate.
+//! A thin layer over the library: argument parsing, progress, printing.
+
+mod bench_cmd;
+mod store_cmds;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "dckpt", version, about = "Frequent, small, de-duplicated checkpoints")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Checkpoint FILE as version V of rank R in directory D.
+    Checkpoint(store_cmds::CheckpointArgs),
+    /// Restore version V of rank R into OUT.
+    Restore(store_cmds::RestoreArgs),
+    /// Check every file and every chain under D.
+    Verify {
+        /// Store directory.
+        #[arg(long)]
+        dir: PathBuf,
+    },
+    /// Per-version statistics of every rank under D.
+    Inspect {
+        /// Store directory.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Benchmark methods over successive versions of one rank, in memory.
+    Bench(bench_cmd::BenchArgs),
+    /// Write a reproducible sequence of evolving buffers.
+    Gen(bench_cmd::GenArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Checkpoint(a) => store_cmds::checkpoint(a),
+        Command::Restore(a) => store_cmds::restore(a),
+        Command::Verify { dir } => store_cmds::verify(&dir),
+        Command::Inspect { dir, json } => store_cmds::inspect(&dir, json),
+        Command::Bench(a) => bench_cmd::bench(a),
+        Command::Gen(a) => bench_cmd::generate(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("dckpt: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! checkpoint, restore, verify, inspect.
+
+use clap::Args;
+use dckpt::store::{StoreOptions, write_atomic};
+use dckpt::{Engine, Error, HashAlgo, Method, Result};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Arguments of `dckpt checkpoint`.
+#[derive(Args)]
+pub struct CheckpointArgs {
+    /// Store directory.
+    #[arg(long)]
+    dir: PathBuf,
+    /// Version number (larger than every committed one).
+    #[arg(long)]
+    version: u64,
+    /// Rank.
+    #[arg(long, default_value_t = 0)]
+    rank: u32,
+    /// tree, list, basic or full.
+    #[arg(long, default_value = "tree")]
+    method: Method,
+    /// Chunk size in bytes (32..=65536).
+    #[arg(long, default_value_t = 128)]
+    chunk_size: u32,
+    /// murmur3, xxh3, blake3 or sha1.
+    #[arg(long, default_value = "murmur3")]
+    hash: HashAlgo,
+    /// Re-baseline once a chain holds this many versions.
+    #[arg(long)]
+    max_chain: Option<u64>,
+    /// The buffer to checkpoint.
+    file: PathBuf,
+}
+
+/// Arguments of `dckpt restore`.
+#[derive(Args)]
+pub struct RestoreArgs {
+    /// Store directory.
+    #[arg(long)]
+    dir: PathBuf,
+    /// Version to restore.
+    #[arg(long)]
+    version: u64,
+    /// Rank.
+    #[arg(long, default_value_t = 0)]
+    rank: u32,
+    /// Where to write the restored bytes.
+    #[arg(long)]
+    output: PathBuf,
+}
+
+pub fn checkpoint(a: CheckpointArgs) -> Result<ExitCode> {
+    let data = std::fs::read(&a.file).map_err(|e| Error::io(&a.file, e))?;
+    let opts = StoreOptions {
+        chunk_size: a.chunk_size,
+        method: a.method,
+        hash: a.hash,
+        max_chain: a.max_chain,
+        max_record_entries: None,
+    };
+    let mut engine = Engine::open_or_create(&a.dir, a.rank, data.len() as u64, &opts)?;
+    let r = engine.checkpoint(a.version, &data)?;
+    println!(
+        "rank {} version {}: {} -> {} bytes ({:.1}x), {} FIRST / {} SHIFT / {} FIXED chunks in {} + {} regions{}",
+        a.rank,
+        r.version,
+        r.logical_bytes,
+        r.file_bytes,
+        r.logical_bytes as f64 / r.file_bytes as f64,
+        r.counts.first,
+        r.counts.shift,
+        r.counts.fixed,
+        r.first_regions,
+        r.shift_regions,
+        if r.baseline { ", baseline" } else { "" }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn restore(a: RestoreArgs) -> Result<ExitCode> {
+    let (data, stats) = dckpt::restore::restore_with_stats(&a.dir, a.rank, a.version)?;
+    write_atomic(&a.output, &data)?;
+    println!(
+        "restored rank {} version {}: {} bytes from {} files ({} bytes read)",
+        a.rank, a.version, stats.data_len, stats.files_opened, stats.bytes_read
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn verify(dir: &Path) -> Result<ExitCode> {
+    let report = dckpt::verify::verify_store(dir)?;
+    for p in &report.problems {
+        eprintln!("dckpt: {}: {}", p.path.display(), p.message);
+    }
+    if report.problems.is_empty() {
+        println!("ok: {} ranks, {} versions verified", report.ranks, report.versions);
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("dckpt: verify failed: {} problem(s) in {} versions", report.problems.len(), report.versions);
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+pub fn inspect(dir: &Path, json: bool) -> Result<ExitCode> {
+    let stats = dckpt::inspect::inspect_store(dir)?;
+    if json {
+        let text = serde_json::to_string_pretty(&stats).map_err(|e| Error::InvalidOption(e.to_string()))?;
+        println!("{text}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:>5} {:>8} {:>6} {:>13} {:>12} {:>10} {:>10} {:>10} {:>10} {:>8}",
+        "rank", "version", "method", "logical", "stored", "metadata", "FIRST", "SHIFT", "FIXED", "ratio"
+    );
+    for s in stats {
+        println!(
+            "{:>5} {:>8} {:>6} {:>13} {:>12} {:>10} {:>10} {:>10} {:>10} {:>8.1}{}",
+            s.rank,
+            s.version,
+            s.method,
+            s.logical_bytes,
+            s.stored_bytes,
+            s.metadata_bytes,
+            s.first_chunks,
+            s.shift_chunks,
+            s.fixed_chunks,
+            s.ratio,
+            if s.baseline { " baseline" } else { "" }
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,337 @@
+//! De-duplication methods (the CPU engine): Full, Basic, List and Tree,
+//! behind one trait so that benchmarks and tests run all four the same way.
+//!
+//! A method reads the protected bytes and the rank's [`DedupState`] and
+//! returns an [`Outcome`]: the [`Diff`] to write and the [`Pending`] state
+//! changes that become real only after the diff is durable
+//! ([`DedupState::commit`]). A failed write therefore leaves the state as it
+//! was, and the next checkpoint de-duplicates against committed data only.
+
+mod leaves;
+mod tree;
+
+use crate::diff::{Diff, FirstRun, RegionEncoding, ShiftRun};
+use crate::hash::{Digest, HashAlgo};
+use crate::layout::{Layout, NodeId};
+use crate::record::{Record, RecordEntry};
+use crate::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+pub use leaves::{LeafLabel, classify_leaves, hash_leaves};
+
+/// The checkpointing method.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    /// Store every byte (no hashing).
+    Full,
+    /// Bitmap of chunks changed since the previous version, plus their bytes.
+    Basic,
+    /// One metadata entry per non-FIXED chunk (no compaction).
+    List,
+    /// Merkle-tree compaction (Algorithm 1 of Tan et al.).
+    #[default]
+    Tree,
+}
+
+impl Method {
+    /// Every method.
+    pub const ALL: [Method; 4] = [Method::Full, Method::Basic, Method::List, Method::Tree];
+
+    /// Stable one-byte code for the file format.
+    pub fn code(self) -> u8 {
+        match self {
+            Method::Full => 1,
+            Method::Basic => 2,
+            Method::List => 3,
+            Method::Tree => 4,
+        }
+    }
+
+    /// Inverse of [`Method::code`].
+    pub fn from_code(code: u8) -> Option<Self> {
+        Method::ALL.into_iter().find(|m| m.code() == code)
+    }
+
+    /// Lowercase name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Full => "full",
+            Method::Basic => "basic",
+            Method::List => "list",
+            Method::Tree => "tree",
+        }
+    }
+
+    /// Whether the method compares against the previous version's leaves.
+    pub fn uses_previous(self) -> bool {
+        self != Method::Full
+    }
+
+    /// Whether the method keeps a record of digests.
+    pub fn uses_record(self) -> bool {
+        matches!(self, Method::List | Method::Tree)
+    }
+
+    /// The implementation.
+    pub fn deduplicator(self) -> &'static dyn Deduplicate {
+        match self {
+            Method::Full => &FullMethod,
+            Method::Basic => &BasicMethod,
+            Method::List => &ListMethod,
+            Method::Tree => &TreeMethod,
+        }
+    }
+}
+
+impl fmt::Display for Method {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Method {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Method::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| Error::InvalidOption(format!("unknown method '{s}' (expected tree, list, basic or full)")))
+    }
+}
+
+/// What a rank remembers between versions.
+#[derive(Debug, Clone)]
+pub struct DedupState {
+    /// Chunking of the protected buffer.
+    pub layout: Layout,
+    /// Digest algorithm.
+    pub hash: HashAlgo,
+    /// This rank.
+    pub rank: u32,
+    /// Leaf digests of the last committed version (`None` before the first).
+    pub previous: Option<Vec<Digest>>,
+    /// Every digest stored since the last baseline.
+    pub record: Record,
+}
+
+/// State changes of one checkpoint, applied by [`DedupState::commit`].
+#[derive(Debug)]
+pub struct Pending {
+    baseline: bool,
+    leaves: LeafUpdate,
+    inserts: Record,
+}
+
+#[derive(Debug)]
+enum LeafUpdate {
+    Keep,
+    Replace(Vec<Digest>),
+    Patch(Vec<(u64, Digest)>),
+}
+
+/// A diff and the state changes it implies.
+#[derive(Debug)]
+pub struct Outcome {
+    /// What to write.
+    pub diff: Diff,
+    /// What to remember once it is written.
+    pub pending: Pending,
+}
+
+impl Pending {
+    /// Number of new record entries this checkpoint adds.
+    pub fn new_entries(&self) -> usize {
+        self.inserts.len()
+    }
+}
+
+impl Outcome {
+    /// The record entries this checkpoint adds, sorted by digest.
+    pub fn pending_entries(&self) -> Vec<(Digest, RecordEntry)> {
+        self.pending.inserts.sorted_entries()
+    }
+}
+
+impl DedupState {
+    /// A fresh state (no history).
+    pub fn new(layout: Layout, hash: HashAlgo, rank: u32) -> Self {
+        DedupState { layout, hash, rank, previous: None, record: Record::new() }
+    }
+
+    /// Applies a written checkpoint's changes.
+    pub fn commit(&mut self, pending: Pending) {
+        if pending.baseline {
+            self.record = pending.inserts;
+        } else {
+            self.record.absorb(pending.inserts);
+        }
+        match pending.leaves {
+            LeafUpdate::Keep => {}
+            LeafUpdate::Replace(v) => self.previous = Some(v),
+            LeafUpdate::Patch(changes) => {
+                if let Some(prev) = self.previous.as_mut() {
+                    for (i, d) in changes {
+                        prev[i as usize] = d;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Input of one de-duplication.
+pub struct DedupInput<'a> {
+    /// The protected bytes (exactly `state.layout.data_len()` long).
+    pub data: &'a [u8],
+    /// The version being taken.
+    pub version: u64,
+    /// Ignore history: reference nothing older than this version.
+    pub baseline: bool,
+}
+
+/// One checkpointing method.
+pub trait Deduplicate: Sync {
+    /// Computes the diff of `input` against `state` without changing `state`.
+    fn deduplicate(&self, state: &DedupState, input: &DedupInput<'_>) -> Result<Outcome>;
+}
+
+/// Checks the input length and the version range; returns the version as the record stores it.
+fn check_input(state: &DedupState, input: &DedupInput<'_>) -> Result<u32> {
+    if input.data.len() as u64 != state.layout.data_len() {
+        return Err(Error::InvalidOption(format!(
+            "buffer is {} bytes but the store's layout is {} bytes",
+            input.data.len(),
+            state.layout.data_len()
+        )));
+    }
+    u32::try_from(input.version).map_err(|_| {
+        Error::InvalidOption(format!("version {} exceeds the supported maximum {}", input.version, u32::MAX))
+    })
+}
+
+fn empty_diff(state: &DedupState, input: &DedupInput<'_>, method: Method, encoding: RegionEncoding) -> Diff {
+    Diff {
+        version: input.version,
+        rank: state.rank,
+        layout: state.layout,
+        hash: state.hash,
+        method,
+        baseline: input.baseline,
+        first: Vec::new(),
+        shift: Vec::new(),
+        encoding,
+    }
+}
+
+/// Stores everything.
+pub struct FullMethod;
+
+impl Deduplicate for FullMethod {
+    fn deduplicate(&self, state: &DedupState, input: &DedupInput<'_>) -> Result<Outcome> {
+        check_input(state, input)?;
+        let mut diff = empty_diff(state, input, Method::Full, RegionEncoding::Table);
+        diff.baseline = true;
+        diff.first.push(FirstRun { start: 0, count: state.layout.chunks() });
+        Ok(Outcome { diff, pending: Pending { baseline: true, leaves: LeafUpdate::Keep, inserts: Record::new() } })
+    }
+}
+
+/// Changed-chunk bitmap.
+pub struct BasicMethod;
+
+impl Deduplicate for BasicMethod {
+    fn deduplicate(&self, state: &DedupState, input: &DedupInput<'_>) -> Result<Outcome> {
+        check_input(state, input)?;
+        let prev = if input.baseline { None } else { state.previous.as_deref() };
+        let changed = hash_leaves(input.data, state.layout, state.hash, prev);
+        let mut diff = empty_diff(state, input, Method::Basic, RegionEncoding::Bitmap);
+        diff.first = changed.iter().map(|&(i, _)| FirstRun { start: i, count: 1 }).collect();
+        diff.coalesce();
+        let leaves = leaf_update(prev.is_some(), changed);
+        Ok(Outcome { diff, pending: Pending { baseline: input.baseline, leaves, inserts: Record::new() } })
+    }
+}
+
+fn leaf_update(had_previous: bool, changed: Vec<(u64, Digest)>) -> LeafUpdate {
+    if had_previous {
+        LeafUpdate::Patch(changed)
+    } else {
+        LeafUpdate::Replace(changed.into_iter().map(|(_, d)| d).collect())
+    }
+}
+
+/// One entry per non-FIXED chunk.
+pub struct ListMethod;
+
+impl Deduplicate for ListMethod {
+    fn deduplicate(&self, state: &DedupState, input: &DedupInput<'_>) -> Result<Outcome> {
+        let version32 = check_input(state, input)?;
+        let prev = if input.baseline { None } else { state.previous.as_deref() };
+        let empty = Record::new();
+        let base = if input.baseline { &empty } else { &state.record };
+        let changed = hash_leaves(input.data, state.layout, state.hash, prev);
+        let mut inserts = Record::new();
+        let labels = classify_leaves(&changed, base, &mut inserts, version32, state.rank);
+        let mut diff = empty_diff(state, input, Method::List, RegionEncoding::Table);
+        for (&(i, _), label) in changed.iter().zip(&labels) {
+            match label {
+                LeafLabel::First => diff.first.push(FirstRun { start: i, count: 1 }),
+                LeafLabel::Shift(src) => diff.shift.push(shift_run(state.layout, i, 1, src)),
+            }
+        }
+        let leaves = leaf_update(prev.is_some(), changed);
+        Ok(Outcome { diff, pending: Pending { baseline: input.baseline, leaves, inserts } })
+    }
+}
+
+fn shift_run(_layout: Layout, start: u64, count: u64, src: &RecordEntry) -> ShiftRun {
+    ShiftRun {
+        start,
+        count,
+        src_version: u64::from(src.version),
+        src_rank: src.rank,
+        src_start: src.node.first_chunk(),
+    }
+}
+
+/// Merkle-tree compaction.
+pub struct TreeMethod;
+
+impl Deduplicate for TreeMethod {
+    fn deduplicate(&self, state: &DedupState, input: &DedupInput<'_>) -> Result<Outcome> {
+        let version32 = check_input(state, input)?;
+        let prev = if input.baseline { None } else { state.previous.as_deref() };
+        let empty = Record::new();
+        let base = if input.baseline { &empty } else { &state.record };
+        let changed = hash_leaves(input.data, state.layout, state.hash, prev);
+        let mut inserts = Record::new();
+        let labels = classify_leaves(&changed, base, &mut inserts, version32, state.rank);
+        let roots =
+            tree::compact(state.layout, state.hash, &changed, &labels, base, &mut inserts, version32, state.rank);
+        let mut diff = empty_diff(state, input, Method::Tree, RegionEncoding::Table);
+        for root in roots {
+            let r = state.layout.node_chunks(root.node);
+            match root.source {
+                None => diff.first.push(FirstRun { start: r.start, count: r.end - r.start }),
+                Some(src) => diff.shift.push(shift_run(state.layout, r.start, r.end - r.start, &src)),
+            }
+        }
+        diff.first.sort_unstable_by_key(|r| r.start);
+        diff.shift.sort_unstable_by_key(|r| r.start);
+        diff.coalesce();
+        let leaves = leaf_update(prev.is_some(), changed);
+        Ok(Outcome { diff, pending: Pending { baseline: input.baseline, leaves, inserts } })
+    }
+}
+
+/// A region root chosen by the compaction: FIRST when `source` is `None`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Root {
+    /// The node covering the region.
+    pub node: NodeId,
+    /// Where its bytes are stored, for a SHIFT region.
+    pub source: Option<RecordEntry>,
+}

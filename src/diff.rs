@@ -1,0 +1,143 @@
+//! The in-memory result of de-duplicating one version: which chunk ranges
+//! are stored here (FIRST runs), which point at bytes stored elsewhere (SHIFT
+//! runs), and how the table is encoded. FIXED chunks appear nowhere.
+
+use crate::layout::Layout;
+use crate::{HashAlgo, Method};
+use rayon::prelude::*;
+
+/// A run of chunks whose bytes this version stores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FirstRun {
+    /// First chunk.
+    pub start: u64,
+    /// Number of chunks.
+    pub count: u64,
+}
+
+/// A run of chunks whose bytes are stored as FIRST data elsewhere:
+/// chunks `[src_start, src_start + count)` of `(src_version, src_rank)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShiftRun {
+    /// First chunk in this version.
+    pub start: u64,
+    /// Number of chunks.
+    pub count: u64,
+    /// Version whose file holds the bytes.
+    pub src_version: u64,
+    /// Rank whose file holds the bytes.
+    pub src_rank: u32,
+    /// First chunk of the source range, in the source's chunk numbering.
+    pub src_start: u64,
+}
+
+/// How the FIRST runs are written to the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegionEncoding {
+    /// A table of `(start, count)` entries.
+    Table,
+    /// A bitmap of one bit per chunk (the Basic method).
+    Bitmap,
+}
+
+/// Per-version chunk statistics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ChunkCounts {
+    /// Chunks stored in this version.
+    pub first: u64,
+    /// Chunks pointing at bytes stored elsewhere.
+    pub shift: u64,
+    /// Chunks unchanged since the previous version.
+    pub fixed: u64,
+}
+
+/// One version's de-duplicated description.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Diff {
+    /// Version number.
+    pub version: u64,
+    /// Rank that took it.
+    pub rank: u32,
+    /// Chunking of the protected buffer.
+    pub layout: Layout,
+    /// Digest algorithm of the record.
+    pub hash: HashAlgo,
+    /// Method that produced it.
+    pub method: Method,
+    /// A baseline references no earlier version.
+    pub baseline: bool,
+    /// Stored runs, sorted by `start`, disjoint.
+    pub first: Vec<FirstRun>,
+    /// Referencing runs, sorted by `start`, disjoint from each other and from `first`.
+    pub shift: Vec<ShiftRun>,
+    /// How `first` is encoded.
+    pub encoding: RegionEncoding,
+}
+
+impl Diff {
+    /// Chunk counts by label.
+    pub fn counts(&self) -> ChunkCounts {
+        let first: u64 = self.first.iter().map(|r| r.count).sum();
+        let shift: u64 = self.shift.iter().map(|r| r.count).sum();
+        ChunkCounts { first, shift, fixed: self.layout.chunks() - first - shift }
+    }
+
+    /// Bytes of FIRST data this version stores.
+    pub fn data_bytes(&self) -> u64 {
+        self.first.iter().map(|r| self.run_bytes(r.start, r.count)).sum()
+    }
+
+    fn run_bytes(&self, start: u64, count: u64) -> u64 {
+        let b = self.layout.chunk_bytes(start..start + count);
+        b.end - b.start
+    }
+
+    /// Copies the FIRST runs' bytes from `data` into `out` (which must be
+    /// `data_bytes()` long), in run order, in parallel.
+    pub fn gather_into(&self, data: &[u8], out: &mut [u8]) {
+        const PIECE: u64 = 1 << 20;
+        let mut pieces: Vec<(usize, usize)> = Vec::new(); // (src offset, len)
+        for r in &self.first {
+            let b = self.layout.chunk_bytes(r.start..r.start + r.count);
+            let mut at = b.start;
+            while at < b.end {
+                let len = (b.end - at).min(PIECE);
+                pieces.push((at as usize, len as usize));
+                at += len;
+            }
+        }
+        let mut slices: Vec<(&mut [u8], usize)> = Vec::with_capacity(pieces.len());
+        let mut rest = out;
+        for &(src, len) in &pieces {
+            let (head, tail) = rest.split_at_mut(len);
+            slices.push((head, src));
+            rest = tail;
+        }
+        slices.into_par_iter().with_min_len(16).for_each(|(dst, src)| dst.copy_from_slice(&data[src..src + dst.len()]));
+    }
+
+    /// Merges adjacent FIRST runs, and adjacent SHIFT runs whose sources are
+    /// contiguous in the same file. Keeps the stored bytes identical.
+    pub fn coalesce(&mut self) {
+        self.first.dedup_by(|next, prev| {
+            if prev.start + prev.count == next.start {
+                prev.count += next.count;
+                true
+            } else {
+                false
+            }
+        });
+        self.shift.dedup_by(|next, prev| {
+            if prev.start + prev.count == next.start
+                && prev.src_version == next.src_version
+                && prev.src_rank == next.src_rank
+                && prev.src_start + prev.count == next.src_start
+            {
+                prev.count += next.count;
+                true
+            } else {
+                false
+            }
+        });
+    }
+}

@@ -1,0 +1,90 @@
+//! Typed errors of the library. Every failure a user can cause (bad files,
+//! wrong parameters, missing versions, I/O) is one of these; none panics.
+
+use std::path::PathBuf;
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in dckpt.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An operating-system I/O error, with the path it concerned.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory involved.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file exists but its bytes are not a valid dckpt file.
+    #[error("{path}: corrupt: {reason}")]
+    Corrupt {
+        /// The damaged file.
+        path: PathBuf,
+        /// What check failed.
+        reason: String,
+    },
+    /// The requested version is not a complete version of this store.
+    #[error("rank {rank}: version {version} is not a complete checkpoint in {dir}")]
+    MissingVersion {
+        /// Store directory.
+        dir: PathBuf,
+        /// Rank asked for.
+        rank: u32,
+        /// Version asked for.
+        version: u64,
+    },
+    /// The store has no checkpoint for this rank at all.
+    #[error("no checkpoint store for rank {rank} in {dir}")]
+    NoStore {
+        /// Directory searched.
+        dir: PathBuf,
+        /// Rank asked for.
+        rank: u32,
+    },
+    /// A parameter contradicts the existing store (chunk size, hash, method, data length).
+    #[error("{what}: the store in {dir} has {existing}, but {requested} was requested")]
+    Mismatch {
+        /// Which parameter.
+        what: &'static str,
+        /// Store directory.
+        dir: PathBuf,
+        /// Value recorded in the store.
+        existing: String,
+        /// Value the caller asked for.
+        requested: String,
+    },
+    /// A new version number must be larger than every committed one.
+    #[error("version {requested} is not newer than the latest committed version {latest}")]
+    VersionNotNewer {
+        /// The latest committed version.
+        latest: u64,
+        /// The version asked for.
+        requested: u64,
+    },
+    /// An invalid option value (chunk size out of range, unknown name, ...).
+    #[error("invalid option: {0}")]
+    InvalidOption(String),
+    /// A reference in a diff file points at data that is not there.
+    #[error("{path}: broken reference: {reason}")]
+    BrokenReference {
+        /// The file holding the reference.
+        path: PathBuf,
+        /// What is missing.
+        reason: String,
+    },
+}
+
+impl Error {
+    /// Wraps an `std::io::Error` with the path it concerned.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io { path: path.into(), source }
+    }
+
+    /// A corrupt-file error.
+    pub fn corrupt(path: impl Into<PathBuf>, reason: impl Into<String>) -> Self {
+        Error::Corrupt { path: path.into(), reason: reason.into() }
+    }
+}

@@ -1,0 +1,476 @@
+//! The diff file (format v1; docs/FORMAT.md has the byte map).
+//!
+//! ```text
+//! header (96 B) | FIRST table | SHIFT table | bitmap | FIRST data | block digests | trailer (32 B)
+//! ```
+//!
+//! The data is cut into 64 KiB blocks, each with its BLAKE3-256 digest; the
+//! trailer is BLAKE3-256 over the header, the tables, the bitmap and the
+//! block digests. So one hash pass covers every byte, `verify` checks the
+//! whole file, and `restore` checks exactly the blocks it reads.
+
+use super::codec::{Cursor, PutLe, table_len};
+use crate::diff::{Diff, FirstRun, RegionEncoding, ShiftRun};
+use crate::layout::Layout;
+use crate::{Error, HashAlgo, Method, Result};
+use rayon::prelude::*;
+use std::fs::File;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// File magic.
+pub const MAGIC: [u8; 8] = *b"DCKPTDIF";
+/// The format version this code writes.
+pub const FORMAT_VERSION: u16 = 1;
+/// Header length in bytes.
+pub const HEADER_LEN: u64 = 96;
+/// Bytes per FIRST table entry.
+pub const FIRST_ENTRY_LEN: u64 = 16;
+/// Bytes per SHIFT table entry.
+pub const SHIFT_ENTRY_LEN: u64 = 40;
+/// Bytes of data per integrity block.
+pub const BLOCK_SIZE: u32 = 64 * 1024;
+/// Bytes per block digest and of the trailer.
+pub const DIGEST_LEN: u64 = 32;
+const FLAG_BASELINE: u32 = 1;
+
+/// The fixed-size header of a diff file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DiffHeader {
+    /// Method that wrote the file.
+    pub method: Method,
+    /// Digest algorithm of the record.
+    pub hash: HashAlgo,
+    /// Whether the version references nothing older.
+    pub baseline: bool,
+    /// Rank.
+    pub rank: u32,
+    /// Chunk size in bytes.
+    pub chunk_size: u32,
+    /// Version number.
+    pub version: u64,
+    /// Length of the protected buffer.
+    pub data_len: u64,
+    /// Entries in the FIRST table.
+    pub first_count: u64,
+    /// Entries in the SHIFT table.
+    pub shift_count: u64,
+    /// Bytes of the chunk bitmap (Basic).
+    pub bitmap_len: u64,
+    /// Bytes of FIRST data.
+    pub data_bytes: u64,
+    /// Bytes per integrity block.
+    pub block_size: u32,
+}
+
+impl DiffHeader {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&MAGIC);
+        out.put_u16(FORMAT_VERSION);
+        out.put_u8(self.method.code());
+        out.put_u8(self.hash.code());
+        out.put_u32(if self.baseline { FLAG_BASELINE } else { 0 });
+        out.put_u32(self.rank);
+        out.put_u32(self.chunk_size);
+        out.put_u64(self.version);
+        out.put_u64(self.data_len);
+        out.put_u64(self.first_count);
+        out.put_u64(self.shift_count);
+        out.put_u64(self.bitmap_len);
+        out.put_u64(self.data_bytes);
+        out.put_u32(self.block_size);
+        out.resize(out.len() + (HEADER_LEN as usize - 76), 0);
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self, String> {
+        let mut c = Cursor::new(bytes);
+        if c.take(8, "magic")? != MAGIC {
+            return Err("not a dckpt diff file (bad magic)".into());
+        }
+        let fv = c.u16("format version")?;
+        if fv != FORMAT_VERSION {
+            return Err(format!("unsupported format version {fv} (this build reads {FORMAT_VERSION})"));
+        }
+        let m = c.u8("method")?;
+        let method = Method::from_code(m).ok_or_else(|| format!("unknown method code {m}"))?;
+        let h = c.u8("hash")?;
+        let hash = HashAlgo::from_code(h).ok_or_else(|| format!("unknown hash code {h}"))?;
+        let flags = c.u32("flags")?;
+        if flags & !FLAG_BASELINE != 0 {
+            return Err(format!("unknown flags {flags:#x}"));
+        }
+        let h = DiffHeader {
+            method,
+            hash,
+            baseline: flags & FLAG_BASELINE != 0,
+            rank: c.u32("rank")?,
+            chunk_size: c.u32("chunk size")?,
+            version: c.u64("version")?,
+            data_len: c.u64("data length")?,
+            first_count: c.u64("FIRST count")?,
+            shift_count: c.u64("SHIFT count")?,
+            bitmap_len: c.u64("bitmap length")?,
+            data_bytes: c.u64("data bytes")?,
+            block_size: c.u32("block size")?,
+        };
+        if h.block_size == 0 {
+            return Err("block size is zero".into());
+        }
+        h.layout()?;
+        Ok(h)
+    }
+
+    /// The chunk layout it describes.
+    pub fn layout(&self) -> Result<Layout, String> {
+        Layout::new(self.data_len, self.chunk_size).map_err(|e| e.to_string())
+    }
+
+    fn blocks(&self) -> u64 {
+        self.data_bytes.div_ceil(u64::from(self.block_size))
+    }
+
+    /// Bytes of the tables and bitmap, checked against `limit`.
+    fn meta_len(&self, limit: u64) -> Result<u64, String> {
+        let f = table_len(self.first_count, FIRST_ENTRY_LEN, limit, "FIRST table")?;
+        let s = table_len(self.shift_count, SHIFT_ENTRY_LEN, limit, "SHIFT table")?;
+        f.checked_add(s)
+            .and_then(|x| x.checked_add(self.bitmap_len))
+            .filter(|&x| x <= limit)
+            .ok_or_else(|| "tables exceed the file".to_string())
+    }
+
+    /// Total file length implied by the header, checked against `limit`.
+    fn file_len(&self, limit: u64) -> Result<u64, String> {
+        let blocks = table_len(self.blocks(), DIGEST_LEN, limit, "block digests")?;
+        HEADER_LEN
+            .checked_add(self.meta_len(limit)?)
+            .and_then(|x| x.checked_add(self.data_bytes))
+            .and_then(|x| x.checked_add(blocks))
+            .and_then(|x| x.checked_add(DIGEST_LEN))
+            .ok_or_else(|| "lengths overflow".to_string())
+    }
+}
+
+fn header_of(diff: &Diff) -> DiffHeader {
+    let bitmap_len = match diff.encoding {
+        RegionEncoding::Bitmap => diff.layout.chunks().div_ceil(8),
+        RegionEncoding::Table => 0,
+    };
+    DiffHeader {
+        method: diff.method,
+        hash: diff.hash,
+        baseline: diff.baseline,
+        rank: diff.rank,
+        chunk_size: diff.layout.chunk_size(),
+        version: diff.version,
+        data_len: diff.layout.data_len(),
+        first_count: if bitmap_len > 0 { 0 } else { diff.first.len() as u64 },
+        shift_count: diff.shift.len() as u64,
+        bitmap_len,
+        data_bytes: diff.data_bytes(),
+        block_size: BLOCK_SIZE,
+    }
+}
+
+/// Serializes `diff` with its FIRST bytes gathered from `data` into one buffer.
+pub fn encode_diff(diff: &Diff, data: &[u8]) -> Vec<u8> {
+    let h = header_of(diff);
+    let blocks = h.blocks() as usize;
+    let meta = (h.first_count * FIRST_ENTRY_LEN + h.shift_count * SHIFT_ENTRY_LEN + h.bitmap_len) as usize;
+    let total = HEADER_LEN as usize + meta + h.data_bytes as usize + blocks * DIGEST_LEN as usize + DIGEST_LEN as usize;
+    let mut out = Vec::with_capacity(total);
+    h.encode(&mut out);
+    if h.bitmap_len == 0 {
+        for r in &diff.first {
+            out.put_u64(r.start);
+            out.put_u64(r.count);
+        }
+    }
+    for s in &diff.shift {
+        out.put_u64(s.start);
+        out.put_u64(s.count);
+        out.put_u64(s.src_start);
+        out.put_u64(s.src_version);
+        out.put_u32(s.src_rank);
+        out.put_u32(0);
+    }
+    if h.bitmap_len > 0 {
+        let at = out.len();
+        out.resize(at + h.bitmap_len as usize, 0);
+        let bitmap = &mut out[at..];
+        for r in &diff.first {
+            for c in r.start..r.start + r.count {
+                bitmap[(c / 8) as usize] |= 1 << (c % 8);
+            }
+        }
+    }
+    let meta_end = out.len();
+    out.resize(meta_end + h.data_bytes as usize, 0);
+    diff.gather_into(data, &mut out[meta_end..]);
+    let digests: Vec<[u8; 32]> =
+        out[meta_end..].par_chunks(BLOCK_SIZE as usize).map(|b| *blake3::hash(b).as_bytes()).collect();
+    for d in &digests {
+        out.extend_from_slice(d);
+    }
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(&out[..meta_end]);
+    hasher.update(&out[meta_end + h.data_bytes as usize..]);
+    let trailer = *hasher.finalize().as_bytes();
+    out.extend_from_slice(&trailer);
+    debug_assert_eq!(out.len(), total);
+    out
+}
+
+/// An open, metadata-verified diff file. Data blocks are verified as they are read.
+#[derive(Debug)]
+pub struct DiffReader {
+    path: PathBuf,
+    file: File,
+    /// The header.
+    pub header: DiffHeader,
+    /// The decoded regions.
+    pub diff: Diff,
+    first_data_offsets: Vec<u64>,
+    block_digests: Vec<[u8; 32]>,
+    data_start: u64,
+    trailer: [u8; 32],
+    file_len: u64,
+}
+
+impl DiffReader {
+    /// Opens `path`, checks its length, the trailer and every table.
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let file_len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        let corrupt = |r: String| Error::corrupt(path, r);
+        if file_len < HEADER_LEN + DIGEST_LEN {
+            return Err(corrupt(format!("file is {file_len} bytes, shorter than a header")));
+        }
+        let mut head = vec![0u8; HEADER_LEN as usize];
+        file.read_exact_at(&mut head, 0).map_err(|e| Error::io(path, e))?;
+        let header = DiffHeader::decode(&head).map_err(corrupt)?;
+        let expected = header.file_len(file_len).map_err(corrupt)?;
+        if expected != file_len {
+            return Err(corrupt(format!("file is {file_len} bytes but its header describes {expected}")));
+        }
+        let meta_len = header.meta_len(file_len).map_err(corrupt)?;
+        let mut meta = vec![0u8; meta_len as usize];
+        file.read_exact_at(&mut meta, HEADER_LEN).map_err(|e| Error::io(path, e))?;
+        let data_start = HEADER_LEN + meta_len;
+        let tail_start = data_start + header.data_bytes;
+        let mut tail = vec![0u8; (file_len - tail_start) as usize];
+        file.read_exact_at(&mut tail, tail_start).map_err(|e| Error::io(path, e))?;
+        let (digest_bytes, trailer_bytes) = tail.split_at(tail.len() - DIGEST_LEN as usize);
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(&head);
+        hasher.update(&meta);
+        hasher.update(digest_bytes);
+        let mut trailer = [0u8; 32];
+        trailer.copy_from_slice(trailer_bytes);
+        if *hasher.finalize().as_bytes() != trailer {
+            return Err(corrupt("checksum mismatch in header, tables or block digests".into()));
+        }
+        let block_digests = digest_bytes
+            .chunks_exact(32)
+            .map(|c| {
+                let mut d = [0u8; 32];
+                d.copy_from_slice(c);
+                d
+            })
+            .collect();
+        let diff = decode_tables(&header, &meta).map_err(corrupt)?;
+        let mut first_data_offsets = Vec::with_capacity(diff.first.len());
+        let mut at = 0u64;
+        for r in &diff.first {
+            first_data_offsets.push(at);
+            let b = diff.layout.chunk_bytes(r.start..r.start + r.count);
+            at += b.end - b.start;
+        }
+        if at != header.data_bytes {
+            return Err(corrupt(format!("FIRST runs cover {at} bytes but the file holds {}", header.data_bytes)));
+        }
+        Ok(DiffReader {
+            path: path.to_path_buf(),
+            file,
+            header,
+            diff,
+            first_data_offsets,
+            block_digests,
+            data_start,
+            trailer,
+            file_len,
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The trailer (the file's integrity digest).
+    pub fn trailer(&self) -> [u8; 32] {
+        self.trailer
+    }
+
+    /// The file's length in bytes.
+    pub fn file_len(&self) -> u64 {
+        self.file_len
+    }
+
+    /// Bytes that are not FIRST data.
+    pub fn metadata_bytes(&self) -> u64 {
+        self.file_len - self.header.data_bytes
+    }
+
+    /// Maps chunks `range` (which must lie inside FIRST runs) to pieces
+    /// `(first chunk, data offset, byte length)` of this file's data.
+    pub fn locate(&self, range: Range<u64>) -> Result<Vec<(u64, u64, u64)>> {
+        let layout = self.diff.layout;
+        let mut out = Vec::new();
+        let mut at = range.start;
+        let mut k = self.diff.first.partition_point(|r| r.start + r.count <= at);
+        while at < range.end {
+            let Some(r) = self.diff.first.get(k).filter(|r| r.start <= at) else {
+                return Err(Error::BrokenReference {
+                    path: self.path.clone(),
+                    reason: format!("chunk {at} of version {} is not stored in this file", self.header.version),
+                });
+            };
+            let end = (r.start + r.count).min(range.end);
+            let run_bytes = layout.chunk_bytes(r.start..end);
+            let piece = layout.chunk_bytes(at..end);
+            out.push((at, self.first_data_offsets[k] + (piece.start - run_bytes.start), piece.end - piece.start));
+            at = end;
+            k += 1;
+        }
+        Ok(out)
+    }
+
+    /// Reads blocks `blocks` of the data, verifying each; returns their bytes.
+    pub fn read_blocks(&self, blocks: Range<u64>) -> Result<Vec<u8>> {
+        let bs = u64::from(self.header.block_size);
+        let start = blocks.start * bs;
+        let end = (blocks.end * bs).min(self.header.data_bytes);
+        let mut buf = vec![0u8; (end - start) as usize];
+        self.file.read_exact_at(&mut buf, self.data_start + start).map_err(|e| Error::io(&self.path, e))?;
+        let bad = buf
+            .par_chunks(bs as usize)
+            .enumerate()
+            .find_first(|(i, b)| *blake3::hash(b).as_bytes() != self.block_digests[blocks.start as usize + i])
+            .map(|(i, _)| blocks.start + i as u64);
+        if let Some(b) = bad {
+            return Err(Error::corrupt(&self.path, format!("data block {b} fails its checksum")));
+        }
+        Ok(buf)
+    }
+
+    /// Number of data blocks.
+    pub fn block_count(&self) -> u64 {
+        self.block_digests.len() as u64
+    }
+
+    /// Reads and verifies every data block.
+    pub fn verify_data(&self) -> Result<()> {
+        let step = 256;
+        let mut b = 0;
+        while b < self.block_count() {
+            let e = (b + step).min(self.block_count());
+            self.read_blocks(b..e)?;
+            b = e;
+        }
+        Ok(())
+    }
+}
+
+fn decode_tables(h: &DiffHeader, meta: &[u8]) -> Result<Diff, String> {
+    let layout = h.layout()?;
+    let n = layout.chunks();
+    let mut c = Cursor::new(meta);
+    let mut first = Vec::with_capacity(h.first_count as usize);
+    for _ in 0..h.first_count {
+        first.push(FirstRun { start: c.u64("FIRST start")?, count: c.u64("FIRST count")? });
+    }
+    let mut shift = Vec::with_capacity(h.shift_count as usize);
+    for _ in 0..h.shift_count {
+        let s = ShiftRun {
+            start: c.u64("SHIFT start")?,
+            count: c.u64("SHIFT count")?,
+            src_start: c.u64("SHIFT source start")?,
+            src_version: c.u64("SHIFT source version")?,
+            src_rank: c.u32("SHIFT source rank")?,
+        };
+        c.u32("SHIFT reserved")?;
+        shift.push(s);
+    }
+    let encoding = if h.bitmap_len > 0 {
+        if h.first_count != 0 || h.bitmap_len != n.div_ceil(8) {
+            return Err(format!("bitmap of {} bytes does not fit {n} chunks", h.bitmap_len));
+        }
+        let bitmap = c.take(h.bitmap_len as usize, "bitmap")?;
+        let mut runs: Vec<FirstRun> = Vec::new();
+        for i in 0..n {
+            if bitmap[(i / 8) as usize] & (1 << (i % 8)) != 0 {
+                match runs.last_mut() {
+                    Some(r) if r.start + r.count == i => r.count += 1,
+                    _ => runs.push(FirstRun { start: i, count: 1 }),
+                }
+            }
+        }
+        if n % 8 != 0 && bitmap[bitmap.len() - 1] >> (n % 8) != 0 {
+            return Err("bitmap has bits set past the last chunk".into());
+        }
+        first = runs;
+        RegionEncoding::Bitmap
+    } else {
+        RegionEncoding::Table
+    };
+    if c.remaining() != 0 {
+        return Err("trailing bytes after the tables".into());
+    }
+    check_sorted("FIRST", first.iter().map(|r| (r.start, r.count)), n)?;
+    check_sorted("SHIFT", shift.iter().map(|r| (r.start, r.count)), n)?;
+    // FIRST and SHIFT runs must not overlap.
+    let (mut i, mut j) = (0, 0);
+    while i < first.len() && j < shift.len() {
+        let (a, b) = (first[i], shift[j]);
+        if a.start < b.start + b.count && b.start < a.start + a.count {
+            return Err(format!("FIRST run at chunk {} overlaps SHIFT run at chunk {}", a.start, b.start));
+        }
+        if a.start < b.start { i += 1 } else { j += 1 }
+    }
+    for s in &shift {
+        if s.src_version > h.version {
+            return Err(format!("SHIFT run at chunk {} references a later version {}", s.start, s.src_version));
+        }
+        if h.baseline && s.src_version != h.version {
+            return Err(format!("baseline references version {}", s.src_version));
+        }
+        s.src_start.checked_add(s.count).ok_or_else(|| "SHIFT source range overflows".to_string())?;
+    }
+    Ok(Diff {
+        version: h.version,
+        rank: h.rank,
+        layout,
+        hash: h.hash,
+        method: h.method,
+        baseline: h.baseline,
+        first,
+        shift,
+        encoding,
+    })
+}
+
+fn check_sorted(what: &str, runs: impl Iterator<Item = (u64, u64)>, n: u64) -> Result<(), String> {
+    let mut end = 0u64;
+    for (start, count) in runs {
+        let e = start.checked_add(count).filter(|&e| e <= n && count > 0);
+        match e {
+            Some(e) if start >= end => end = e,
+            _ => {
+                return Err(format!("{what} run ({start}, {count}) is empty, unsorted, overlapping or past chunk {n}"));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,12 @@
+//! On-disk formats, written and read by hand in little-endian so that the
+//! layout is documented (docs/FORMAT.md) and independent of any serializer.
+//! Every length read from disk is checked against the bytes actually there
+//! before it is used.
+
+pub mod codec;
+pub mod diff_file;
+pub mod manifest;
+pub mod record_file;
+
+pub use diff_file::{DiffHeader, DiffReader, encode_diff};
+pub use manifest::{Manifest, VersionEntry};

@@ -1,0 +1,206 @@
+//! 128-bit chunk and node digests.
+//!
+//! Leaves (chunks) are hashed with the plain algorithm (Murmur3 x64_128 with
+//! seed 0 is the default, as in the ICPP'23 prototype). Inner Merkle nodes hash
+//! the 32-byte concatenation of their children's digests in a *separate domain*
+//! (seed 1, a fixed BLAKE3 key, or a SHA-1 prefix byte) so that a 32-byte chunk
+//! whose bytes happen to equal two digests can never be mistaken for an inner
+//! node of a different size.
+
+mod murmur3;
+
+pub use murmur3::murmur3_x64_128;
+
+use serde::{Deserialize, Serialize};
+use sha1::Digest as _;
+use std::fmt;
+use std::str::FromStr;
+
+/// A 128-bit digest. Its canonical byte form is little-endian
+/// (for Murmur3: `h1` then `h2`, as `MurmurHash3_x64_128` writes them).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Digest(pub u128);
+
+impl Digest {
+    /// The canonical 16 bytes.
+    pub fn to_bytes(self) -> [u8; 16] {
+        self.0.to_le_bytes()
+    }
+
+    /// From the canonical 16 bytes.
+    pub fn from_bytes(b: [u8; 16]) -> Self {
+        Digest(u128::from_le_bytes(b))
+    }
+
+    /// The top `bits` bits, used to pick a shard of the record.
+    pub fn shard(self, bits: u32) -> usize {
+        if bits == 0 { 0 } else { (self.0 >> (128 - bits)) as usize }
+    }
+}
+
+impl fmt::Debug for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self}")
+    }
+}
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in self.to_bytes() {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The digest algorithm of a store; recorded in every file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum HashAlgo {
+    /// Murmur3 x64_128, seed 0 (the default; the paper's choice).
+    #[default]
+    Murmur3,
+    /// XXH3-128 (fastest on CPUs).
+    Xxh3,
+    /// BLAKE3 truncated to 128 bits (the strong choice).
+    Blake3,
+    /// SHA-1 truncated to 128 bits (the 2013 collective paper's choice).
+    Sha1,
+}
+
+/// Key that puts BLAKE3 inner-node hashing in its own domain.
+const BLAKE3_NODE_KEY: [u8; 32] = *b"dckpt merkle inner node key v1..";
+
+impl HashAlgo {
+    /// Every algorithm, in code order.
+    pub const ALL: [HashAlgo; 4] = [HashAlgo::Murmur3, HashAlgo::Xxh3, HashAlgo::Blake3, HashAlgo::Sha1];
+
+    /// Stable one-byte code used in the file format.
+    pub fn code(self) -> u8 {
+        match self {
+            HashAlgo::Murmur3 => 1,
+            HashAlgo::Xxh3 => 2,
+            HashAlgo::Blake3 => 3,
+            HashAlgo::Sha1 => 4,
+        }
+    }
+
+    /// Inverse of [`HashAlgo::code`].
+    pub fn from_code(code: u8) -> Option<Self> {
+        HashAlgo::ALL.into_iter().find(|a| a.code() == code)
+    }
+
+    /// The lowercase name used on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            HashAlgo::Murmur3 => "murmur3",
+            HashAlgo::Xxh3 => "xxh3",
+            HashAlgo::Blake3 => "blake3",
+            HashAlgo::Sha1 => "sha1",
+        }
+    }
+
+    /// Digest of one chunk (a Merkle leaf).
+    pub fn leaf(self, bytes: &[u8]) -> Digest {
+        match self {
+            HashAlgo::Murmur3 => Digest(murmur3_x64_128(bytes, 0)),
+            HashAlgo::Xxh3 => Digest(xxhash_rust::xxh3::xxh3_128(bytes)),
+            HashAlgo::Blake3 => Digest(truncate(blake3::hash(bytes).as_bytes())),
+            HashAlgo::Sha1 => Digest(truncate(&sha1::Sha1::digest(bytes))),
+        }
+    }
+
+    /// Digest of an inner node from its two children's digests.
+    pub fn node(self, left: Digest, right: Digest) -> Digest {
+        let mut buf = [0u8; 32];
+        buf[..16].copy_from_slice(&left.to_bytes());
+        buf[16..].copy_from_slice(&right.to_bytes());
+        match self {
+            HashAlgo::Murmur3 => Digest(murmur3_x64_128(&buf, 1)),
+            HashAlgo::Xxh3 => Digest(xxhash_rust::xxh3::xxh3_128_with_seed(&buf, 1)),
+            HashAlgo::Blake3 => Digest(truncate(blake3::keyed_hash(&BLAKE3_NODE_KEY, &buf).as_bytes())),
+            HashAlgo::Sha1 => {
+                let mut h = sha1::Sha1::new();
+                h.update([0x01]);
+                h.update(buf);
+                Digest(truncate(&h.finalize()))
+            }
+        }
+    }
+}
+
+fn truncate(bytes: &[u8]) -> u128 {
+    let mut b = [0u8; 16];
+    b.copy_from_slice(&bytes[..16]);
+    u128::from_le_bytes(b)
+}
+
+impl fmt::Display for HashAlgo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for HashAlgo {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> crate::Result<Self> {
+        HashAlgo::ALL.into_iter().find(|a| a.name() == s).ok_or_else(|| {
+            crate::Error::InvalidOption(format!("unknown hash '{s}' (expected murmur3, xxh3, blake3 or sha1)"))
+        })
+    }
+}
+
+/// BLAKE3-256 of `bytes`: the integrity hash of files.
+pub fn integrity(bytes: &[u8]) -> [u8; 32] {
+    *blake3::hash(bytes).as_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hex(d: Digest) -> String {
+        d.to_string()
+    }
+
+    #[test]
+    fn xxh3_128_known_answer() {
+        // XXH3_128bits("") from the reference implementation's test vectors.
+        assert_eq!(HashAlgo::Xxh3.leaf(b"").0, 0x99aa06d3014798d86001c324468d497f);
+    }
+
+    #[test]
+    fn blake3_known_answer() {
+        // BLAKE3("") = af1349b9f5f9a1a6a0404dea36dcc949 9bcb25c9...
+        assert_eq!(hex(HashAlgo::Blake3.leaf(b"")), "af1349b9f5f9a1a6a0404dea36dcc949");
+    }
+
+    #[test]
+    fn sha1_known_answer() {
+        // FIPS 180 example: SHA-1("abc") = a9993e364706816aba3e25717850c26c 9cd0d89d
+        assert_eq!(hex(HashAlgo::Sha1.leaf(b"abc")), "a9993e364706816aba3e25717850c26c");
+    }
+
+    #[test]
+    fn node_domain_differs_from_leaf_domain() {
+        let l = Digest(0x0123_4567_89ab_cdef_0011_2233_4455_6677);
+        let r = Digest(0xfedc_ba98_7654_3210_8899_aabb_ccdd_eeff);
+        let mut cat = [0u8; 32];
+        cat[..16].copy_from_slice(&l.to_bytes());
+        cat[16..].copy_from_slice(&r.to_bytes());
+        for algo in HashAlgo::ALL {
+            assert_ne!(algo.node(l, r), algo.leaf(&cat), "{algo}");
+            assert_ne!(algo.node(l, r), algo.node(r, l), "{algo}");
+        }
+    }
+
+    #[test]
+    fn names_and_codes_round_trip() {
+        for algo in HashAlgo::ALL {
+            assert_eq!(algo.name().parse::<HashAlgo>().ok(), Some(algo));
+            assert_eq!(HashAlgo::from_code(algo.code()), Some(algo));
+        }
+        assert!("md5".parse::<HashAlgo>().is_err());
+        assert_eq!(HashAlgo::from_code(0), None);
+    }
+}

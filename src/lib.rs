@@ -1,0 +1,59 @@
+//! # dckpt — frequent, small, collective checkpoints
+//!
+//! dckpt splits a protected buffer into small chunks, hashes them, and stores
+//! only what the rank has never stored before, described by a compact set of
+//! Merkle-tree regions (Tan et al., ICPP'23). Each checkpoint becomes one
+//! self-checking diff file; any version restores byte-exactly by reading each
+//! needed byte once.
+//!
+//! The crate is layered so that each module has one job:
+//!
+//! | module | job |
+//! |---|---|
+//! | [`hash`] | 128-bit chunk and node digests (Murmur3, XXH3, BLAKE3, SHA-1) |
+//! | [`layout`] | the Merkle tree shape over `n` chunks (every node a contiguous range) |
+//! | [`record`] | the historical record: digest → where its bytes were first stored |
+//! | [`dedup`] | the methods Full, Basic, List and Tree (the CPU engine) |
+//! | [`diff`] | the in-memory result of one de-duplication |
+//! | [`format`] | the on-disk diff file and manifest codecs (bounds-checked) |
+//! | [`store`] | a rank's directory: atomic commits, manifest, record segments |
+//! | [`engine`] | checkpoint = dedup + write + commit, keeping the state between versions |
+//! | [`restore`] | chain resolution and byte-exact reconstruction |
+//! | [`verify`] | whole-store integrity and reference checks |
+//! | [`inspect`] | per-version statistics |
+//! | [`bench`] | the in-memory method benchmark behind `dckpt bench` |
+//! | [`generate`] | synthetic evolving workloads (clustered / scattered edits) |
+//!
+//! ```
+//! use dckpt::{Engine, StoreOptions, Method, HashAlgo};
+//! let dir = tempfile::tempdir().unwrap();
+//! let opts = StoreOptions { chunk_size: 64, method: Method::Tree, hash: HashAlgo::Murmur3, ..StoreOptions::default() };
+//! let mut data = vec![7u8; 4096];
+//! let mut engine = Engine::open_or_create(dir.path(), 0, data.len() as u64, &opts).unwrap();
+//! engine.checkpoint(1, &data).unwrap();
+//! data[100] = 42;
+//! engine.checkpoint(2, &data).unwrap();
+//! let restored = dckpt::restore::restore_version(dir.path(), 0, 2).unwrap();
+//! assert_eq!(restored, data);
+//! ```
+
+pub mod bench;
+pub mod dedup;
+pub mod diff;
+pub mod engine;
+pub mod error;
+pub mod format;
+pub mod generate;
+pub mod hash;
+pub mod inspect;
+pub mod layout;
+pub mod record;
+pub mod restore;
+pub mod store;
+pub mod verify;
+
+pub use dedup::Method;
+pub use engine::Engine;
+pub use error::{Error, Result};
+pub use hash::{Digest, HashAlgo};
+pub use store::StoreOptions;

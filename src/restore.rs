@@ -1,0 +1,291 @@
+//! Restore: resolve every chunk of a version to the one stored region that
+//! holds its bytes, then read each needed block once.
+//!
+//! Walking back from the requested version to its baseline, each version's
+//! FIRST and SHIFT runs claim the chunks still unresolved (a FIXED chunk
+//! falls through to an older version). FIRST runs resolve to the version's
+//! own data; SHIFT runs resolve in one hop to the FIRST data they point at.
+//! Reads are then grouped per file, sorted, merged at block granularity, and
+//! each block is read and verified once. Each file is opened at most once.
+
+use crate::format::diff_file::DiffReader;
+use crate::layout::Layout;
+use crate::store::{Store, hex};
+use crate::{Error, Result};
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+/// Counters of one restore.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RestoreStats {
+    /// Diff files opened.
+    pub files_opened: usize,
+    /// Data bytes read from them (whole verified blocks).
+    pub bytes_read: u64,
+    /// Bytes restored.
+    pub data_len: u64,
+}
+
+/// Opens stores and diff files on demand, each at most once.
+pub struct Catalog {
+    root: PathBuf,
+    stores: HashMap<u32, Store>,
+    readers: HashMap<(u32, u64), DiffReader>,
+}
+
+impl Catalog {
+    /// A catalog over the store root `root`.
+    pub fn new(root: &Path) -> Self {
+        Catalog { root: root.to_path_buf(), stores: HashMap::new(), readers: HashMap::new() }
+    }
+
+    /// The store of `rank`.
+    pub fn store(&mut self, rank: u32) -> Result<&Store> {
+        match self.stores.entry(rank) {
+            Entry::Occupied(o) => Ok(o.into_mut()),
+            Entry::Vacant(v) => Ok(v.insert(Store::open(&self.root, rank)?)),
+        }
+    }
+
+    /// The verified-metadata reader of `(rank, version)`; the version must be
+    /// complete in that rank's manifest and match it.
+    pub fn reader(&mut self, rank: u32, version: u64) -> Result<&DiffReader> {
+        if !self.readers.contains_key(&(rank, version)) {
+            let store = self.store(rank)?;
+            let entry = store.manifest().get(version).cloned().ok_or_else(|| Error::MissingVersion {
+                dir: store.root().to_path_buf(),
+                rank,
+                version,
+            })?;
+            let path = store.diff_path(version);
+            let layout = store.layout()?;
+            let reader = DiffReader::open(&path)?;
+            let h = &reader.header;
+            if h.rank != rank || h.version != version {
+                return Err(Error::corrupt(&path, format!("file holds rank {} version {}", h.rank, h.version)));
+            }
+            if reader.diff.layout != layout || h.hash != store.manifest().hash || h.method != store.manifest().method {
+                return Err(Error::corrupt(&path, "parameters differ from the manifest's"));
+            }
+            if reader.file_len() != entry.file_len || hex(&reader.trailer()) != entry.trailer {
+                return Err(Error::corrupt(&path, "length or checksum differs from the manifest's"));
+            }
+            self.readers.insert((rank, version), reader);
+        }
+        self.readers.get(&(rank, version)).ok_or_else(|| Error::InvalidOption("reader cache".into()))
+    }
+
+    /// Number of diff files opened so far.
+    pub fn files_opened(&self) -> usize {
+        self.readers.len()
+    }
+}
+
+/// A resolved piece: `count` chunks starting at `dst` come from chunks
+/// starting at `src` of `(rank, version)`'s FIRST data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Source {
+    /// First destination chunk.
+    pub dst: u64,
+    /// Number of chunks.
+    pub count: u64,
+    /// Rank of the file holding the bytes.
+    pub rank: u32,
+    /// Version of the file holding the bytes.
+    pub version: u64,
+    /// First source chunk (in that rank's numbering).
+    pub src: u64,
+}
+
+/// A run of a diff: `(start, count, Some((rank, version, source start)) for SHIFT)`.
+type Run = (u64, u64, Option<(u32, u64, u64)>);
+
+/// Resolves every chunk of `(rank, version)` to the stored bytes that hold it.
+pub fn resolve(catalog: &mut Catalog, rank: u32, version: u64) -> Result<(Layout, Vec<Source>)> {
+    let store = catalog.store(rank)?;
+    let layout = store.layout()?;
+    let chain: Vec<u64> = store
+        .manifest()
+        .chain(version)
+        .ok_or_else(|| Error::MissingVersion { dir: store.root().to_path_buf(), rank, version })?
+        .iter()
+        .map(|v| v.version)
+        .collect();
+    let mut unresolved: Vec<Range<u64>> = std::iter::once(0..layout.chunks()).collect();
+    let mut sources = Vec::new();
+    for &v in chain.iter().rev() {
+        if unresolved.is_empty() {
+            break;
+        }
+        let diff = &catalog.reader(rank, v)?.diff;
+        let mut runs: Vec<Run> = diff
+            .first
+            .iter()
+            .map(|r| (r.start, r.count, None))
+            .chain(diff.shift.iter().map(|s| (s.start, s.count, Some((s.src_rank, s.src_version, s.src_start)))))
+            .collect();
+        runs.sort_unstable_by_key(|r| r.0);
+        let mut still = Vec::new();
+        let mut k = 0;
+        for gap in unresolved {
+            let mut at = gap.start;
+            while k < runs.len() && runs[k].0 + runs[k].1 <= at {
+                k += 1;
+            }
+            let mut j = k;
+            while at < gap.end {
+                match runs.get(j) {
+                    Some(&(start, count, src)) if start < gap.end => {
+                        if start > at {
+                            still.push(at..start);
+                            at = start;
+                        }
+                        let end = (start + count).min(gap.end);
+                        let (srank, sver, sstart) = src.unwrap_or((rank, v, start));
+                        sources.push(Source {
+                            dst: at,
+                            count: end - at,
+                            rank: srank,
+                            version: sver,
+                            src: sstart + (at - start),
+                        });
+                        at = end;
+                        j += 1;
+                    }
+                    _ => {
+                        still.push(at..gap.end);
+                        at = gap.end;
+                    }
+                }
+            }
+            k = j.saturating_sub(1);
+        }
+        unresolved = still;
+    }
+    if let Some(gap) = unresolved.first() {
+        let path = catalog.store(rank)?.diff_path(chain[0]);
+        return Err(Error::corrupt(
+            path,
+            format!("chunks {}..{} are stored in no version of the chain", gap.start, gap.end),
+        ));
+    }
+    sources.sort_unstable_by_key(|s| s.dst);
+    Ok((layout, sources))
+}
+
+/// One byte copy: `len` bytes at `data_off` of a file's FIRST data go to `dst_off`.
+#[derive(Clone, Copy, Debug)]
+struct Copy {
+    data_off: u64,
+    len: u64,
+    dst_off: u64,
+}
+
+/// Restores `(rank, version)` into a new buffer.
+pub fn restore_version(root: &Path, rank: u32, version: u64) -> Result<Vec<u8>> {
+    restore_with_stats(root, rank, version).map(|(d, _)| d)
+}
+
+/// Restores `(rank, version)` and reports what it read.
+pub fn restore_with_stats(root: &Path, rank: u32, version: u64) -> Result<(Vec<u8>, RestoreStats)> {
+    let mut catalog = Catalog::new(root);
+    let (layout, sources) = resolve(&mut catalog, rank, version)?;
+    let mut out = vec![0u8; layout.data_len() as usize];
+    let bytes_read = fill(&mut catalog, &layout, &sources, &mut out)?;
+    Ok((out, RestoreStats { files_opened: catalog.files_opened(), bytes_read, data_len: layout.data_len() }))
+}
+
+/// Byte copies per file, in no particular order.
+type CopyPlan = HashMap<(u32, u64), Vec<Copy>>;
+
+/// Checks that every source points at stored bytes of the right length and
+/// maps it to byte copies per file.
+pub fn check_sources(catalog: &mut Catalog, layout: &Layout, sources: &[Source]) -> Result<()> {
+    plan_copies(catalog, layout, sources).map(|_| ())
+}
+
+fn plan_copies(catalog: &mut Catalog, layout: &Layout, sources: &[Source]) -> Result<CopyPlan> {
+    let mut per_file: CopyPlan = HashMap::new();
+    for s in sources {
+        let reader = catalog.reader(s.rank, s.version)?;
+        let src_layout = reader.diff.layout;
+        let dst_bytes = layout.chunk_bytes(s.dst..s.dst + s.count);
+        let end = s.src.checked_add(s.count).filter(|&e| e <= src_layout.chunks());
+        let src_bytes = end.map(|e| src_layout.chunk_bytes(s.src..e));
+        if src_bytes.as_ref().is_none_or(|b| b.end - b.start != dst_bytes.end - dst_bytes.start) {
+            return Err(Error::BrokenReference {
+                path: reader.path().to_path_buf(),
+                reason: format!(
+                    "chunks {}..+{} do not match the {} bytes they must restore",
+                    s.src,
+                    s.count,
+                    dst_bytes.end - dst_bytes.start
+                ),
+            });
+        }
+        let mut dst = dst_bytes.start;
+        let copies = per_file.entry((s.rank, s.version)).or_default();
+        for (_, data_off, len) in reader.locate(s.src..s.src + s.count)? {
+            copies.push(Copy { data_off, len, dst_off: dst });
+            dst += len;
+        }
+    }
+    Ok(per_file)
+}
+
+/// Copies every source into `out`; returns the data bytes read.
+fn fill(catalog: &mut Catalog, layout: &Layout, sources: &[Source], out: &mut [u8]) -> Result<u64> {
+    let mut per_file = plan_copies(catalog, layout, sources)?;
+    let mut keys: Vec<(u32, u64)> = per_file.keys().copied().collect();
+    keys.sort_unstable();
+    let mut bytes_read = 0;
+    for key in keys {
+        let reader = catalog.reader(key.0, key.1)?;
+        let mut copies = per_file.remove(&key).unwrap_or_default();
+        copies.sort_unstable_by_key(|c| c.data_off);
+        bytes_read += copy_from_file(reader, &copies, out)?;
+    }
+    Ok(bytes_read)
+}
+
+/// Largest read, in blocks.
+const MAX_READ_BLOCKS: u64 = 256;
+
+fn copy_from_file(reader: &DiffReader, copies: &[Copy], out: &mut [u8]) -> Result<u64> {
+    let bs = u64::from(reader.header.block_size);
+    // Union of the blocks touched, in order.
+    let mut spans: Vec<Range<u64>> = Vec::new();
+    for c in copies {
+        let b = (c.data_off / bs)..(c.data_off + c.len).div_ceil(bs);
+        match spans.last_mut() {
+            Some(last) if b.start <= last.end => last.end = last.end.max(b.end),
+            _ => spans.push(b),
+        }
+    }
+    let mut bytes_read = 0;
+    let mut lo = 0;
+    for span in spans {
+        let mut b = span.start;
+        while b < span.end {
+            let e = (b + MAX_READ_BLOCKS).min(span.end);
+            let buf = reader.read_blocks(b..e)?;
+            bytes_read += buf.len() as u64;
+            let (s, t) = (b * bs, b * bs + buf.len() as u64);
+            while lo < copies.len() && copies[lo].data_off + copies[lo].len <= s {
+                lo += 1;
+            }
+            for c in copies[lo..].iter().take_while(|c| c.data_off < t) {
+                let from = c.data_off.max(s);
+                let to = (c.data_off + c.len).min(t);
+                if from < to {
+                    let d = (c.dst_off + (from - c.data_off)) as usize;
+                    out[d..d + (to - from) as usize].copy_from_slice(&buf[(from - s) as usize..(to - s) as usize]);
+                }
+            }
+            b = e;
+        }
+    }
+    Ok(bytes_read)
+}

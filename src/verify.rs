@@ -1,0 +1,81 @@
+//! Whole-store verification: every file's checksums, every table, every
+//! reference of every chain, for every rank under a root.
+
+use crate::format::record_file;
+use crate::record::Record;
+use crate::restore::{Catalog, check_sources, resolve};
+use crate::store::list_ranks;
+use crate::{Error, Result};
+use std::path::{Path, PathBuf};
+
+/// One problem found, naming the file concerned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// The damaged or inconsistent file.
+    pub path: PathBuf,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// The outcome of [`verify_store`].
+#[derive(Clone, Debug, Default)]
+pub struct VerifyReport {
+    /// Ranks found.
+    pub ranks: usize,
+    /// Versions checked.
+    pub versions: usize,
+    /// Problems found (empty when the store is sound).
+    pub problems: Vec<Problem>,
+}
+
+fn problem(e: Error, fallback: &Path) -> Problem {
+    let path = match &e {
+        Error::Io { path, .. } | Error::Corrupt { path, .. } | Error::BrokenReference { path, .. } => path.clone(),
+        _ => fallback.to_path_buf(),
+    };
+    Problem { path, message: e.to_string() }
+}
+
+/// Checks every rank's store under `root`. Fails only if `root` cannot be
+/// listed or holds no store; everything else is reported as a [`Problem`].
+pub fn verify_store(root: &Path) -> Result<VerifyReport> {
+    let ranks = list_ranks(root)?;
+    if ranks.is_empty() {
+        return Err(Error::NoStore { dir: root.to_path_buf(), rank: 0 });
+    }
+    let mut report = VerifyReport { ranks: ranks.len(), ..VerifyReport::default() };
+    let mut catalog = Catalog::new(root);
+    for rank in ranks {
+        let store = match catalog.store(rank) {
+            Ok(s) => s,
+            Err(e) => {
+                report.problems.push(problem(e, &crate::store::rank_dir(root, rank).join("MANIFEST")));
+                continue;
+            }
+        };
+        let versions: Vec<u64> = store.manifest().versions.iter().map(|v| v.version).collect();
+        let paths: Vec<(PathBuf, PathBuf)> =
+            versions.iter().map(|&v| (store.diff_path(v), store.record_path(v))).collect();
+        for (&v, (diff_path, rec_path)) in versions.iter().zip(paths) {
+            report.versions += 1;
+            let file_ok = catalog.reader(rank, v).and_then(|r| r.verify_data());
+            if let Err(e) = file_ok {
+                report.problems.push(problem(e, &diff_path));
+                continue;
+            }
+            let rec = std::fs::read(&rec_path)
+                .map_err(|e| Error::io(&rec_path, e))
+                .and_then(|b| record_file::decode_into(&b, &rec_path, rank, v, &mut Record::new()));
+            if let Err(e) = rec {
+                report.problems.push(problem(e, &rec_path));
+            }
+            let chain = resolve(&mut catalog, rank, v)
+                .and_then(|(layout, sources)| check_sources(&mut catalog, &layout, &sources));
+            if let Err(e) = chain {
+                report.problems.push(problem(e, &diff_path));
+            }
+        }
+    }
+    report.problems.dedup();
+    Ok(report)
+}

@@ -1,0 +1,108 @@
+//! A store reopened by a new process continues de-duplicating against its
+//! whole history; re-baselining bounds the chains; a failed commit changes
+//! nothing.
+
+mod common;
+
+use common::{assert_restores, checkpoint_all, noise, opts};
+use dckpt::{Engine, Method, StoreOptions};
+
+fn evolving(n: usize, len: usize) -> Vec<Vec<u8>> {
+    let mut vs = vec![noise(len, 1)];
+    for k in 1..n {
+        let mut v = vs[k - 1].clone();
+        let at = (k * 997) % (len - 300);
+        v[at..at + 300].copy_from_slice(&noise(300, k as u64 + 10));
+        // move a page-aligned block so SHIFT regions appear
+        v.copy_within(0..512, 1024 * (k % 3 + 1));
+        vs.push(v);
+    }
+    vs
+}
+
+#[test]
+fn reopening_between_versions_writes_the_same_files() {
+    let vs = evolving(6, 20_000);
+    for method in Method::ALL {
+        let o = opts(method, 64);
+        let a = tempfile::tempdir().unwrap();
+        checkpoint_all(a.path(), &o, &vs);
+        let b = tempfile::tempdir().unwrap();
+        for (i, v) in vs.iter().enumerate() {
+            let mut e = Engine::open_or_create(b.path(), 0, v.len() as u64, &o).unwrap();
+            e.checkpoint(i as u64 + 1, v).unwrap();
+        }
+        let sa = dckpt::store::Store::open(a.path(), 0).unwrap();
+        let sb = dckpt::store::Store::open(b.path(), 0).unwrap();
+        for v in 1..=vs.len() as u64 {
+            let fa = std::fs::read(sa.diff_path(v)).unwrap();
+            let fb = std::fs::read(sb.diff_path(v)).unwrap();
+            assert!(fa == fb, "{method}: version {v} differs after reopening");
+        }
+        assert_restores(b.path(), &vs);
+    }
+}
+
+#[test]
+fn max_chain_rebaselines_and_bounds_restore_reads() {
+    let vs = evolving(8, 20_000);
+    let dir = tempfile::tempdir().unwrap();
+    let o = StoreOptions { max_chain: Some(3), ..opts(Method::Tree, 64) };
+    let reports = checkpoint_all(dir.path(), &o, &vs);
+    let baselines: Vec<u64> = reports.iter().filter(|r| r.baseline).map(|r| r.version).collect();
+    assert_eq!(baselines, vec![1, 4, 7]);
+    assert_restores(dir.path(), &vs);
+    for v in 1..=8u64 {
+        let (_, stats) = dckpt::restore::restore_with_stats(dir.path(), 0, v).unwrap();
+        assert!(stats.files_opened <= 3, "version {v} opened {} files", stats.files_opened);
+    }
+}
+
+#[test]
+fn a_failed_commit_leaves_store_and_state_unchanged() {
+    let vs = evolving(3, 10_000);
+    let dir = tempfile::tempdir().unwrap();
+    let o = opts(Method::Tree, 64);
+    let mut e = Engine::open_or_create(dir.path(), 0, vs[0].len() as u64, &o).unwrap();
+    e.checkpoint(1, &vs[0]).unwrap();
+    // Block the temporary file's path so the write of version 2 fails.
+    let blocker = e.store().diff_path(2).with_extension("tmp");
+    std::fs::create_dir_all(blocker.join("x")).unwrap();
+    let err = e.checkpoint(2, &vs[1]).unwrap_err();
+    assert!(err.to_string().contains("v000000000002"), "{err}");
+    assert_eq!(e.store().manifest().versions.len(), 1);
+    assert!(dckpt::restore::restore_version(dir.path(), 0, 2).is_err());
+    std::fs::remove_dir_all(&blocker).unwrap();
+    e.checkpoint(2, &vs[1]).unwrap();
+    e.checkpoint(3, &vs[2]).unwrap();
+    assert_restores(dir.path(), &vs);
+    // Same bytes as a run that never failed.
+    let clean = tempfile::tempdir().unwrap();
+    checkpoint_all(clean.path(), &o, &vs);
+    for v in 1..=3u64 {
+        let a = std::fs::read(e.store().diff_path(v)).unwrap();
+        let b = std::fs::read(dckpt::store::Store::open(clean.path(), 0).unwrap().diff_path(v)).unwrap();
+        assert!(a == b, "version {v}");
+    }
+}
+
+#[test]
+fn parameters_of_an_existing_store_are_enforced() {
+    let vs = evolving(2, 5_000);
+    let dir = tempfile::tempdir().unwrap();
+    checkpoint_all(dir.path(), &opts(Method::Tree, 64), &vs[..1]);
+    let bad = [
+        (opts(Method::Tree, 128), vs[0].len() as u64, "chunk size"),
+        (opts(Method::List, 64), vs[0].len() as u64, "method"),
+        (opts(Method::Tree, 64), 4_000, "data length"),
+        (StoreOptions { hash: dckpt::HashAlgo::Xxh3, ..opts(Method::Tree, 64) }, vs[0].len() as u64, "hash"),
+    ];
+    for (o, len, what) in bad {
+        let err = Engine::open_or_create(dir.path(), 0, len, &o).err().expect("mismatch must fail");
+        assert!(err.to_string().starts_with(what), "{err}");
+    }
+    let mut e = Engine::open_or_create(dir.path(), 0, vs[0].len() as u64, &opts(Method::Tree, 64)).unwrap();
+    assert!(matches!(e.checkpoint(1, &vs[1]), Err(dckpt::Error::VersionNotNewer { .. })));
+    assert!(e.checkpoint(2, &vs[1][..100]).is_err());
+    assert_eq!(e.store().manifest().versions.len(), 1);
+}
