@@ -1,6 +1,7 @@
 //! The `dckpt` command as a user runs it: the contract forms, and one clear
 //! line on stderr with a non-zero exit for bad input, never a panic and
 //! never a partly written version.
+#![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
 mod common;
 
@@ -27,7 +28,7 @@ fn fails(args: &[&str], needle: &str) {
 }
 
 fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
+    p.to_str().expect("test paths are UTF-8")
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! A store reopened by a new process continues de-duplicating against its
 //! whole history; re-baselining bounds the chains; a failed commit changes
 //! nothing.
+#![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Damaged stores fail loudly: every flipped byte and every truncation of a
 //! diff file is caught by verify and by restore, a missing file in a chain
 //! names the file, and a damaged manifest or record segment is reported.
+#![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
 mod common;
 

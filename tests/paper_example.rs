@@ -2,6 +2,7 @@
 //! chunks 0–3 are new, chunk 4 is unchanged, chunk 5 repeats an older chunk,
 //! and chunks 6–7 repeat the new chunks 0–1. Tree stores 3 metadata entries,
 //! List 7.
+#![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
 mod common;
 

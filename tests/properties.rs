@@ -3,6 +3,7 @@
 //! at chunk sizes that leave short last chunks and non-power-of-two chunk
 //! counts. Every version of every method restores byte-exactly, the store
 //! verifies clean, and the diff bytes do not depend on the thread count.
+#![allow(clippy::unwrap_used)] // tests may panic on setup failures
 
 mod common;
 

@@ -1,4 +1,5 @@
 //! Helpers shared by the integration tests.
+#![allow(clippy::unwrap_used)] // tests may panic on setup failures
 #![allow(dead_code)]
 
 use dckpt::{Engine, HashAlgo, Method, StoreOptions};

@@ -20,9 +20,10 @@ pub struct BenchArgs {
     /// Digest algorithm.
     #[arg(long, default_value = "murmur3")]
     hash: HashAlgo,
-    /// Skip the zstd, lz4, hashing and memcpy baselines.
-    #[arg(long)]
-    no_baselines: bool,
+    /// Baselines to run in the same process: all (hashing alone, zstd-1, lz4,
+    /// memcpy), hash (hashing alone) or none.
+    #[arg(long, default_value = "all", value_parser = ["all", "hash", "none"])]
+    baselines: String,
     /// Also write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -83,10 +84,12 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
         results.push(bench::run_method(m, a.chunk_size, a.hash, &versions, |_| pb.inc(1))?);
         pb.finish_and_clear();
     }
-    if !a.no_baselines {
+    if a.baselines != "none" {
         let pb = bar(n, "hash");
         results.push(bench::run_hash_only(a.chunk_size, a.hash, &versions, |_| pb.inc(1))?);
         pb.finish_and_clear();
+    }
+    if a.baselines == "all" {
         let pb = bar(n, "zstd-1");
         results.push(bench::run_zstd(&versions, |_| pb.inc(1)));
         pb.finish_and_clear();
@@ -105,15 +108,21 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
         a.hash,
         rayon::current_num_threads()
     );
-    println!("{:>12} {:>10} {:>14} {:>14} {:>10}", "method", "ratio", "stored", "metadata", "GB/s");
+    println!(
+        "{:>12} {:>8} {:>14} {:>12} {:>8} {:>10} {:>10}",
+        "method", "ratio", "stored", "metadata", "GB/s", "incr-ratio", "incr-GB/s"
+    );
+    let opt = |x: Option<f64>, p: usize| x.map_or_else(|| "-".to_string(), |v| format!("{v:.p$}"));
     for r in &results {
         println!(
-            "{:>12} {:>10.2} {:>14} {:>14} {:>10.3}",
+            "{:>12} {:>8.2} {:>14} {:>12} {:>8.3} {:>10} {:>10}",
             r.name,
             r.ratio(),
             r.stored_bytes,
             r.metadata_bytes,
-            r.throughput_gbs()
+            r.throughput_gbs(),
+            opt(r.incremental_ratio(), 2),
+            opt(r.incremental_gbs(), 3)
         );
     }
     if let Some(path) = a.json {
@@ -124,6 +133,8 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
                     "name": r.name, "versions": r.versions, "logical_bytes": r.logical_bytes,
                     "stored_bytes": r.stored_bytes, "metadata_bytes": r.metadata_bytes,
                     "seconds": r.seconds, "ratio": r.ratio(), "throughput_gbs": r.throughput_gbs(),
+                    "incremental_ratio": r.incremental_ratio(), "incremental_gbs": r.incremental_gbs(),
+                    "version_seconds": r.version_seconds, "version_stored": r.version_stored,
                     "chunk_size": a.chunk_size, "hash": a.hash.name(), "threads": rayon::current_num_threads(),
                 })
             })
