@@ -1,9 +1,14 @@
-//! The single-rank checkpoint engine: de-duplicate, serialize, commit, and
-//! only then remember. Reopening a store continues its history.
+//! The single-rank checkpoint engine: de-duplicate (on the CPU or the GPU),
+//! serialize, commit, and only then remember. Reopening a store continues
+//! its history.
 
+use crate::backend::BackendKind;
+use crate::backend::cuda::{Gpu, GpuDedup, GpuInput, GpuTimings};
 use crate::dedup::{DedupInput, DedupState};
-use crate::diff::ChunkCounts;
+use crate::diff::{ChunkCounts, Diff};
 use crate::format::{diff_file::encode_diff, record_file};
+use crate::hash::Digest;
+use crate::record::RecordEntry;
 use crate::restore;
 use crate::store::{Store, StoreOptions};
 use crate::{Error, Result};
@@ -30,26 +35,48 @@ pub struct CheckpointReport {
     /// Bytes of the file that are not FIRST data.
     pub metadata_bytes: u64,
     /// Entries now in the record.
-    pub record_entries: usize,
+    pub record_entries: u64,
     /// Seconds spent de-duplicating and serializing.
     pub dedup_seconds: f64,
     /// Seconds spent writing and committing.
     pub write_seconds: f64,
+    /// Device-side times, for the CUDA backend.
+    pub gpu: Option<GpuTimings>,
+}
+
+/// Where de-duplication runs, with its state.
+enum Worker {
+    Cpu(DedupState),
+    Cuda(Box<GpuDedup>),
 }
 
 /// A rank's checkpointing engine over a [`Store`].
 pub struct Engine {
     store: Store,
-    state: DedupState,
+    worker: Worker,
     opts: StoreOptions,
+    record_len: u64,
 }
 
 impl Engine {
     /// Opens (or creates) the store of `rank` under `root` for a buffer of
-    /// `data_len` bytes. An existing store continues its history: the record
-    /// is reloaded from the segments of the current chain and the previous
-    /// leaves are re-hashed from a restore of the latest version.
+    /// `data_len` bytes, de-duplicating on the CPU. An existing store
+    /// continues its history: the record is reloaded from the segments of the
+    /// current chain and the previous leaves are re-hashed from a restore of
+    /// the latest version.
     pub fn open_or_create(root: &Path, rank: u32, data_len: u64, opts: &StoreOptions) -> Result<Self> {
+        Self::open_with_backend(root, rank, data_len, opts, BackendKind::Cpu)
+    }
+
+    /// As [`Engine::open_or_create`], on the chosen backend (`Auto` picks CUDA
+    /// when a device is usable).
+    pub fn open_with_backend(
+        root: &Path,
+        rank: u32,
+        data_len: u64,
+        opts: &StoreOptions,
+        backend: BackendKind,
+    ) -> Result<Self> {
         let store = Store::open_or_create(root, rank, data_len, opts)?;
         let layout = store.layout()?;
         let mut state = DedupState::new(layout, opts.hash, rank);
@@ -68,7 +95,17 @@ impl Engine {
                 state.previous = Some(leaves.into_iter().map(|(_, d)| d).collect());
             }
         }
-        Ok(Engine { store, state, opts: opts.clone() })
+        let record_len = state.record.len() as u64;
+        let worker = match backend.resolve() {
+            BackendKind::Cuda => {
+                let gpu = Gpu::open(0)?;
+                let mut dev = GpuDedup::new(gpu, layout, opts.hash, opts.method, rank)?;
+                dev.load_state(state.previous.as_deref(), &state.record.sorted_entries())?;
+                Worker::Cuda(Box::new(dev))
+            }
+            _ => Worker::Cpu(state),
+        };
+        Ok(Engine { store, worker, opts: opts.clone(), record_len })
     }
 
     /// The underlying store.
@@ -76,9 +113,12 @@ impl Engine {
         &self.store
     }
 
-    /// The de-duplication state.
-    pub fn state(&self) -> &DedupState {
-        &self.state
+    /// The backend in use (`Cpu` or `Cuda`).
+    pub fn backend(&self) -> BackendKind {
+        match self.worker {
+            Worker::Cpu(_) => BackendKind::Cpu,
+            Worker::Cuda(_) => BackendKind::Cuda,
+        }
     }
 
     /// Whether the next checkpoint must be a baseline.
@@ -87,42 +127,99 @@ impl Engine {
         let Some(latest) = m.latest() else { return true };
         let chain_len = m.chain(latest.version).map_or(0, <[_]>::len) as u64;
         self.opts.max_chain.is_some_and(|max| chain_len >= max.max(1))
-            || self.opts.max_record_entries.is_some_and(|max| self.state.record.len() as u64 > max)
+            || self.opts.max_record_entries.is_some_and(|max| self.record_len > max)
     }
 
-    /// Takes checkpoint `version` of `data`. On error nothing is committed
-    /// and the engine's state is unchanged.
-    pub fn checkpoint(&mut self, version: u64, data: &[u8]) -> Result<CheckpointReport> {
-        if let Some(latest) = self.store.manifest().latest()
-            && latest.version >= version
-        {
-            return Err(Error::VersionNotNewer { latest: latest.version, requested: version });
+    fn check_version(&self, version: u64) -> Result<()> {
+        match self.store.manifest().latest() {
+            Some(latest) if latest.version >= version => {
+                Err(Error::VersionNotNewer { latest: latest.version, requested: version })
+            }
+            _ => Ok(()),
         }
-        let t0 = Instant::now();
-        let input = DedupInput { data, version, baseline: self.next_is_baseline() };
-        let outcome = self.opts.method.deduplicator().deduplicate(&self.state, &input)?;
-        let file = encode_diff(&outcome.diff, data);
-        let entries = outcome.pending_entries();
-        let rec = record_file::encode(self.state.rank, version, &entries);
-        let t1 = Instant::now();
-        let baseline = outcome.diff.baseline;
-        self.store.commit(version, baseline, &file, &rec, entries.len() as u64)?;
-        let t2 = Instant::now();
-        let diff = &outcome.diff;
-        let report = CheckpointReport {
-            version,
-            baseline,
-            counts: diff.counts(),
-            first_regions: diff.first.len(),
-            shift_regions: diff.shift.len(),
-            logical_bytes: data.len() as u64,
-            file_bytes: file.len() as u64,
-            metadata_bytes: file.len() as u64 - diff.data_bytes(),
-            record_entries: 0,
-            dedup_seconds: (t1 - t0).as_secs_f64(),
-            write_seconds: (t2 - t1).as_secs_f64(),
-        };
-        self.state.commit(outcome.pending);
-        Ok(CheckpointReport { record_entries: self.state.record.len(), ..report })
     }
+
+    /// Takes checkpoint `version` of `data` (host memory). On error nothing
+    /// is committed and the engine's state is unchanged.
+    pub fn checkpoint(&mut self, version: u64, data: &[u8]) -> Result<CheckpointReport> {
+        self.checkpoint_input(version, GpuInput::Host(data))
+    }
+
+    /// Takes checkpoint `version` of a device buffer the application owns
+    /// (CUDA backend only).
+    pub fn checkpoint_device(&mut self, version: u64, data: &cudarc::driver::CudaSlice<u8>) -> Result<CheckpointReport> {
+        self.checkpoint_input(version, GpuInput::Device(data))
+    }
+
+    fn checkpoint_input(&mut self, version: u64, input: GpuInput<'_>) -> Result<CheckpointReport> {
+        self.check_version(version)?;
+        let baseline = self.next_is_baseline();
+        let t0 = Instant::now();
+        match &mut self.worker {
+            Worker::Cpu(state) => {
+                let GpuInput::Host(data) = input else {
+                    return Err(Error::InvalidOption("device buffers need the CUDA backend".into()));
+                };
+                let outcome = self.opts.method.deduplicator().deduplicate(state, &DedupInput { data, version, baseline })?;
+                let file = encode_diff(&outcome.diff, data);
+                let entries = outcome.pending_entries();
+                let t1 = Instant::now();
+                let report = commit(&mut self.store, &outcome.diff, &file, &entries, data.len() as u64, t0, t1, None)?;
+                state.commit(outcome.pending);
+                self.record_len = state.record.len() as u64;
+                Ok(CheckpointReport { record_entries: self.record_len, ..report })
+            }
+            Worker::Cuda(dev) => {
+                let cp = dev.checkpoint(version, input, baseline)?;
+                let data_start = cp.file.len() - 32 - 32 * (cp.diff.data_bytes().div_ceil(65536) as usize)
+                    - cp.diff.data_bytes() as usize;
+                let first_data = &cp.file[data_start..data_start + cp.diff.data_bytes() as usize];
+                let entries = crate::dedup::record_entries(&cp.diff, first_data);
+                let t1 = Instant::now();
+                let len = cp.diff.layout.data_len();
+                match commit(&mut self.store, &cp.diff, &cp.file, &entries, len, t0, t1, Some(cp.timings)) {
+                    Ok(report) => {
+                        dev.commit()?;
+                        self.record_len = dev.record_entries();
+                        Ok(CheckpointReport { record_entries: self.record_len, ..report })
+                    }
+                    Err(e) => {
+                        dev.rollback()?;
+                        Err(e)
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Writes a version's files and reports on it.
+#[allow(clippy::too_many_arguments)]
+fn commit(
+    store: &mut Store,
+    diff: &Diff,
+    file: &[u8],
+    entries: &[(Digest, RecordEntry)],
+    logical: u64,
+    t0: Instant,
+    t1: Instant,
+    gpu: Option<GpuTimings>,
+) -> Result<CheckpointReport> {
+    let rec = record_file::encode(diff.rank, diff.version, entries);
+    store.commit(diff.version, diff.baseline, file, &rec, entries.len() as u64)?;
+    let t2 = Instant::now();
+    Ok(CheckpointReport {
+        version: diff.version,
+        baseline: diff.baseline,
+        counts: diff.counts(),
+        first_regions: diff.first.len(),
+        shift_regions: diff.shift.len(),
+        logical_bytes: logical,
+        file_bytes: file.len() as u64,
+        metadata_bytes: file.len() as u64 - diff.data_bytes(),
+        record_entries: 0,
+        dedup_seconds: (t1 - t0).as_secs_f64(),
+        write_seconds: (t2 - t1).as_secs_f64(),
+        gpu,
+    })
 }

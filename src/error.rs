@@ -67,6 +67,9 @@ pub enum Error {
     /// An invalid option value (chunk size out of range, unknown name, ...).
     #[error("invalid option: {0}")]
     InvalidOption(String),
+    /// The GPU backend cannot be used or failed (no driver, no device, a CUDA error).
+    #[error("GPU: {0}")]
+    Gpu(String),
     /// A reference in a diff file points at data that is not there.
     #[error("{path}: broken reference: {reason}")]
     BrokenReference {

@@ -37,6 +37,7 @@
 //! assert_eq!(restored, data);
 //! ```
 
+pub mod backend;
 pub mod bench;
 pub mod dedup;
 pub mod diff;

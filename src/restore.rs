@@ -253,7 +253,21 @@ fn fill(catalog: &mut Catalog, layout: &Layout, sources: &[Source], out: &mut [u
 /// Largest read, in blocks.
 const MAX_READ_BLOCKS: u64 = 256;
 
+/// One verified read and the pieces of it that go to the output:
+/// `(offset in the read buffer, destination offset, length)`.
+type Piece = (usize, u64, usize);
+
 fn copy_from_file(reader: &DiffReader, copies: &[Copy], out: &mut [u8]) -> Result<u64> {
+    read_pieces(reader, copies, |buf, pieces| {
+        for &(from, dst, len) in pieces {
+            out[dst as usize..dst as usize + len].copy_from_slice(&buf[from..from + len]);
+        }
+    })
+}
+
+/// Reads each block the copies need once (verified, in order, at most
+/// `MAX_READ_BLOCKS` at a time) and hands every read to `sink`.
+fn read_pieces(reader: &DiffReader, copies: &[Copy], mut sink: impl FnMut(&[u8], &[Piece])) -> Result<u64> {
     let bs = u64::from(reader.header.block_size);
     // Union of the blocks touched, in order.
     let mut spans: Vec<Range<u64>> = Vec::new();
@@ -266,6 +280,7 @@ fn copy_from_file(reader: &DiffReader, copies: &[Copy], out: &mut [u8]) -> Resul
     }
     let mut bytes_read = 0;
     let mut lo = 0;
+    let mut pieces = Vec::new();
     for span in spans {
         let mut b = span.start;
         while b < span.end {
@@ -276,16 +291,50 @@ fn copy_from_file(reader: &DiffReader, copies: &[Copy], out: &mut [u8]) -> Resul
             while lo < copies.len() && copies[lo].data_off + copies[lo].len <= s {
                 lo += 1;
             }
+            pieces.clear();
             for c in copies[lo..].iter().take_while(|c| c.data_off < t) {
                 let from = c.data_off.max(s);
                 let to = (c.data_off + c.len).min(t);
                 if from < to {
-                    let d = (c.dst_off + (from - c.data_off)) as usize;
-                    out[d..d + (to - from) as usize].copy_from_slice(&buf[(from - s) as usize..(to - s) as usize]);
+                    pieces.push(((from - s) as usize, c.dst_off + (from - c.data_off), (to - from) as usize));
                 }
             }
+            sink(&buf, &pieces);
             b = e;
         }
     }
     Ok(bytes_read)
+}
+
+/// The needed bytes of a version gathered in one buffer, with the copies
+/// that scatter them into place: what a GPU restore uploads.
+#[derive(Debug, Default)]
+pub struct Staged {
+    /// Verified data blocks, concatenated.
+    pub bytes: Vec<u8>,
+    /// `(offset in bytes, destination offset, length)` per copy.
+    pub copies: Vec<(u64, u64, u64)>,
+}
+
+/// Stages `(rank, version)` for a restore elsewhere (the GPU).
+pub fn stage_version(root: &Path, rank: u32, version: u64) -> Result<(Layout, Staged, RestoreStats)> {
+    let mut catalog = Catalog::new(root);
+    let (layout, sources) = resolve(&mut catalog, rank, version)?;
+    let mut per_file = plan_copies(&mut catalog, &layout, &sources)?;
+    let mut keys: Vec<(u32, u64)> = per_file.keys().copied().collect();
+    keys.sort_unstable();
+    let mut staged = Staged::default();
+    let mut bytes_read = 0;
+    for key in keys {
+        let reader = catalog.reader(key.0, key.1)?;
+        let mut copies = per_file.remove(&key).unwrap_or_default();
+        copies.sort_unstable_by_key(|c| c.data_off);
+        bytes_read += read_pieces(reader, &copies, |buf, pieces| {
+            let base = staged.bytes.len() as u64;
+            staged.bytes.extend_from_slice(buf);
+            staged.copies.extend(pieces.iter().map(|&(from, dst, len)| (base + from as u64, dst, len as u64)));
+        })?;
+    }
+    let stats = RestoreStats { files_opened: catalog.files_opened(), bytes_read, data_len: layout.data_len() };
+    Ok((layout, staged, stats))
 }

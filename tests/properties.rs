@@ -147,3 +147,26 @@ fn partly_overwritten_shift_runs_restore_from_the_right_offset() {
         assert_restores(dir.path(), &versions);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// The record entries recomputed from a diff alone (what the GPU path
+    /// persists) equal the ones the CPU engine inserted.
+    #[test]
+    fn record_entries_follow_from_the_diff((cs, versions) in sequence()) {
+        let layout = Layout::new(versions[0].len() as u64, cs as u32).unwrap();
+        for method in [Method::List, Method::Tree] {
+            let mut state = DedupState::new(layout, HashAlgo::Murmur3, 0);
+            for (i, v) in versions.iter().enumerate() {
+                let input = DedupInput { data: v, version: i as u64 + 1, baseline: i == 0 };
+                let out = method.deduplicator().deduplicate(&state, &input).unwrap();
+                let body = dckpt::format::encode_body(&out.diff, v);
+                let data = &body[body.len() - out.diff.data_bytes() as usize..];
+                let derived = dckpt::dedup::record_entries(&out.diff, data);
+                prop_assert_eq!(derived, out.pending_entries(), "{} version {}", method, i + 1);
+                state.commit(out.pending);
+            }
+        }
+    }
+}

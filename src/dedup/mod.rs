@@ -7,6 +7,7 @@
 //! ([`DedupState::commit`]). A failed write therefore leaves the state as it
 //! was, and the next checkpoint de-duplicates against committed data only.
 
+mod entries;
 mod leaves;
 mod tree;
 
@@ -19,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
+pub use entries::record_entries;
 pub use leaves::{LeafLabel, classify_leaves, hash_leaves};
 
 /// The checkpointing method.

@@ -173,13 +173,32 @@ fn header_of(diff: &Diff) -> DiffHeader {
     }
 }
 
-/// Serializes `diff` with its FIRST bytes gathered from `data` into one buffer.
+/// Serializes `diff` with its FIRST bytes gathered from `data` into one
+/// buffer, block digests and trailer included: the whole file.
 pub fn encode_diff(diff: &Diff, data: &[u8]) -> Vec<u8> {
+    let body = encode_body(diff, data);
+    let meta_end = body.len() - diff.data_bytes() as usize;
+    finish_body(body, meta_end)
+}
+
+/// The part of a diff file a backend produces in one contiguous buffer:
+/// header, tables, bitmap and FIRST data (no block digests, no trailer).
+pub fn encode_body(diff: &Diff, data: &[u8]) -> Vec<u8> {
     let h = header_of(diff);
-    let blocks = h.blocks() as usize;
+    let mut out = encode_meta(diff);
+    let meta_end = out.len();
+    out.resize(meta_end + h.data_bytes as usize, 0);
+    diff.gather_into(data, &mut out[meta_end..]);
+    out
+}
+
+/// Header, tables and bitmap of `diff` (the body without its data).
+pub fn encode_meta(diff: &Diff) -> Vec<u8> {
+    let h = header_of(diff);
     let meta = (h.first_count * FIRST_ENTRY_LEN + h.shift_count * SHIFT_ENTRY_LEN + h.bitmap_len) as usize;
-    let total = HEADER_LEN as usize + meta + h.data_bytes as usize + blocks * DIGEST_LEN as usize + DIGEST_LEN as usize;
-    let mut out = Vec::with_capacity(total);
+    let total = HEADER_LEN as usize + meta + h.data_bytes as usize;
+    let blocks = h.blocks() as usize;
+    let mut out = Vec::with_capacity(total + blocks * DIGEST_LEN as usize + DIGEST_LEN as usize);
     h.encode(&mut out);
     if h.bitmap_len == 0 {
         for r in &diff.first {
@@ -205,21 +224,41 @@ pub fn encode_diff(diff: &Diff, data: &[u8]) -> Vec<u8> {
             }
         }
     }
-    let meta_end = out.len();
-    out.resize(meta_end + h.data_bytes as usize, 0);
-    diff.gather_into(data, &mut out[meta_end..]);
+    out
+}
+
+/// Parses a body produced by [`encode_body`] (or a GPU backend): its header,
+/// tables, and where its data starts. Checks everything but digests.
+pub fn decode_body(body: &[u8]) -> Result<(DiffHeader, Diff, usize), String> {
+    if body.len() < HEADER_LEN as usize {
+        return Err("body shorter than a header".into());
+    }
+    let header = DiffHeader::decode(&body[..HEADER_LEN as usize])?;
+    let meta_len = header.meta_len(body.len() as u64)? as usize;
+    let data_start = HEADER_LEN as usize + meta_len;
+    if body.len() as u64 != data_start as u64 + header.data_bytes {
+        return Err(format!("body is {} bytes, its header describes {}", body.len(), data_start as u64 + header.data_bytes));
+    }
+    let diff = decode_tables(&header, &body[HEADER_LEN as usize..data_start])?;
+    Ok((header, diff, data_start))
+}
+
+/// Appends the block digests and the trailer to a body whose data starts at
+/// `data_start`, completing the file.
+pub fn finish_body(mut body: Vec<u8>, data_start: usize) -> Vec<u8> {
     let digests: Vec<[u8; 32]> =
-        out[meta_end..].par_chunks(BLOCK_SIZE as usize).map(|b| *blake3::hash(b).as_bytes()).collect();
+        body[data_start..].par_chunks(BLOCK_SIZE as usize).map(|b| *blake3::hash(b).as_bytes()).collect();
+    let data_end = body.len();
+    body.reserve(digests.len() * DIGEST_LEN as usize + DIGEST_LEN as usize);
     for d in &digests {
-        out.extend_from_slice(d);
+        body.extend_from_slice(d);
     }
     let mut hasher = blake3::Hasher::new();
-    hasher.update(&out[..meta_end]);
-    hasher.update(&out[meta_end + h.data_bytes as usize..]);
+    hasher.update(&body[..data_start]);
+    hasher.update(&body[data_end..]);
     let trailer = *hasher.finalize().as_bytes();
-    out.extend_from_slice(&trailer);
-    debug_assert_eq!(out.len(), total);
-    out
+    body.extend_from_slice(&trailer);
+    body
 }
 
 /// An open, metadata-verified diff file. Data blocks are verified as they are read.

@@ -1,6 +1,7 @@
 //! checkpoint, restore, verify, inspect.
 
 use clap::Args;
+use dckpt::backend::BackendKind;
 use dckpt::store::{StoreOptions, write_atomic};
 use dckpt::{Engine, Error, HashAlgo, Method, Result};
 use std::path::{Path, PathBuf};
@@ -30,6 +31,9 @@ pub struct CheckpointArgs {
     /// Re-baseline once a chain holds this many versions.
     #[arg(long)]
     max_chain: Option<u64>,
+    /// auto, cpu or cuda (auto = CUDA when a device is found).
+    #[arg(long, default_value = "auto")]
+    backend: BackendKind,
     /// The buffer to checkpoint.
     file: PathBuf,
 }
@@ -60,7 +64,7 @@ pub fn checkpoint(a: CheckpointArgs) -> Result<ExitCode> {
         max_chain: a.max_chain,
         max_record_entries: None,
     };
-    let mut engine = Engine::open_or_create(&a.dir, a.rank, data.len() as u64, &opts)?;
+    let mut engine = Engine::open_with_backend(&a.dir, a.rank, data.len() as u64, &opts, a.backend)?;
     let r = engine.checkpoint(a.version, &data)?;
     println!(
         "rank {} version {}: {} -> {} bytes ({:.1}x), {} FIRST / {} SHIFT / {} FIXED chunks in {} + {} regions{}",

@@ -1,0 +1,603 @@
+// dckpt GPU de-duplication kernels (NVRTC; digests.cuh is prepended by the host).
+//
+// One checkpoint is a fixed sequence of launches on one stream, with no host
+// round trip until the final size read:
+//   leaf_pass -> scan -> compact_flags          changed leaves, in index order
+//   insert_leaves -> label_leaves               FIRST / SHIFT (List, Tree)
+//   stage1 (per level) -> stage2 (per level)    Algorithm 1 (Tree)
+//   flag_ballot -> scan -> compact_flags        region roots, in chunk order
+//   root_info -> scans -> emit_runs -> finish   FIRST / SHIFT tables
+//   gather -> write_header                      one contiguous output buffer
+// The output is byte-identical to the CPU engine's (src/format/diff_file.rs)
+// up to, not including, the block digests and trailer, which the host adds.
+
+#define L_FIXED 0
+#define L_FIRST 1
+#define L_SHIFT 2
+#define L_MIXED 3
+#define L_OTHER 4
+
+#define SLOT_EMPTY 0u
+#define SLOT_BUSY 1u
+#define SLOT_FULL 2u
+#define SLOT_DEAD 3u
+
+#define INDEX_BITS 58
+
+// The record as an open-addressing table (linear probing, power-of-two size).
+struct Table {
+    u32* flags;
+    u64* klo;
+    u64* khi;
+    u32* ver;
+    u64* node;
+    u64 mask;
+    u64* count;     // live entries
+    u32* overflow;  // set when an insert found no room
+    u64 limit;      // max live entries before overflow is declared
+};
+
+// Per-level node arrays, concatenated; level k starts at off[k].
+struct Levels {
+    u8* lab;
+    u64* dig;       // 2 words per node
+    u32* sver;      // SHIFT source version
+    u64* snode;     // SHIFT source node (raw NodeId)
+};
+
+__device__ __forceinline__ dig128 leaf_digest(int algo, const u8* p, u32 len, bool aligned16) {
+    if (algo == 1) return aligned16 ? murmur3_x64_128_aligned16(p, len, 0) : murmur3_x64_128(p, len, 0);
+    if (algo == 2) return xxh3_128(p, len, 0ull);
+    return blake3_128(p, len);
+}
+
+__device__ __forceinline__ dig128 node_digest(int algo, dig128 l, dig128 r) {
+    if (algo == 1) return node_murmur3(l, r);
+    if (algo == 2) return node_xxh3(l, r);
+    return node_blake3(l, r);
+}
+
+__device__ __forceinline__ dig128 load_dig(const u64* d, u64 i) {
+    dig128 x;
+    x.lo = d[2 * i];
+    x.hi = d[2 * i + 1];
+    return x;
+}
+
+__device__ __forceinline__ void store_dig(u64* d, u64 i, dig128 x) {
+    d[2 * i] = x.lo;
+    d[2 * i + 1] = x.hi;
+}
+
+__device__ __forceinline__ u64 node_id(u32 level, u64 index) { return ((u64)level << INDEX_BITS) | index; }
+__device__ __forceinline__ u64 node_first_chunk(u64 raw) {
+    return (raw & ((1ull << INDEX_BITS) - 1)) << (raw >> INDEX_BITS);
+}
+
+// ---------------------------------------------------------------- table ----
+
+// Finds `d`; returns the slot or -1.
+__device__ long long table_find(const Table t, dig128 d) {
+    u64 slot = d.lo & t.mask;
+    for (u64 probe = 0; probe <= t.mask; probe++) {
+        u32 f = ((volatile u32*)t.flags)[slot];
+        while (f == SLOT_BUSY) f = ((volatile u32*)t.flags)[slot];
+        if (f == SLOT_EMPTY) return -1;
+        if (f == SLOT_FULL) {
+            __threadfence();
+            if (((volatile u64*)t.klo)[slot] == d.lo && ((volatile u64*)t.khi)[slot] == d.hi) return (long long)slot;
+        }
+        slot = (slot + 1) & t.mask;
+    }
+    return -1;
+}
+
+// Inserts `d` -> (version, node) unless present. When present with the same
+// version and `min_node`, keeps the smaller node (lowest index wins).
+// Returns the slot, or -1 on overflow.
+__device__ long long table_insert(const Table t, dig128 d, u32 version, u64 node, bool min_node) {
+    u64 slot = d.lo & t.mask;
+    for (u64 probe = 0; probe <= t.mask; probe++) {
+        u32 f = ((volatile u32*)t.flags)[slot];
+        if (f == SLOT_EMPTY) {
+            if (*t.count >= t.limit) {
+                atomicExch(t.overflow, 1u);
+                return -1;
+            }
+            if (atomicCAS(&t.flags[slot], SLOT_EMPTY, SLOT_BUSY) == SLOT_EMPTY) {
+                t.klo[slot] = d.lo;
+                t.khi[slot] = d.hi;
+                t.ver[slot] = version;
+                t.node[slot] = node;
+                __threadfence();
+                atomicExch(&t.flags[slot], SLOT_FULL);
+                atomicAdd(t.count, 1ull);
+                return (long long)slot;
+            }
+            f = ((volatile u32*)t.flags)[slot];
+        }
+        while (f == SLOT_BUSY) f = ((volatile u32*)t.flags)[slot];
+        if (f == SLOT_FULL) {
+            __threadfence();
+            if (((volatile u64*)t.klo)[slot] == d.lo && ((volatile u64*)t.khi)[slot] == d.hi) {
+                if (min_node && ((volatile u32*)t.ver)[slot] == version) atomicMin(&t.node[slot], node);
+                return (long long)slot;
+            }
+        }
+        slot = (slot + 1) & t.mask;
+    }
+    atomicExch(t.overflow, 1u);
+    return -1;
+}
+
+extern "C" __global__ void table_rollback(Table t, u32 version) {
+    for (u64 s = blockIdx.x * (u64)blockDim.x + threadIdx.x; s <= t.mask; s += (u64)gridDim.x * blockDim.x) {
+        if (t.flags[s] == SLOT_FULL && t.ver[s] == version) {
+            t.flags[s] = SLOT_DEAD;
+            atomicAdd(t.count, (u64)-1ll);
+        }
+    }
+}
+
+extern "C" __global__ void table_rehash(Table from, Table to) {
+    for (u64 s = blockIdx.x * (u64)blockDim.x + threadIdx.x; s <= from.mask; s += (u64)gridDim.x * blockDim.x) {
+        if (from.flags[s] == SLOT_FULL) {
+            dig128 d;
+            d.lo = from.klo[s];
+            d.hi = from.khi[s];
+            table_insert(to, d, from.ver[s], from.node[s], false);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- scans ----
+
+// Exclusive scan of `in` into `out` (may alias) by 1024-element tiles; the
+// element count is read from the device (*n), so grids are sized by an upper
+// bound and no host round trip is needed. Tile totals go to `sums`.
+extern "C" __global__ void __launch_bounds__(1024) scan_tiles(const u64* in, u64* out, const u64* n_ptr, u64* sums) {
+    __shared__ u64 warp_tot[32];
+    u64 n = *n_ptr;
+    u64 i = blockIdx.x * 1024ull + threadIdx.x;
+    if (blockIdx.x * 1024ull >= n && blockIdx.x > 0) return;
+    u64 x = i < n ? in[i] : 0;
+    u32 lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    u64 incl = x;
+    for (int o = 1; o < 32; o <<= 1) {
+        u64 y = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= (u32)o) incl += y;
+    }
+    if (lane == 31) warp_tot[w] = incl;
+    __syncthreads();
+    if (w == 0) {
+        u64 t = warp_tot[lane];
+        u64 ti = t;
+        for (int o = 1; o < 32; o <<= 1) {
+            u64 y = __shfl_up_sync(0xffffffffu, ti, o);
+            if (lane >= (u32)o) ti += y;
+        }
+        warp_tot[lane] = ti - t;
+        if (lane == 31) sums[blockIdx.x] = ti;
+    }
+    __syncthreads();
+    if (i < n) out[i] = incl - x + warp_tot[w];
+}
+
+// Exclusive scan of the tile totals in one block; the grand total to *total.
+extern "C" __global__ void __launch_bounds__(1024) scan_sums(u64* sums, const u64* n_ptr, u64* total) {
+    __shared__ u64 warp_tot[32];
+    __shared__ u64 carry;
+    u64 tiles = (*n_ptr + 1023) / 1024;
+    if (tiles == 0) tiles = 1;
+    if (threadIdx.x == 0) carry = 0;
+    __syncthreads();
+    u32 lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    for (u64 base = 0; base < tiles; base += 1024) {
+        u64 i = base + threadIdx.x;
+        u64 x = i < tiles ? sums[i] : 0;
+        u64 incl = x;
+        for (int o = 1; o < 32; o <<= 1) {
+            u64 y = __shfl_up_sync(0xffffffffu, incl, o);
+            if (lane >= (u32)o) incl += y;
+        }
+        if (lane == 31) warp_tot[w] = incl;
+        __syncthreads();
+        if (w == 0) {
+            u64 t = warp_tot[lane];
+            u64 ti = t;
+            for (int o = 1; o < 32; o <<= 1) {
+                u64 y = __shfl_up_sync(0xffffffffu, ti, o);
+                if (lane >= (u32)o) ti += y;
+            }
+            warp_tot[lane] = ti - t;
+        }
+        __syncthreads();
+        u64 c = carry;
+        if (i < tiles) sums[i] = c + incl - x + warp_tot[w];
+        __syncthreads();
+        if (threadIdx.x == 1023) carry = c + warp_tot[31] + incl;
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *total = carry;
+}
+
+extern "C" __global__ void __launch_bounds__(1024) scan_add(u64* out, const u64* n_ptr, const u64* sums) {
+    u64 i = blockIdx.x * 1024ull + threadIdx.x;
+    if (i < *n_ptr) out[i] += sums[blockIdx.x];
+}
+
+// ------------------------------------------------------------- leaf pass ----
+
+// One thread per chunk: hash it, compare with the previous version's digest.
+// Changed leaves get their digest stored and a bit in `ballots`; each block
+// of 256 threads writes its changed count.
+extern "C" __global__ void __launch_bounds__(256) leaf_pass(const u8* data, u64 data_len, u32 cs, u64 n, int algo,
+                                                             const u64* prev, int has_prev, u64* dig,
+                                                             u32* ballots, u64* block_counts) {
+    u64 i = blockIdx.x * 256ull + threadIdx.x;
+    bool changed = false;
+    if (i < n) {
+        u64 off = i * cs;
+        u64 rem = data_len - off;
+        u32 len = rem < cs ? (u32)rem : cs;
+        bool aligned = ((cs & 15u) == 0) && ((((u64)data) & 15ull) == 0);
+        dig128 d = leaf_digest(algo, data + off, len, aligned);
+        changed = !has_prev || d.lo != prev[2 * i] || d.hi != prev[2 * i + 1];
+        if (changed) store_dig(dig, i, d);
+    }
+    u32 b = __ballot_sync(0xffffffffu, changed);
+    if ((threadIdx.x & 31) == 0 && i < n) ballots[i >> 5] = b;
+    int cnt = __syncthreads_count(changed);
+    if (threadIdx.x == 0) block_counts[blockIdx.x] = (u64)cnt;
+}
+
+// Flags from a byte array (non-zero = set), in the leaf_pass layout.
+extern "C" __global__ void __launch_bounds__(256) flag_ballot(const u8* flags, u64 n, u32* ballots, u64* block_counts) {
+    u64 i = blockIdx.x * 256ull + threadIdx.x;
+    bool set = i < n && flags[i] != 0;
+    u32 b = __ballot_sync(0xffffffffu, set);
+    if ((threadIdx.x & 31) == 0 && i < n) ballots[i >> 5] = b;
+    int cnt = __syncthreads_count(set);
+    if (threadIdx.x == 0) block_counts[blockIdx.x] = (u64)cnt;
+}
+
+// Writes the indices of set flags in order, using the scanned block counts.
+extern "C" __global__ void __launch_bounds__(256) compact_flags(const u32* ballots, const u64* block_offsets, u64 n,
+                                                                 u64* out) {
+    __shared__ u32 warp_off[8];
+    u64 i = blockIdx.x * 256ull + threadIdx.x;
+    u32 lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    u32 b = i < n ? ballots[i >> 5] : 0u;
+    if (lane == 0) warp_off[w] = __popc(b);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        u32 acc = 0;
+        for (int k = 0; k < 8; k++) {
+            u32 c = warp_off[k];
+            warp_off[k] = acc;
+            acc += c;
+        }
+    }
+    __syncthreads();
+    if (i < n && ((b >> lane) & 1u)) {
+        out[block_offsets[blockIdx.x] + warp_off[w] + __popc(b & ((1u << lane) - 1u))] = i;
+    }
+}
+
+// ------------------------------------------------------ leaf labelling ----
+
+// counters[0] = number of changed leaves.
+extern "C" __global__ void insert_leaves(const u64* counters, const u64* idx, const u64* dig, Table t, u32 version) {
+    u64 m = counters[0];
+    for (u64 k = blockIdx.x * (u64)blockDim.x + threadIdx.x; k < m; k += (u64)gridDim.x * blockDim.x) {
+        u64 i = idx[k];
+        table_insert(t, load_dig(dig, i), version, i, true);
+    }
+}
+
+// FIRST when the record's entry is this very leaf, SHIFT otherwise.
+// `use_table` = 0 (Basic): every changed leaf is FIRST.
+extern "C" __global__ void label_leaves(const u64* counters, const u64* idx, const u64* dig, Table t, u32 version,
+                                        int use_table, Levels lv, u8* root_at) {
+    u64 m = counters[0];
+    for (u64 k = blockIdx.x * (u64)blockDim.x + threadIdx.x; k < m; k += (u64)gridDim.x * blockDim.x) {
+        u64 i = idx[k];
+        u8 label = L_FIRST;
+        if (use_table) {
+            long long s = table_find(t, load_dig(dig, i));
+            if (s < 0) {
+                atomicExch(t.overflow, 2u);
+            } else if (!(t.ver[s] == version && t.node[s] == i)) {
+                label = L_SHIFT;
+                lv.sver[i] = t.ver[s];
+                lv.snode[i] = t.node[s];
+            }
+        }
+        lv.lab[i] = label;
+        if (root_at) root_at[i] = 1;  // List and Basic: every changed leaf is a root
+    }
+}
+
+// ------------------------------------------------------------ Algorithm 1 ----
+
+// Stage 1, level k -> k+1 (dense over level k+1): FIRST subtrees.
+extern "C" __global__ void stage1(Levels lv, u64 off_k, u64 len_k, u64 off_k1, u64 len_k1, u32 level_k1, Table t,
+                                  u32 version, int algo) {
+    u64 p = blockIdx.x * (u64)blockDim.x + threadIdx.x;
+    if (p >= len_k1) return;
+    u64 c0 = off_k + 2 * p, c1 = c0 + 1;
+    u64 me = off_k1 + p;
+    u8 a = lv.lab[c0];
+    if (2 * p + 1 >= len_k) {  // carried
+        u8 l = a == L_FIRST ? L_FIRST : (a == L_FIXED ? L_FIXED : L_OTHER);
+        lv.lab[me] = l;
+        if (l == L_FIRST) store_dig(lv.dig, me, load_dig(lv.dig, c0));
+        return;
+    }
+    u8 b = lv.lab[c1];
+    if (a == L_FIRST && b == L_FIRST) {
+        dig128 d = node_digest(algo, load_dig(lv.dig, c0), load_dig(lv.dig, c1));
+        store_dig(lv.dig, me, d);
+        lv.lab[me] = L_FIRST;
+        table_insert(t, d, version, node_id(level_k1, p), false);
+    } else if (a == L_FIXED && b == L_FIXED) {
+        lv.lab[me] = L_FIXED;
+    } else {
+        lv.lab[me] = L_OTHER;
+    }
+}
+
+// Stage 2, level k -> k+1: SHIFT subtrees; marks region roots among level k.
+// root_at[first chunk of a root] = its level + 1.
+extern "C" __global__ void stage2(Levels lv, u64 off_k, u64 len_k, u64 off_k1, u64 len_k1, u32 level_k, Table t,
+                                  int algo, u8* root_at) {
+    u64 p = blockIdx.x * (u64)blockDim.x + threadIdx.x;
+    if (p >= len_k1) return;
+    u64 me = off_k1 + p;
+    if (lv.lab[me] != L_OTHER) return;  // FIRST or FIXED: children merged, no roots
+    u64 c0 = off_k + 2 * p, c1 = c0 + 1;
+    u8 a = lv.lab[c0];
+    if (2 * p + 1 >= len_k) {  // carried: same label and source as its child
+        lv.lab[me] = a;
+        if (a == L_SHIFT) {
+            store_dig(lv.dig, me, load_dig(lv.dig, c0));
+            lv.sver[me] = lv.sver[c0];
+            lv.snode[me] = lv.snode[c0];
+        }
+        return;
+    }
+    u8 b = lv.lab[c1];
+    if (a == L_SHIFT && b == L_SHIFT) {
+        dig128 d = node_digest(algo, load_dig(lv.dig, c0), load_dig(lv.dig, c1));
+        long long s = table_find(t, d);
+        if (s >= 0) {
+            lv.lab[me] = L_SHIFT;
+            store_dig(lv.dig, me, d);
+            lv.sver[me] = t.ver[s];
+            lv.snode[me] = t.node[s];
+            return;
+        }
+    }
+    lv.lab[me] = L_MIXED;
+    if (a == L_FIRST || a == L_SHIFT) root_at[(2 * p) << level_k] = (u8)(level_k + 1);
+    if (b == L_FIRST || b == L_SHIFT) root_at[(2 * p + 1) << level_k] = (u8)(level_k + 1);
+}
+
+extern "C" __global__ void top_root(Levels lv, u64 off_top, u32 top, u8* root_at) {
+    u8 l = lv.lab[off_top];
+    if (l == L_FIRST || l == L_SHIFT) root_at[0] = (u8)(top + 1);
+}
+
+// ------------------------------------------------------------------ runs ----
+
+// Per root (in chunk order): kind, count, source; per-root flags for scans.
+// counters[1] = number of roots. level_off: device array of level offsets.
+extern "C" __global__ void root_info(const u64* counters, const u64* roots, const u8* root_at, Levels lv,
+                                     const u64* level_off, u64 n, u32 cs, u64 data_len, u8* kind, u64* count,
+                                     u64* src_ver, u64* src_start, u64* first_flag, u64* bytes) {
+    u64 m = counters[1];
+    for (u64 r = blockIdx.x * (u64)blockDim.x + threadIdx.x; r < m; r += (u64)gridDim.x * blockDim.x) {
+        u64 start = roots[r];
+        u32 level = (u32)root_at[start] - 1;
+        u64 node = level_off[level] + (start >> level);
+        u64 end = start + (1ull << level);
+        if (end > n) end = n;
+        u8 k = lv.lab[node];
+        kind[r] = k;
+        count[r] = end - start;
+        if (k == L_SHIFT) {
+            src_ver[r] = lv.sver[node];
+            src_start[r] = node_first_chunk(lv.snode[node]);
+        } else {
+            src_ver[r] = 0;
+            src_start[r] = 0;
+        }
+        u64 b0 = start * cs, b1 = end * cs;
+        if (b1 > data_len) b1 = data_len;
+        bytes[r] = k == L_FIRST ? b1 - b0 : 0;
+        first_flag[r] = k == L_FIRST;
+    }
+}
+
+// Marks run heads (a root that does not extend the previous root's run).
+extern "C" __global__ void run_heads(const u64* counters, const u64* roots, const u8* kind, const u64* count,
+                                     const u64* src_ver, const u64* src_start, int coalesce, u64* first_head,
+                                     u64* shift_head) {
+    u64 m = counters[1];
+    for (u64 r = blockIdx.x * (u64)blockDim.x + threadIdx.x; r < m; r += (u64)gridDim.x * blockDim.x) {
+        bool head = true;
+        if (coalesce && r > 0 && roots[r - 1] + count[r - 1] == roots[r] && kind[r - 1] == kind[r]) {
+            if (kind[r] == L_FIRST) head = false;
+            else if (src_ver[r - 1] == src_ver[r] && src_start[r - 1] + count[r - 1] == src_start[r]) head = false;
+        }
+        first_head[r] = head && kind[r] == L_FIRST;
+        shift_head[r] = head && kind[r] == L_SHIFT;
+    }
+}
+
+__device__ __forceinline__ void put64(u8* out, u64 off, u64 v) { *(u64*)(out + off) = v; }
+__device__ __forceinline__ void put32(u8* out, u64 off, u32 v) { *(u32*)(out + off) = v; }
+
+// counters: [0] changed, [1] roots, [2] F (FIRST runs), [3] S (SHIFT runs), [4] D (data bytes).
+// first_id/shift_id: exclusive scans of the head flags; run_end: scratch per run.
+extern "C" __global__ void emit_runs(const u64* counters, const u64* roots, const u8* kind, const u64* count,
+                                     const u64* src_ver, const u64* src_start, const u64* first_head,
+                                     const u64* shift_head, const u64* first_id, const u64* shift_id, u64* run_end,
+                                     u8* out, int write_first_table, u32 rank) {
+    u64 m = counters[1];
+    u64 F = write_first_table ? counters[2] : 0;
+    u64 shift_base = 96 + 16 * F;
+    for (u64 r = blockIdx.x * (u64)blockDim.x + threadIdx.x; r < m; r += (u64)gridDim.x * blockDim.x) {
+        bool last = r + 1 == m || first_head[r + 1] || shift_head[r + 1];
+        u64 end = roots[r] + count[r];
+        if (kind[r] == L_FIRST) {
+            u64 j = first_id[r] - (first_head[r] ? 0 : 1);
+            if (first_head[r] && write_first_table) put64(out, 96 + 16 * j, roots[r]);
+            if (last) run_end[j] = end;
+        } else {
+            u64 j = shift_id[r] - (shift_head[r] ? 0 : 1);
+            if (shift_head[r]) {
+                u64 o = shift_base + 40 * j;
+                put64(out, o, roots[r]);
+                put64(out, o + 16, src_start[r]);
+                put64(out, o + 24, src_ver[r]);
+                put32(out, o + 32, rank);
+                put32(out, o + 36, 0u);
+            }
+            if (last) run_end[counters[2] + j] = end;  // SHIFT ends after the FIRST ends
+        }
+    }
+}
+
+// Writes the counts: FIRST count = run_end - start.
+extern "C" __global__ void finish_runs(const u64* counters, const u64* run_end, u8* out, int write_first_table) {
+    u64 F = counters[2], S = counters[3];
+    u64 FT = write_first_table ? F : 0;
+    for (u64 j = blockIdx.x * (u64)blockDim.x + threadIdx.x; j < F + S; j += (u64)gridDim.x * blockDim.x) {
+        if (j < F) {
+            if (write_first_table) {
+                u64 o = 96 + 16 * j;
+                put64(out, o + 8, run_end[j] - *(u64*)(out + o));
+            }
+        } else {
+            u64 o = 96 + 16 * FT + 40 * (j - F);
+            put64(out, o + 8, run_end[j] - *(u64*)(out + o));
+        }
+    }
+}
+
+// Compacts FIRST roots: their start chunks and data offsets, for the gather.
+extern "C" __global__ void first_roots(const u64* counters, const u64* roots, const u8* kind, const u64* bytes_off,
+                                       const u64* first_rank, u64* fr_start, u64* fr_off) {
+    u64 m = counters[1];
+    for (u64 r = blockIdx.x * (u64)blockDim.x + threadIdx.x; r < m; r += (u64)gridDim.x * blockDim.x) {
+        if (kind[r] == L_FIRST) {
+            u64 j = first_rank[r];
+            fr_start[j] = roots[r];
+            fr_off[j] = bytes_off[r];
+        }
+    }
+}
+
+// Copies the FIRST bytes to out[data_base ..]: each thread one 16-byte unit of
+// the output, finding its root by binary search (warps stay coalesced).
+// counters[5] = number of FIRST roots; counters[4] = D.
+extern "C" __global__ void gather(const u64* counters, const u64* fr_start, const u64* fr_off, const u8* data,
+                                  u32 cs, u8* out, int write_first_table, u64 bitmap_len) {
+    u64 nfr = counters[5], D = counters[4];
+    u64 data_base = 96 + (write_first_table ? 16 * counters[2] : 0) + 40 * counters[3] + bitmap_len;
+    u64 units = (D + 15) / 16;
+    u8* dst = out + data_base;
+    for (u64 u = blockIdx.x * (u64)blockDim.x + threadIdx.x; u < units; u += (u64)gridDim.x * blockDim.x) {
+        u64 o = u * 16;
+        u64 lo = 0, hi = nfr;  // last j with fr_off[j] <= o
+        while (hi - lo > 1) {
+            u64 mid = (lo + hi) / 2;
+            if (fr_off[mid] <= o) lo = mid; else hi = mid;
+        }
+        u64 j = lo;
+        u64 root_end = j + 1 < nfr ? fr_off[j + 1] : D;
+        u64 src = fr_start[j] * cs + (o - fr_off[j]);
+        u64 len = D - o < 16 ? D - o : 16;
+        if (o + len <= root_end && ((src | (data_base + o)) & 7ull) == 0 && len == 16) {
+            const u64* s = (const u64*)(data + src);
+            u64* d = (u64*)(dst + o);
+            d[0] = s[0];
+            d[1] = s[1];
+        } else {
+            for (u64 b = 0; b < len; b++) {
+                u64 ob = o + b;
+                while (j + 1 < nfr && fr_off[j + 1] <= ob) j++;
+                dst[ob] = data[fr_start[j] * cs + (ob - fr_off[j])];
+            }
+        }
+    }
+}
+
+// The 96-byte header (src/format/diff_file.rs, DiffHeader::encode).
+extern "C" __global__ void write_header(const u64* counters, u8* out, u32 method, u32 hash, u32 flags, u32 rank,
+                                        u32 cs, u64 version, u64 data_len, u64 bitmap_len, int write_first_table) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    const char magic[8] = {'D', 'C', 'K', 'P', 'T', 'D', 'I', 'F'};
+    for (int i = 0; i < 8; i++) out[i] = (u8)magic[i];
+    out[8] = 1;
+    out[9] = 0;
+    out[10] = (u8)method;
+    out[11] = (u8)hash;
+    put32(out, 12, flags);
+    put32(out, 16, rank);
+    put32(out, 20, cs);
+    put64(out, 24, version);
+    put64(out, 32, data_len);
+    put64(out, 40, write_first_table ? counters[2] : 0);
+    put64(out, 48, counters[3]);
+    put64(out, 56, bitmap_len);
+    put64(out, 64, counters[4]);
+    put32(out, 72, 65536u);
+    for (int i = 76; i < 96; i++) out[i] = 0;
+}
+
+// Basic: the bitmap is the changed-leaf ballots, LSB first.
+extern "C" __global__ void write_bitmap(const u32* ballots, u64 bitmap_len, u8* out) {
+    for (u64 b = blockIdx.x * (u64)blockDim.x + threadIdx.x; b < bitmap_len; b += (u64)gridDim.x * blockDim.x) {
+        out[96 + b] = (u8)(ballots[b >> 2] >> (8 * (b & 3)));
+    }
+}
+
+// After a commit: the changed leaves' digests become the previous version's.
+extern "C" __global__ void commit_leaves(const u64* counters, const u64* idx, const u64* dig, u64* prev) {
+    u64 m = counters[0];
+    for (u64 k = blockIdx.x * (u64)blockDim.x + threadIdx.x; k < m; k += (u64)gridDim.x * blockDim.x) {
+        u64 i = idx[k];
+        prev[2 * i] = dig[2 * i];
+        prev[2 * i + 1] = dig[2 * i + 1];
+    }
+}
+
+// ---------------------------------------------------------------- restore ----
+
+// Scatter: copy k moves len bytes from staged[src_off] to out[dst_off].
+extern "C" __global__ void scatter(const u64* src_off, const u64* dst_off, const u64* len, u64 copies,
+                                   const u8* staged, u8* out) {
+    for (u64 c = blockIdx.x; c < copies; c += gridDim.x) {
+        u64 s = src_off[c], d = dst_off[c], l = len[c];
+        if (((s | d | l) & 7ull) == 0) {
+            const u64* s8 = (const u64*)(staged + s);
+            u64* d8 = (u64*)(out + d);
+            for (u64 w = threadIdx.x; w < l / 8; w += blockDim.x) d8[w] = s8[w];
+        } else {
+            for (u64 b = threadIdx.x; b < l; b += blockDim.x) out[d + b] = staged[s + b];
+        }
+    }
+}
+
+// Loads record entries from the host (a reopened store).
+extern "C" __global__ void insert_entries(u64 count, const u64* klo, const u64* khi, const u32* ver, const u64* node,
+                                          Table t) {
+    for (u64 k = blockIdx.x * (u64)blockDim.x + threadIdx.x; k < count; k += (u64)gridDim.x * blockDim.x) {
+        dig128 d;
+        d.lo = klo[k];
+        d.hi = khi[k];
+        table_insert(t, d, ver[k], node[k], false);
+    }
+}

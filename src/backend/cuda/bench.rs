@@ -1,0 +1,123 @@
+//! The GPU benchmark behind `dckpt bench --backend cuda`: every method over
+//! the same versions held in device memory, timed with CUDA events, with the
+//! device-to-device copy and the pinned D2H bandwidth measured in the same
+//! process as ceilings.
+
+use super::{Gpu, GpuDedup, GpuInput, cuda_err};
+use crate::layout::Layout;
+use crate::{HashAlgo, Method, Result};
+use cudarc::driver::CudaSlice;
+use serde::Serialize;
+use std::sync::Arc;
+
+/// One method over all versions.
+#[derive(Clone, Debug, Serialize)]
+pub struct GpuBenchRow {
+    /// Method name.
+    pub method: String,
+    /// Chunk size.
+    pub chunk_size: u32,
+    /// Versions measured.
+    pub versions: usize,
+    /// Bytes per version.
+    pub version_bytes: u64,
+    /// logical / stored over the incremental versions (all but the first).
+    pub incremental_ratio: f64,
+    /// Data size / (de-dup + serialize + D2H), incremental versions, GB/s.
+    pub incremental_gbs: f64,
+    /// The same for the first version.
+    pub first_gbs: f64,
+    /// Metadata bytes over the incremental versions.
+    pub metadata_bytes: u64,
+    /// Mean milliseconds of de-dup + serialize per incremental version.
+    pub dedup_ms: f64,
+    /// Mean milliseconds of the D2H copy per incremental version.
+    pub d2h_ms: f64,
+    /// Device memory in use at the end (all buffers), bytes.
+    pub device_bytes: u64,
+    /// Record entries and table bytes at the end.
+    pub record_entries: u64,
+    /// Bytes of device memory the record table occupies.
+    pub record_bytes: u64,
+}
+
+/// Measured ceilings: device-to-device copy (read + write) and pinned D2H, GB/s.
+pub fn ceilings(gpu: &Arc<Gpu>, bytes: usize) -> Result<(f64, f64)> {
+    let st = gpu.stream.clone();
+    let src = st.alloc_zeros::<u8>(bytes).map_err(cuda_err)?;
+    let mut dst = st.alloc_zeros::<u8>(bytes).map_err(cuda_err)?;
+    // SAFETY: written by the copies below before being read.
+    let mut pinned = unsafe { gpu.ctx.alloc_pinned_with_flags::<u8>(bytes, 0) }.map_err(cuda_err)?;
+    let ev = || st.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda_err);
+    let mut d2d = f64::MAX;
+    let mut d2h = f64::MAX;
+    for _ in 0..3 {
+        let a = ev()?;
+        st.memcpy_dtod(&src, &mut dst).map_err(cuda_err)?;
+        let b = ev()?;
+        st.memcpy_dtoh(&src, &mut pinned).map_err(cuda_err)?;
+        let c = ev()?;
+        st.synchronize().map_err(cuda_err)?;
+        d2d = d2d.min(f64::from(a.elapsed_ms(&b).map_err(cuda_err)?));
+        d2h = d2h.min(f64::from(b.elapsed_ms(&c).map_err(cuda_err)?));
+    }
+    Ok((2.0 * bytes as f64 / d2d / 1e6, bytes as f64 / d2h / 1e6))
+}
+
+/// Runs `methods` over `versions` (host copies; each is uploaded to one device
+/// buffer before it is checkpointed, untimed) at `chunk_size`.
+pub fn run(
+    gpu: &Arc<Gpu>,
+    methods: &[Method],
+    chunk_size: u32,
+    hash: HashAlgo,
+    versions: &[&[u8]],
+    mut progress: impl FnMut(&str, usize),
+) -> Result<Vec<GpuBenchRow>> {
+    let len = versions.first().map_or(0, |v| v.len());
+    let layout = Layout::new(len as u64, chunk_size)?;
+    let st = gpu.stream.clone();
+    let mut data: CudaSlice<u8> = st.alloc_zeros(len).map_err(cuda_err)?;
+    let mut dev = GpuDedup::new(gpu.clone(), layout, hash, Method::Tree, 0)?;
+    let mut rows = Vec::new();
+    for &method in methods {
+        dev.reset(method)?;
+        let (mut first_s, mut incr_s, mut stored, mut meta, mut dedup, mut d2h) = (0.0, 0.0, 0u64, 0u64, 0.0, 0.0);
+        for (i, v) in versions.iter().enumerate() {
+            st.memcpy_htod(*v, &mut data).map_err(cuda_err)?;
+            let (body, data_start, t) = dev.compute(i as u64 + 1, GpuInput::Device(&data), i == 0)?;
+            dev.commit()?;
+            let secs = f64::from(t.dedup_ms + t.d2h_ms) / 1e3;
+            if i == 0 {
+                first_s = secs;
+            } else {
+                incr_s += secs;
+                let d = (body - data_start) as u64;
+                let file = body as u64 + 32 * d.div_ceil(65536) + 32;
+                stored += file;
+                meta += file - d;
+                dedup += f64::from(t.dedup_ms);
+                d2h += f64::from(t.d2h_ms);
+            }
+            progress(method.name(), i);
+        }
+        let incr = versions.len().saturating_sub(1).max(1) as f64;
+        let (free, total) = gpu.memory()?;
+        rows.push(GpuBenchRow {
+            method: method.name().into(),
+            chunk_size,
+            versions: versions.len(),
+            version_bytes: len as u64,
+            incremental_ratio: incr * len as f64 / stored.max(1) as f64,
+            incremental_gbs: incr * len as f64 / incr_s.max(1e-12) / 1e9,
+            first_gbs: len as f64 / first_s.max(1e-12) / 1e9,
+            metadata_bytes: meta,
+            dedup_ms: dedup / incr,
+            d2h_ms: d2h / incr,
+            device_bytes: (total - free) as u64,
+            record_entries: dev.record_entries(),
+            record_bytes: dev.record_bytes(),
+        });
+    }
+    Ok(rows)
+}

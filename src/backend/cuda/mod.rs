@@ -1,0 +1,224 @@
+//! The CUDA backend. This module is the one place with `unsafe`: kernel
+//! launches and pinned allocations through cudarc. libcuda and libnvrtc are
+//! loaded at run time, so the crate builds and runs where there is no CUDA;
+//! [`available`] says whether a device can be used.
+//!
+//! Kernels (`kernels/digests.cuh` + `kernels/dedup.cu`) are compiled by NVRTC
+//! for the device's architecture at first use and cached on disk, keyed by a
+//! hash of the source and the architecture.
+
+#![allow(unsafe_code)]
+
+pub mod bench;
+mod pipeline;
+mod restore;
+
+pub use pipeline::{GpuCheckpoint, GpuDedup, GpuInput, GpuTimings};
+pub use restore::{GpuRestoreTimings, restore_on_gpu};
+
+use crate::{Error, Result};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, DeviceRepr};
+use cudarc::nvrtc::{CompileOptions, Ptx};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Kernel source, digests first.
+const SOURCE: &str = concat!(include_str!("../../../kernels/digests.cuh"), "\n", include_str!("../../../kernels/dedup.cu"));
+
+pub(crate) fn cuda_err(e: impl std::fmt::Display) -> Error {
+    Error::Gpu(e.to_string())
+}
+
+/// Whether libcuda and libnvrtc load and a device is present.
+pub fn available() -> bool {
+    // SAFETY: only probes whether the shared libraries can be opened.
+    let libs = unsafe { cudarc::driver::sys::is_culib_present() && cudarc::nvrtc::sys::is_culib_present() };
+    libs && CudaContext::device_count().is_ok_and(|n| n > 0)
+}
+
+/// The kernels of `dedup.cu`.
+pub(crate) struct Kernels {
+    pub leaf_pass: CudaFunction,
+    pub flag_ballot: CudaFunction,
+    pub compact_flags: CudaFunction,
+    pub scan_tiles: CudaFunction,
+    pub scan_sums: CudaFunction,
+    pub scan_add: CudaFunction,
+    pub insert_leaves: CudaFunction,
+    pub label_leaves: CudaFunction,
+    pub stage1: CudaFunction,
+    pub stage2: CudaFunction,
+    pub top_root: CudaFunction,
+    pub root_info: CudaFunction,
+    pub run_heads: CudaFunction,
+    pub emit_runs: CudaFunction,
+    pub finish_runs: CudaFunction,
+    pub first_roots: CudaFunction,
+    pub gather: CudaFunction,
+    pub write_header: CudaFunction,
+    pub write_bitmap: CudaFunction,
+    pub commit_leaves: CudaFunction,
+    pub table_rollback: CudaFunction,
+    pub table_rehash: CudaFunction,
+    pub insert_entries: CudaFunction,
+    pub scatter: CudaFunction,
+}
+
+/// An open device with its compiled kernels.
+pub struct Gpu {
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) stream: Arc<CudaStream>,
+    pub(crate) k: Kernels,
+    /// Number of multiprocessors (sizes grid-stride launches).
+    pub(crate) sms: u32,
+    name: String,
+    arch: String,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu").field("name", &self.name).field("arch", &self.arch).finish()
+    }
+}
+
+impl Gpu {
+    /// Opens device `ordinal`, compiling (or loading cached) kernels.
+    pub fn open(ordinal: usize) -> Result<Arc<Gpu>> {
+        // SAFETY: probes whether the shared libraries can be opened.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(Error::Gpu("libcuda is not installed (no NVIDIA driver found)".into()));
+        }
+        // SAFETY: as above.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            return Err(Error::Gpu("libnvrtc is not found (add CUDA's lib64 to LD_LIBRARY_PATH)".into()));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(cuda_err)?;
+        let (major, minor) = ctx.compute_capability().map_err(cuda_err)?;
+        let sms = ctx
+            .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(cuda_err)? as u32;
+        let name = ctx.name().map_err(cuda_err)?;
+        let arch = format!("sm_{major}{minor}");
+        let module = load_module(&ctx, &arch)?;
+        let f = |name: &str| module.load_function(name).map_err(|e| Error::Gpu(format!("kernel {name}: {e}")));
+        let k = Kernels {
+            leaf_pass: f("leaf_pass")?,
+            flag_ballot: f("flag_ballot")?,
+            compact_flags: f("compact_flags")?,
+            scan_tiles: f("scan_tiles")?,
+            scan_sums: f("scan_sums")?,
+            scan_add: f("scan_add")?,
+            insert_leaves: f("insert_leaves")?,
+            label_leaves: f("label_leaves")?,
+            stage1: f("stage1")?,
+            stage2: f("stage2")?,
+            top_root: f("top_root")?,
+            root_info: f("root_info")?,
+            run_heads: f("run_heads")?,
+            emit_runs: f("emit_runs")?,
+            finish_runs: f("finish_runs")?,
+            first_roots: f("first_roots")?,
+            gather: f("gather")?,
+            write_header: f("write_header")?,
+            write_bitmap: f("write_bitmap")?,
+            commit_leaves: f("commit_leaves")?,
+            table_rollback: f("table_rollback")?,
+            table_rehash: f("table_rehash")?,
+            insert_entries: f("insert_entries")?,
+            scatter: f("scatter")?,
+        };
+        let stream = ctx.default_stream();
+        Ok(Arc::new(Gpu { ctx, stream, k, sms, name, arch }))
+    }
+
+    /// The device's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The device's architecture (`sm_90`, ...).
+    pub fn arch(&self) -> &str {
+        &self.arch
+    }
+
+    /// Copies a device buffer to a new host vector (synchronously).
+    pub fn stream_clone_dtoh(&self, src: &cudarc::driver::CudaSlice<u8>) -> Result<Vec<u8>> {
+        self.stream.clone_dtoh(src).map_err(cuda_err)
+    }
+
+    /// (free, total) device memory in bytes.
+    pub fn memory(&self) -> Result<(usize, usize)> {
+        self.ctx.mem_get_info().map_err(cuda_err)
+    }
+}
+
+fn cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("DCKPT_KERNEL_CACHE") {
+        return PathBuf::from(d);
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("dckpt").join("kernels")
+}
+
+/// Compiles the kernels for `arch`, or loads the cached PTX.
+fn load_module(ctx: &Arc<CudaContext>, arch: &str) -> Result<Arc<CudaModule>> {
+    let key = blake3::hash(format!("{arch}\n{SOURCE}").as_bytes()).to_hex();
+    let path = cache_dir().join(format!("dedup-{arch}-{}.ptx", &key.as_str()[..16]));
+    let ptx = match std::fs::read_to_string(&path) {
+        Ok(src) => Ptx::from_src(src),
+        Err(_) => {
+            let arch_static: &'static str = Box::leak(arch.to_string().into_boxed_str());
+            let opts = CompileOptions {
+                arch: Some(arch_static),
+                options: vec!["-std=c++17".into(), "-default-device".into()],
+                ..CompileOptions::default()
+            };
+            let ptx = cudarc::nvrtc::compile_ptx_with_opts(SOURCE, opts)
+                .map_err(|e| Error::Gpu(format!("NVRTC could not compile kernels/dedup.cu: {e}")))?;
+            // A cache write failure only costs a recompilation next time.
+            if std::fs::create_dir_all(path.parent().unwrap_or(&path)).is_ok() {
+                let tmp = path.with_extension("tmp");
+                if std::fs::write(&tmp, ptx.to_src()).is_ok() {
+                    let _ = std::fs::rename(&tmp, &path);
+                }
+            }
+            ptx
+        }
+    };
+    ctx.load_module(ptx).map_err(|e| Error::Gpu(format!("loading kernels: {e}")))
+}
+
+/// The record table as the kernels see it (`struct Table` in dedup.cu).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TableArgs {
+    pub flags: u64,
+    pub klo: u64,
+    pub khi: u64,
+    pub ver: u64,
+    pub node: u64,
+    pub mask: u64,
+    pub count: u64,
+    pub overflow: u64,
+    pub limit: u64,
+}
+
+// SAFETY: plain-old-data of device pointers and integers, laid out as the
+// kernel's `struct Table`.
+unsafe impl DeviceRepr for TableArgs {}
+
+/// Per-level node arrays as the kernels see them (`struct Levels`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LevelArgs {
+    pub lab: u64,
+    pub dig: u64,
+    pub sver: u64,
+    pub snode: u64,
+}
+
+// SAFETY: as for TableArgs.
+unsafe impl DeviceRepr for LevelArgs {}

@@ -1,0 +1,677 @@
+//! One rank's de-duplication state on the GPU and the launch sequence of a
+//! checkpoint (kernels/dedup.cu explains each stage).
+
+use super::{Gpu, LevelArgs, TableArgs, cuda_err};
+use crate::diff::{Diff, FirstRun, RegionEncoding};
+use crate::format::{decode_body, encode_meta, finish_body};
+use crate::hash::Digest;
+use crate::layout::Layout;
+use crate::record::RecordEntry;
+use crate::{Error, HashAlgo, Method, Result};
+use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits};
+use std::sync::Arc;
+
+/// Where the protected bytes are.
+pub enum GpuInput<'a> {
+    /// Host memory: copied to the device first (H2D counted in the timings).
+    Host(&'a [u8]),
+    /// Device memory the application owns.
+    Device(&'a CudaSlice<u8>),
+}
+
+/// Device-side times of one checkpoint, from CUDA events, in milliseconds.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct GpuTimings {
+    /// H2D copy of a host input (0 for device input).
+    pub h2d_ms: f32,
+    /// De-duplication and serialization into the device buffer.
+    pub dedup_ms: f32,
+    /// The D2H copy of the serialized diff into pinned memory.
+    pub d2h_ms: f32,
+}
+
+/// A checkpoint computed on the GPU: the complete diff file.
+pub struct GpuCheckpoint {
+    /// The file bytes (identical to the CPU engine's).
+    pub file: Vec<u8>,
+    /// The decoded diff.
+    pub diff: Diff,
+    /// Device-side times.
+    pub timings: GpuTimings,
+    /// Bytes copied device-to-host.
+    pub d2h_bytes: u64,
+}
+
+/// Kernel codes of the digest algorithms.
+fn algo_code(hash: HashAlgo) -> Result<i32> {
+    match hash {
+        HashAlgo::Murmur3 => Ok(1),
+        HashAlgo::Xxh3 => Ok(2),
+        HashAlgo::Blake3 => Ok(3),
+        HashAlgo::Sha1 => Err(Error::Gpu("the CUDA backend supports murmur3, xxh3 and blake3, not sha1".into())),
+    }
+}
+
+/// Counter slots shared by the kernels.
+const C_CHANGED: usize = 0;
+const C_ROOTS: usize = 1;
+const C_FIRST_RUNS: usize = 2;
+const C_SHIFT_RUNS: usize = 3;
+const C_DATA: usize = 4;
+const C_FIRST_ROOTS: usize = 5;
+const C_BLOCKS: usize = 6;
+const COUNTERS: usize = 8;
+
+struct DeviceTable {
+    flags: CudaSlice<u32>,
+    klo: CudaSlice<u64>,
+    khi: CudaSlice<u64>,
+    ver: CudaSlice<u32>,
+    node: CudaSlice<u64>,
+    /// [live entries, overflow flag (low 32 bits)].
+    stats: CudaSlice<u64>,
+    cap: usize,
+}
+
+impl DeviceTable {
+    fn new(gpu: &Gpu, cap: usize) -> Result<Self> {
+        let s = &gpu.stream;
+        Ok(DeviceTable {
+            flags: s.alloc_zeros(cap).map_err(gpu_oom)?,
+            klo: s.alloc_zeros(cap).map_err(gpu_oom)?,
+            khi: s.alloc_zeros(cap).map_err(gpu_oom)?,
+            ver: s.alloc_zeros(cap).map_err(gpu_oom)?,
+            node: s.alloc_zeros(cap).map_err(gpu_oom)?,
+            stats: s.alloc_zeros(2).map_err(gpu_oom)?,
+            cap,
+        })
+    }
+
+    fn limit(&self) -> u64 {
+        (self.cap as u64 / 4) * 3
+    }
+
+    fn args(&self, gpu: &Gpu) -> TableArgs {
+        let stats = ptr(&self.stats, gpu);
+        TableArgs {
+            flags: ptr(&self.flags, gpu),
+            klo: ptr(&self.klo, gpu),
+            khi: ptr(&self.khi, gpu),
+            ver: ptr(&self.ver, gpu),
+            node: ptr(&self.node, gpu),
+            mask: self.cap as u64 - 1,
+            count: stats,
+            overflow: stats + 8,
+            limit: self.limit(),
+        }
+    }
+
+    /// Bytes of device memory per slot.
+    const SLOT_BYTES: usize = 4 + 8 + 8 + 4 + 8;
+}
+
+fn gpu_oom(e: impl std::fmt::Display) -> Error {
+    Error::Gpu(format!("device memory: {e}"))
+}
+
+fn ptr<T>(s: &CudaSlice<T>, gpu: &Gpu) -> u64 {
+    s.device_ptr(&gpu.stream).0
+}
+
+fn blocks(n: u64, per: u64) -> u32 {
+    n.div_ceil(per).max(1) as u32
+}
+
+fn cfg(grid: u32, block: u32) -> LaunchConfig {
+    LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 }
+}
+
+/// Per-root and per-run scratch arrays (one entry per chunk at most).
+struct Scratch {
+    changed: CudaSlice<u64>,
+    root_at: CudaSlice<u8>,
+    roots: CudaSlice<u64>,
+    kind: CudaSlice<u8>,
+    count: CudaSlice<u64>,
+    src_ver: CudaSlice<u64>,
+    src_start: CudaSlice<u64>,
+    first_flag: CudaSlice<u64>,
+    bytes: CudaSlice<u64>,
+    first_head: CudaSlice<u64>,
+    shift_head: CudaSlice<u64>,
+    first_id: CudaSlice<u64>,
+    shift_id: CudaSlice<u64>,
+    first_rank: CudaSlice<u64>,
+    bytes_off: CudaSlice<u64>,
+    run_end: CudaSlice<u64>,
+    fr_start: CudaSlice<u64>,
+    fr_off: CudaSlice<u64>,
+    ballots: CudaSlice<u32>,
+    block_counts: CudaSlice<u64>,
+    tile_sums: CudaSlice<u64>,
+}
+
+/// A rank's de-duplication state on the GPU: the previous version's leaf
+/// digests, the record as an open-addressing table, and reusable buffers
+/// (device output buffer, pinned host buffer) so a checkpoint allocates
+/// nothing.
+pub struct GpuDedup {
+    gpu: Arc<Gpu>,
+    layout: Layout,
+    hash: HashAlgo,
+    method: Method,
+    rank: u32,
+    level_off: Vec<u64>,
+    level_len: Vec<u64>,
+    nblocks: u64,
+    staging: Option<CudaSlice<u8>>,
+    prev: CudaSlice<u64>,
+    has_prev: bool,
+    lab: CudaSlice<u8>,
+    dig: CudaSlice<u64>,
+    sver: CudaSlice<u32>,
+    snode: CudaSlice<u64>,
+    level_off_dev: CudaSlice<u64>,
+    s: Scratch,
+    counters: CudaSlice<u64>,
+    out: CudaSlice<u8>,
+    pinned: PinnedHostSlice<u8>,
+    table: DeviceTable,
+    pending: Option<u32>,
+    table_entries: u64,
+}
+
+impl GpuDedup {
+    /// Allocates the state for a buffer of `layout` on `gpu`.
+    pub fn new(gpu: Arc<Gpu>, layout: Layout, hash: HashAlgo, method: Method, rank: u32) -> Result<Self> {
+        algo_code(hash)?;
+        let n = layout.chunks();
+        let mut level_off = Vec::new();
+        let mut level_len = Vec::new();
+        let mut total = 0u64;
+        for k in 0..layout.levels() {
+            level_off.push(total);
+            level_len.push(layout.level_len(k));
+            total += layout.level_len(k);
+        }
+        let nblocks = n.div_ceil(256);
+        let st = gpu.stream.clone();
+        let z64 = |len: u64| st.alloc_zeros::<u64>(len.max(1) as usize).map_err(gpu_oom);
+        let z8 = |len: u64| st.alloc_zeros::<u8>(len.max(1) as usize).map_err(gpu_oom);
+        let s = Scratch {
+            changed: z64(n)?,
+            root_at: z8(n)?,
+            roots: z64(n)?,
+            kind: z8(n)?,
+            count: z64(n)?,
+            src_ver: z64(n)?,
+            src_start: z64(n)?,
+            first_flag: z64(n)?,
+            bytes: z64(n)?,
+            first_head: z64(n)?,
+            shift_head: z64(n)?,
+            first_id: z64(n)?,
+            shift_id: z64(n)?,
+            first_rank: z64(n)?,
+            bytes_off: z64(n)?,
+            run_end: z64(n)?,
+            fr_start: z64(n)?,
+            fr_off: z64(n)?,
+            ballots: st.alloc_zeros::<u32>(n.div_ceil(32).max(1) as usize).map_err(gpu_oom)?,
+            block_counts: z64(nblocks)?,
+            tile_sums: z64(n.div_ceil(1024) + 1)?,
+        };
+        // Largest body: header + both tables (≤ 40 B per chunk) + bitmap + all data.
+        let max_body = 96 + 40 * n + n.div_ceil(8) + layout.data_len() + 16;
+        // SAFETY: pinned memory is written by the D2H copy before it is read.
+        let pinned = unsafe { gpu.ctx.alloc_pinned_with_flags::<u8>(max_body as usize, 0) }.map_err(gpu_oom)?;
+        let cap = (4 * n.max(256)).next_power_of_two() as usize;
+        let table = DeviceTable::new(&gpu, cap)?;
+        let level_off_dev = st.clone_htod(&level_off).map_err(cuda_err)?;
+        Ok(GpuDedup {
+            layout,
+            hash,
+            method,
+            rank,
+            nblocks,
+            staging: None,
+            prev: z64(2 * n)?,
+            has_prev: false,
+            lab: z8(total)?,
+            dig: z64(2 * total)?,
+            sver: st.alloc_zeros::<u32>(total.max(1) as usize).map_err(gpu_oom)?,
+            snode: z64(total)?,
+            level_off_dev,
+            s,
+            counters: z64(COUNTERS as u64)?,
+            out: z8(max_body)?,
+            pinned,
+            table,
+            pending: None,
+            table_entries: 0,
+            level_off,
+            level_len,
+            gpu,
+        })
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// Entries in the device record.
+    pub fn record_entries(&self) -> u64 {
+        self.table_entries
+    }
+
+    /// Bytes of device memory the record table occupies.
+    pub fn record_bytes(&self) -> u64 {
+        (self.table.cap * DeviceTable::SLOT_BYTES) as u64
+    }
+
+    fn levels(&self) -> LevelArgs {
+        LevelArgs {
+            lab: ptr(&self.lab, &self.gpu),
+            dig: ptr(&self.dig, &self.gpu),
+            sver: ptr(&self.sver, &self.gpu),
+            snode: ptr(&self.snode, &self.gpu),
+        }
+    }
+
+    fn grid_stride(&self) -> LaunchConfig {
+        cfg(self.gpu.sms * 8, 256)
+    }
+
+    /// Loads the host state of a reopened store: previous leaf digests and
+    /// record entries.
+    pub fn load_state(&mut self, previous: Option<&[Digest]>, entries: &[(Digest, RecordEntry)]) -> Result<()> {
+        let st = self.gpu.stream.clone();
+        if let Some(prev) = previous {
+            let words: Vec<u64> = prev.iter().flat_map(|d| [d.0 as u64, (d.0 >> 64) as u64]).collect();
+            st.memcpy_htod(&words, &mut self.prev).map_err(cuda_err)?;
+            self.has_prev = true;
+        }
+        if entries.is_empty() {
+            return Ok(());
+        }
+        self.ensure_table(entries.len() as u64)?;
+        let klo: Vec<u64> = entries.iter().map(|(d, _)| d.0 as u64).collect();
+        let khi: Vec<u64> = entries.iter().map(|(d, _)| (d.0 >> 64) as u64).collect();
+        let ver: Vec<u32> = entries.iter().map(|(_, e)| e.version).collect();
+        let node: Vec<u64> = entries.iter().map(|(_, e)| e.node.raw()).collect();
+        let (klo, khi) = (st.clone_htod(&klo).map_err(cuda_err)?, st.clone_htod(&khi).map_err(cuda_err)?);
+        let (ver, node) = (st.clone_htod(&ver).map_err(cuda_err)?, st.clone_htod(&node).map_err(cuda_err)?);
+        let t = self.table.args(&self.gpu);
+        let count = entries.len() as u64;
+        let mut b = st.launch_builder(&self.gpu.k.insert_entries);
+        b.arg(&count).arg(&klo).arg(&khi).arg(&ver).arg(&node).arg(&t);
+        // SAFETY: arguments match the kernel's signature; buffers outlive the launch (synchronized below).
+        unsafe { b.launch(self.grid_stride()) }.map_err(cuda_err)?;
+        self.read_table_stats()?;
+        Ok(())
+    }
+
+    fn read_table_stats(&mut self) -> Result<(u64, bool)> {
+        let stats = self.gpu.stream.clone_dtoh(&self.table.stats).map_err(cuda_err)?;
+        self.table_entries = stats[0];
+        Ok((stats[0], stats[1] as u32 != 0))
+    }
+
+    /// Grows the table (rehashing on the device) until `extra` more entries fit.
+    fn ensure_table(&mut self, extra: u64) -> Result<()> {
+        let need = self.table_entries + extra;
+        if need <= self.table.limit() {
+            return Ok(());
+        }
+        let mut cap = self.table.cap * 2;
+        while (cap as u64 / 4) * 3 < need {
+            cap *= 2;
+        }
+        let bigger = DeviceTable::new(&self.gpu, cap)?;
+        let (from, to) = (self.table.args(&self.gpu), bigger.args(&self.gpu));
+        let mut b = self.gpu.stream.launch_builder(&self.gpu.k.table_rehash);
+        b.arg(&from).arg(&to);
+        // SAFETY: both tables are live until the stream is synchronized by read_table_stats.
+        unsafe { b.launch(self.grid_stride()) }.map_err(cuda_err)?;
+        self.table = bigger;
+        self.read_table_stats()?;
+        Ok(())
+    }
+
+    /// Exclusive scan `input` → `output` of `counters[n_slot]` elements (at
+    /// most `upper`); the total goes to `counters[total_slot]`.
+    fn scan(&self, input: &CudaSlice<u64>, output: &CudaSlice<u64>, n_slot: usize, upper: u64, total_slot: usize) -> Result<()> {
+        let st = &self.gpu.stream;
+        let k = &self.gpu.k;
+        let n_ptr = self.counters.slice(n_slot..n_slot + 1);
+        let total = self.counters.slice(total_slot..total_slot + 1);
+        let tiles = blocks(upper, 1024);
+        let mut b = st.launch_builder(&k.scan_tiles);
+        b.arg(input).arg(output).arg(&n_ptr).arg(&self.s.tile_sums);
+        // SAFETY: kernel signatures match; all buffers are owned by self.
+        unsafe { b.launch(cfg(tiles, 1024)) }.map_err(cuda_err)?;
+        let mut b = st.launch_builder(&k.scan_sums);
+        b.arg(&self.s.tile_sums).arg(&n_ptr).arg(&total);
+        // SAFETY: as above.
+        unsafe { b.launch(cfg(1, 1024)) }.map_err(cuda_err)?;
+        let mut b = st.launch_builder(&k.scan_add);
+        b.arg(output).arg(&n_ptr).arg(&self.s.tile_sums);
+        // SAFETY: as above.
+        unsafe { b.launch(cfg(tiles, 1024)) }.map_err(cuda_err)?;
+        Ok(())
+    }
+
+    /// Computes checkpoint `version` of `input` (a baseline ignores history).
+    /// The state changes become permanent with [`GpuDedup::commit`] and are
+    /// undone by [`GpuDedup::rollback`].
+    pub fn checkpoint(&mut self, version: u64, input: GpuInput<'_>, baseline: bool) -> Result<GpuCheckpoint> {
+        let (body_len, data_start, timings) = self.compute(version, input, baseline)?;
+        let body = self.pinned.as_slice().map_err(cuda_err)?[..body_len].to_vec();
+        let (_, diff, _) =
+            decode_body(&body).map_err(|e| Error::Gpu(format!("the GPU produced an invalid diff: {e}")))?;
+        let file = finish_body(body, data_start);
+        Ok(GpuCheckpoint { file, diff, timings, d2h_bytes: body_len as u64 })
+    }
+
+    /// Like [`GpuDedup::checkpoint`] but leaves the serialized body in the
+    /// pinned host buffer: returns `(body bytes, data start, timings)`.
+    /// This is the part a checkpoint blocks the application for.
+    pub fn compute(&mut self, version: u64, input: GpuInput<'_>, baseline: bool) -> Result<(usize, usize, GpuTimings)> {
+        let version32 = u32::try_from(version)
+            .map_err(|_| Error::InvalidOption(format!("version {version} exceeds the supported maximum {}", u32::MAX)))?;
+        if self.pending.is_some() {
+            self.rollback()?;
+        }
+        let st = self.gpu.stream.clone();
+        let ev = |s: &Arc<cudarc::driver::CudaStream>| {
+            s.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda_err)
+        };
+        let e0 = ev(&st)?;
+        if let GpuInput::Host(bytes) = input {
+            if bytes.len() as u64 != self.layout.data_len() {
+                return Err(length_error(bytes.len(), self.layout));
+            }
+            if self.staging.is_none() {
+                self.staging = Some(st.alloc_zeros::<u8>(bytes.len()).map_err(gpu_oom)?);
+            }
+            if let Some(stg) = self.staging.as_mut() {
+                st.memcpy_htod(bytes, stg).map_err(cuda_err)?;
+            }
+        }
+        let e1 = ev(&st)?;
+        let src: &CudaSlice<u8> = match input {
+            GpuInput::Device(d) => {
+                if d.len() as u64 != self.layout.data_len() {
+                    return Err(length_error(d.len(), self.layout));
+                }
+                d
+            }
+            GpuInput::Host(_) => self.staging.as_ref().ok_or_else(|| Error::Gpu("no staging buffer".into()))?,
+        };
+        if self.method == Method::Full {
+            let meta = full_meta(self.rank, self.layout, self.hash, version);
+            let len = self.layout.data_len() as usize;
+            let e2 = ev(&st)?;
+            {
+                let host = self.pinned.as_mut_slice().map_err(cuda_err)?;
+                host[..meta.len()].copy_from_slice(&meta);
+                st.memcpy_dtoh(src, &mut host[meta.len()..meta.len() + len]).map_err(cuda_err)?;
+            }
+            let e3 = ev(&st)?;
+            st.synchronize().map_err(cuda_err)?;
+            return Ok((meta.len() + len, meta.len(), timings(&e0, &e1, &e2, &e3)?));
+        }
+        let data_ptr = ptr(src, &self.gpu);
+        if baseline {
+            self.clear_table()?;
+            self.has_prev = false;
+        }
+        loop {
+            self.ensure_table(2 * self.layout.chunks())?;
+            self.run_pipeline(version32, data_ptr, baseline)?;
+            let (_, overflow) = self.read_table_stats()?;
+            if !overflow {
+                break;
+            }
+            // Out of room: undo this version's inserts, grow, and run again.
+            self.rollback_table(version32)?;
+            let cap = self.table.cap as u64;
+            self.ensure_table(cap)?;
+        }
+        let e2 = ev(&st)?;
+        let counters = st.clone_dtoh(&self.counters).map_err(cuda_err)?;
+        let wft = self.method != Method::Basic;
+        let bitmap_len = if wft { 0 } else { self.layout.chunks().div_ceil(8) };
+        let data_start =
+            96 + if wft { 16 * counters[C_FIRST_RUNS] } else { 0 } + 40 * counters[C_SHIFT_RUNS] + bitmap_len;
+        let body_len = (data_start + counters[C_DATA]) as usize;
+        {
+            let src = self.out.slice(0..body_len);
+            let host = self.pinned.as_mut_slice().map_err(cuda_err)?;
+            st.memcpy_dtoh(&src, &mut host[..body_len]).map_err(cuda_err)?;
+        }
+        let e3 = ev(&st)?;
+        st.synchronize().map_err(cuda_err)?;
+        self.pending = Some(version32);
+        Ok((body_len, data_start as usize, timings(&e0, &e1, &e2, &e3)?))
+    }
+
+    /// Forgets all history (a new method or a fresh start).
+    pub fn reset(&mut self, method: Method) -> Result<()> {
+        self.pending = None;
+        self.method = method;
+        self.has_prev = false;
+        self.clear_table()
+    }
+
+    fn clear_table(&mut self) -> Result<()> {
+        let st = self.gpu.stream.clone();
+        st.memset_zeros(&mut self.table.flags).map_err(cuda_err)?;
+        st.memset_zeros(&mut self.table.stats).map_err(cuda_err)?;
+        self.table_entries = 0;
+        Ok(())
+    }
+
+    fn rollback_table(&mut self, version: u32) -> Result<()> {
+        let t = self.table.args(&self.gpu);
+        let mut b = self.gpu.stream.launch_builder(&self.gpu.k.table_rollback);
+        b.arg(&t).arg(&version);
+        // SAFETY: kernel signature matches; the table is owned by self.
+        unsafe { b.launch(self.grid_stride()) }.map_err(cuda_err)?;
+        // Clear the overflow flag.
+        let mut stats = self.gpu.stream.clone_dtoh(&self.table.stats).map_err(cuda_err)?;
+        stats[1] = 0;
+        self.gpu.stream.memcpy_htod(&stats, &mut self.table.stats).map_err(cuda_err)?;
+        self.table_entries = stats[0];
+        Ok(())
+    }
+
+    /// Makes the last checkpoint's state permanent (after its file is durable).
+    pub fn commit(&mut self) -> Result<()> {
+        if self.pending.take().is_none() || self.method == Method::Full {
+            return Ok(());
+        }
+        let c = &self.counters;
+        let mut b = self.gpu.stream.launch_builder(&self.gpu.k.commit_leaves);
+        b.arg(c).arg(&self.s.changed).arg(&self.dig).arg(&self.prev);
+        // SAFETY: kernel signature matches; buffers are owned by self.
+        unsafe { b.launch(self.grid_stride()) }.map_err(cuda_err)?;
+        self.has_prev = true;
+        self.read_table_stats()?;
+        Ok(())
+    }
+
+    /// Forgets the last checkpoint (its file could not be written).
+    pub fn rollback(&mut self) -> Result<()> {
+        if let Some(v) = self.pending.take() {
+            self.rollback_table(v)?;
+        }
+        Ok(())
+    }
+
+    fn run_pipeline(&mut self, version: u32, data_ptr: u64, baseline: bool) -> Result<()> {
+        let gpu = self.gpu.clone();
+        let st = &gpu.stream;
+        let k = &gpu.k;
+        let n = self.layout.chunks();
+        let cs = self.layout.chunk_size();
+        let data_len = self.layout.data_len();
+        let algo = algo_code(self.hash)?;
+        let lv = self.levels();
+        let t = self.table.args(&gpu);
+        let tree = self.method == Method::Tree;
+        let use_table = i32::from(self.method != Method::Basic);
+        let coalesce = i32::from(self.method != Method::List);
+        let wft = i32::from(self.method != Method::Basic);
+        let bitmap_len = if wft == 1 { 0u64 } else { n.div_ceil(8) };
+        let has_prev = i32::from(self.has_prev && !baseline);
+        let mut init = [0u64; COUNTERS];
+        init[C_BLOCKS] = self.nblocks;
+        st.memcpy_htod(&init, &mut self.counters).map_err(cuda_err)?;
+        {
+            let mut lab0 = self.lab.slice_mut(0..n as usize);
+            st.memset_zeros(&mut lab0).map_err(cuda_err)?;
+        }
+        st.memset_zeros(&mut self.s.root_at).map_err(cuda_err)?;
+        let s = &self.s;
+        let c = &self.counters;
+        let dense = cfg(blocks(n, 256), 256);
+        let gs = self.grid_stride();
+
+        // 1. Leaves: hash, compare, count, compact.
+        let mut b = st.launch_builder(&k.leaf_pass);
+        b.arg(&data_ptr).arg(&data_len).arg(&cs).arg(&n).arg(&algo).arg(&self.prev).arg(&has_prev);
+        b.arg(&self.dig).arg(&s.ballots).arg(&s.block_counts);
+        // SAFETY (all launches below): arguments follow the kernels' signatures in
+        // kernels/dedup.cu, and every buffer is owned by self for the stream's lifetime.
+        unsafe { b.launch(dense) }.map_err(cuda_err)?;
+        self.scan(&s.block_counts, &s.block_counts, C_BLOCKS, self.nblocks, C_CHANGED)?;
+        let mut b = st.launch_builder(&k.compact_flags);
+        b.arg(&s.ballots).arg(&s.block_counts).arg(&n).arg(&s.changed);
+        unsafe { b.launch(dense) }.map_err(cuda_err)?;
+
+        // 2. Labels.
+        if use_table == 1 {
+            let mut b = st.launch_builder(&k.insert_leaves);
+            b.arg(c).arg(&s.changed).arg(&self.dig).arg(&t).arg(&version);
+            unsafe { b.launch(gs) }.map_err(cuda_err)?;
+        }
+        let root_at_ptr = if tree { 0u64 } else { ptr(&s.root_at, &gpu) };
+        let mut b = st.launch_builder(&k.label_leaves);
+        b.arg(c).arg(&s.changed).arg(&self.dig).arg(&t).arg(&version).arg(&use_table).arg(&lv).arg(&root_at_ptr);
+        unsafe { b.launch(gs) }.map_err(cuda_err)?;
+
+        // 3. Algorithm 1's level passes.
+        if tree {
+            let top = self.level_len.len() - 1;
+            for lvl in 0..top {
+                let (ok, lk, ok1, lk1) =
+                    (self.level_off[lvl], self.level_len[lvl], self.level_off[lvl + 1], self.level_len[lvl + 1]);
+                let l1 = (lvl + 1) as u32;
+                let mut b = st.launch_builder(&k.stage1);
+                b.arg(&lv).arg(&ok).arg(&lk).arg(&ok1).arg(&lk1).arg(&l1).arg(&t).arg(&version).arg(&algo);
+                unsafe { b.launch(cfg(blocks(lk1, 256), 256)) }.map_err(cuda_err)?;
+            }
+            for lvl in 0..top {
+                let (ok, lk, ok1, lk1) =
+                    (self.level_off[lvl], self.level_len[lvl], self.level_off[lvl + 1], self.level_len[lvl + 1]);
+                let l0 = lvl as u32;
+                let mut b = st.launch_builder(&k.stage2);
+                b.arg(&lv).arg(&ok).arg(&lk).arg(&ok1).arg(&lk1).arg(&l0).arg(&t).arg(&algo).arg(&s.root_at);
+                unsafe { b.launch(cfg(blocks(lk1, 256), 256)) }.map_err(cuda_err)?;
+            }
+            let (otop, top32) = (self.level_off[top], top as u32);
+            let mut b = st.launch_builder(&k.top_root);
+            b.arg(&lv).arg(&otop).arg(&top32).arg(&s.root_at);
+            unsafe { b.launch(cfg(1, 32)) }.map_err(cuda_err)?;
+        }
+
+        // 4. Roots in chunk order, then runs and tables.
+        let mut b = st.launch_builder(&k.flag_ballot);
+        b.arg(&s.root_at).arg(&n).arg(&s.ballots).arg(&s.block_counts);
+        unsafe { b.launch(dense) }.map_err(cuda_err)?;
+        self.scan(&s.block_counts, &s.block_counts, C_BLOCKS, self.nblocks, C_ROOTS)?;
+        let mut b = st.launch_builder(&k.compact_flags);
+        b.arg(&s.ballots).arg(&s.block_counts).arg(&n).arg(&s.roots);
+        unsafe { b.launch(dense) }.map_err(cuda_err)?;
+        let mut b = st.launch_builder(&k.root_info);
+        b.arg(c).arg(&s.roots).arg(&s.root_at).arg(&lv).arg(&self.level_off_dev).arg(&n).arg(&cs).arg(&data_len);
+        b.arg(&s.kind).arg(&s.count).arg(&s.src_ver).arg(&s.src_start).arg(&s.first_flag).arg(&s.bytes);
+        unsafe { b.launch(gs) }.map_err(cuda_err)?;
+        let mut b = st.launch_builder(&k.run_heads);
+        b.arg(c).arg(&s.roots).arg(&s.kind).arg(&s.count).arg(&s.src_ver).arg(&s.src_start).arg(&coalesce);
+        b.arg(&s.first_head).arg(&s.shift_head);
+        unsafe { b.launch(gs) }.map_err(cuda_err)?;
+        self.scan(&s.first_head, &s.first_id, C_ROOTS, n, C_FIRST_RUNS)?;
+        self.scan(&s.shift_head, &s.shift_id, C_ROOTS, n, C_SHIFT_RUNS)?;
+        self.scan(&s.bytes, &s.bytes_off, C_ROOTS, n, C_DATA)?;
+        self.scan(&s.first_flag, &s.first_rank, C_ROOTS, n, C_FIRST_ROOTS)?;
+        let rank = self.rank;
+        let mut b = st.launch_builder(&k.emit_runs);
+        b.arg(c).arg(&s.roots).arg(&s.kind).arg(&s.count).arg(&s.src_ver).arg(&s.src_start);
+        b.arg(&s.first_head).arg(&s.shift_head).arg(&s.first_id).arg(&s.shift_id).arg(&s.run_end).arg(&self.out);
+        b.arg(&wft).arg(&rank);
+        unsafe { b.launch(gs) }.map_err(cuda_err)?;
+        let mut b = st.launch_builder(&k.finish_runs);
+        b.arg(c).arg(&s.run_end).arg(&self.out).arg(&wft);
+        unsafe { b.launch(gs) }.map_err(cuda_err)?;
+        let mut b = st.launch_builder(&k.first_roots);
+        b.arg(c).arg(&s.roots).arg(&s.kind).arg(&s.bytes_off).arg(&s.first_rank).arg(&s.fr_start).arg(&s.fr_off);
+        unsafe { b.launch(gs) }.map_err(cuda_err)?;
+
+        // 5. Serialize: bitmap, data, header.
+        if bitmap_len > 0 {
+            let mut b = st.launch_builder(&k.write_bitmap);
+            b.arg(&s.ballots).arg(&bitmap_len).arg(&self.out);
+            unsafe { b.launch(gs) }.map_err(cuda_err)?;
+        }
+        let mut b = st.launch_builder(&k.gather);
+        b.arg(c).arg(&s.fr_start).arg(&s.fr_off).arg(&data_ptr).arg(&cs).arg(&self.out).arg(&wft).arg(&bitmap_len);
+        unsafe { b.launch(gs) }.map_err(cuda_err)?;
+        let (method, hash) = (u32::from(self.method.code()), u32::from(self.hash.code()));
+        let flags = u32::from(baseline);
+        let version64 = u64::from(version);
+        let mut b = st.launch_builder(&k.write_header);
+        b.arg(c).arg(&self.out).arg(&method).arg(&hash).arg(&flags).arg(&rank).arg(&cs).arg(&version64);
+        b.arg(&data_len).arg(&bitmap_len).arg(&wft);
+        unsafe { b.launch(cfg(1, 32)) }.map_err(cuda_err)?;
+        Ok(())
+    }
+}
+
+/// Header and table of a Full checkpoint (its data is one D2H copy).
+fn full_meta(rank: u32, layout: Layout, hash: HashAlgo, version: u64) -> Vec<u8> {
+    encode_meta(&Diff {
+        version,
+        rank,
+        layout,
+        hash,
+        method: Method::Full,
+        baseline: true,
+        first: vec![FirstRun { start: 0, count: layout.chunks() }],
+        shift: Vec::new(),
+        encoding: RegionEncoding::Table,
+    })
+}
+
+fn timings(
+    e0: &cudarc::driver::CudaEvent,
+    e1: &cudarc::driver::CudaEvent,
+    e2: &cudarc::driver::CudaEvent,
+    e3: &cudarc::driver::CudaEvent,
+) -> Result<GpuTimings> {
+    Ok(GpuTimings {
+        h2d_ms: e0.elapsed_ms(e1).map_err(cuda_err)?,
+        dedup_ms: e1.elapsed_ms(e2).map_err(cuda_err)?,
+        d2h_ms: e2.elapsed_ms(e3).map_err(cuda_err)?,
+    })
+}
+
+fn length_error(len: usize, layout: Layout) -> Error {
+    Error::InvalidOption(format!("buffer is {len} bytes but the store's layout is {} bytes", layout.data_len()))
+}
+
+/// Compile-time checks that the argument types are valid kernel arguments.
+#[allow(dead_code)]
+fn _assert_repr<T: DeviceRepr + ValidAsZeroBits>() {}
