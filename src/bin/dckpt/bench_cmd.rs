@@ -18,6 +18,9 @@ pub struct BenchArgs {
     /// Chunk size in bytes.
     #[arg(long, default_value_t = 128)]
     chunk_size: u32,
+    /// Several chunk sizes in one run (CUDA backend), e.g. 64,128,512.
+    #[arg(long, value_delimiter = ',')]
+    chunk_sizes: Vec<u32>,
     /// Digest algorithm.
     #[arg(long, default_value = "murmur3")]
     hash: HashAlgo,
@@ -113,28 +116,33 @@ fn load_versions(a: &BenchArgs) -> Result<Vec<Vec<u8>>> {
 fn bench_cuda(a: &BenchArgs, methods: &[Method], versions: &[&[u8]]) -> Result<ExitCode> {
     let gpu = dckpt::backend::cuda::Gpu::open(0)?;
     let (d2d, d2h) = dckpt::backend::cuda::bench::ceilings(&gpu, versions[0].len())?;
-    let pb = bar(versions.len() * methods.len(), "gpu");
-    let rows = dckpt::backend::cuda::bench::run(&gpu, methods, a.chunk_size, a.hash, versions, |_, _| pb.inc(1))?;
+    let sizes = if a.chunk_sizes.is_empty() { vec![a.chunk_size] } else { a.chunk_sizes.clone() };
+    let pb = bar(versions.len() * methods.len() * sizes.len(), "gpu");
+    let mut rows = Vec::new();
+    for &cs in &sizes {
+        rows.extend(dckpt::backend::cuda::bench::run(&gpu, methods, cs, a.hash, versions, |_, _| pb.inc(1))?);
+    }
     pb.finish_and_clear();
     println!(
-        "{} ({}): {} versions x {} bytes, chunk {} B, hash {}; ceilings: D2D copy {:.0} GB/s (read+write), pinned D2H {:.1} GB/s",
+        "{} ({}): {} versions x {} bytes, {}, hash {}; ceilings: D2D copy {:.0} GB/s (read+write), pinned D2H {:.1} GB/s",
         gpu.name(),
         gpu.arch(),
         versions.len(),
         versions[0].len(),
-        a.chunk_size,
+        a.synthetic.as_deref().unwrap_or("files"),
         a.hash,
         d2d,
         d2h
     );
     println!(
-        "{:>8} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>12} {:>10}",
-        "method", "incr-ratio", "incr-GB/s", "first-GB/s", "x Full", "dedup-ms", "d2h-ms", "metadata", "dev-GiB"
+        "{:>5} {:>8} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>12} {:>10}",
+        "chunk", "method", "incr-ratio", "incr-GB/s", "first-GB/s", "x Full", "dedup-ms", "d2h-ms", "metadata", "dev-GiB"
     );
-    let full = rows.iter().find(|r| r.method == "full").map(|r| r.incremental_gbs);
     for r in &rows {
+        let full = rows.iter().find(|f| f.method == "full" && f.chunk_size == r.chunk_size).map(|f| f.incremental_gbs);
         println!(
-            "{:>8} {:>10.2} {:>10.1} {:>10.1} {:>10} {:>9.3} {:>9.3} {:>12} {:>10.1}",
+            "{:>5} {:>8} {:>10.2} {:>10.1} {:>10.1} {:>10} {:>9.3} {:>9.3} {:>12} {:>10.1}",
+            r.chunk_size,
             r.method,
             r.incremental_ratio,
             r.incremental_gbs,
@@ -149,7 +157,7 @@ fn bench_cuda(a: &BenchArgs, methods: &[Method], versions: &[&[u8]]) -> Result<E
     if let Some(path) = &a.json {
         let doc = serde_json::json!({
             "device": gpu.name(), "arch": gpu.arch(), "d2d_gbs": d2d, "d2h_gbs": d2h,
-            "synthetic": a.synthetic, "chunk_size": a.chunk_size, "hash": a.hash.name(), "rows": rows,
+            "synthetic": a.synthetic, "hash": a.hash.name(), "rows": rows,
         });
         let text = serde_json::to_string_pretty(&doc).map_err(|e| Error::InvalidOption(e.to_string()))?;
         std::fs::write(path, text).map_err(|e| Error::io(path, e))?;

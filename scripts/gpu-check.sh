@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The GPU check: run on a machine with the CUDA driver and no Rust toolchain,
+# from the repository root, with the prebuilt binaries in .device/.
+#
+#   scripts/gpu-check.sh --prepare     (here, with Rust) build and copy the binaries to .device/
+#   scripts/gpu-check.sh [SIZE]        (there) identical-bytes test, GPU restore, then the benchmark
+#
+# Output: the test log and one JSON per workload under ${OUT:-target/gpu-check}.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--prepare" ]; then
+    cargo build --release
+    test_bin=$(cargo test --release --no-run --test gpu --message-format=json 2>/dev/null |
+        python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable")][-1])')
+    mkdir -p .device
+    cp target/release/dckpt .device/dckpt
+    cp "$test_bin" .device/gpu-test
+    echo "prepared .device/: $(ls .device | tr '\n' ' ')"
+    exit 0
+fi
+size=${1:-4G}
+out=${OUT:-target/gpu-check}
+mkdir -p "$out"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export DCKPT_KERNEL_CACHE=${DCKPT_KERNEL_CACHE:-$PWD/.device/kernel-cache}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+echo "== identical bytes and GPU restore"
+.device/gpu-test --test-threads=1 --nocapture 2>&1 | tee "$out/gpu-test.log" | tail -n 8
+echo "== benchmark: 10 versions of $size, chunk sizes 64, 128, 512"
+for change in ${CHANGES:-0.01 0.10 1.0}; do
+    for shape in ${SHAPES:-scattered clustered}; do
+        [ "$change" = 1.0 ] && [ "$shape" = clustered ] && continue
+        .device/dckpt bench --backend cuda --synthetic "$shape:$change" --size "$size" --versions 10 \
+            --chunk-sizes ${CHUNKS:-64,128,512} --json "$out/gpu-$shape-$change.json"
+    done
+done
