@@ -24,13 +24,18 @@
 
 #define INDEX_BITS 58
 
+// One record entry: 32 bytes, so a probe touches one 32-byte sector.
+struct Slot {
+    u64 klo;
+    u64 khi;
+    u64 node;
+    u32 ver;
+    u32 flags;
+};
+
 // The record as an open-addressing table (linear probing, power-of-two size).
 struct Table {
-    u32* flags;
-    u64* klo;
-    u64* khi;
-    u32* ver;
-    u64* node;
+    Slot* slots;
     u64 mask;
     u64* count;     // live entries
     u32* overflow;  // set when an insert found no room
@@ -80,12 +85,13 @@ __device__ __forceinline__ u64 node_first_chunk(u64 raw) {
 __device__ long long table_find(const Table t, dig128 d) {
     u64 slot = d.lo & t.mask;
     for (u64 probe = 0; probe <= t.mask; probe++) {
-        u32 f = ((volatile u32*)t.flags)[slot];
-        while (f == SLOT_BUSY) f = ((volatile u32*)t.flags)[slot];
+        volatile Slot* sl = (volatile Slot*)&t.slots[slot];
+        u32 f = sl->flags;
+        while (f == SLOT_BUSY) f = sl->flags;
         if (f == SLOT_EMPTY) return -1;
         if (f == SLOT_FULL) {
             __threadfence();
-            if (((volatile u64*)t.klo)[slot] == d.lo && ((volatile u64*)t.khi)[slot] == d.hi) return (long long)slot;
+            if (sl->klo == d.lo && sl->khi == d.hi) return (long long)slot;
         }
         slot = (slot + 1) & t.mask;
     }
@@ -94,33 +100,37 @@ __device__ long long table_find(const Table t, dig128 d) {
 
 // Inserts `d` -> (version, node) unless present. When present with the same
 // version and `min_node`, keeps the smaller node (lowest index wins).
-// Returns the slot, or -1 on overflow.
-__device__ long long table_insert(const Table t, dig128 d, u32 version, u64 node, bool min_node) {
+// Returns the slot, or -1 on overflow; `inserted` says whether it is new.
+// The caller adds the new entries to *t.count (once per warp).
+__device__ long long table_insert(const Table t, dig128 d, u32 version, u64 node, bool min_node, bool& inserted) {
+    inserted = false;
     u64 slot = d.lo & t.mask;
     for (u64 probe = 0; probe <= t.mask; probe++) {
-        u32 f = ((volatile u32*)t.flags)[slot];
+        Slot* raw = &t.slots[slot];
+        volatile Slot* sl = (volatile Slot*)raw;
+        u32 f = sl->flags;
         if (f == SLOT_EMPTY) {
-            if (*t.count >= t.limit) {
+            if (*(volatile u64*)t.count >= t.limit) {
                 atomicExch(t.overflow, 1u);
                 return -1;
             }
-            if (atomicCAS(&t.flags[slot], SLOT_EMPTY, SLOT_BUSY) == SLOT_EMPTY) {
-                t.klo[slot] = d.lo;
-                t.khi[slot] = d.hi;
-                t.ver[slot] = version;
-                t.node[slot] = node;
+            if (atomicCAS(&raw->flags, SLOT_EMPTY, SLOT_BUSY) == SLOT_EMPTY) {
+                sl->klo = d.lo;
+                sl->khi = d.hi;
+                sl->ver = version;
+                sl->node = node;
                 __threadfence();
-                atomicExch(&t.flags[slot], SLOT_FULL);
-                atomicAdd(t.count, 1ull);
+                atomicExch(&raw->flags, SLOT_FULL);
+                inserted = true;
                 return (long long)slot;
             }
-            f = ((volatile u32*)t.flags)[slot];
+            f = sl->flags;
         }
-        while (f == SLOT_BUSY) f = ((volatile u32*)t.flags)[slot];
+        while (f == SLOT_BUSY) f = sl->flags;
         if (f == SLOT_FULL) {
             __threadfence();
-            if (((volatile u64*)t.klo)[slot] == d.lo && ((volatile u64*)t.khi)[slot] == d.hi) {
-                if (min_node && ((volatile u32*)t.ver)[slot] == version) atomicMin(&t.node[slot], node);
+            if (sl->klo == d.lo && sl->khi == d.hi) {
+                if (min_node && sl->ver == version) atomicMin(&raw->node, node);
                 return (long long)slot;
             }
         }
@@ -130,10 +140,17 @@ __device__ long long table_insert(const Table t, dig128 d, u32 version, u64 node
     return -1;
 }
 
+// Adds the warp's new entries to the table's count with one atomic.
+__device__ __forceinline__ void count_inserts(const Table t, bool inserted) {
+    u32 active = __activemask();
+    u32 m = __ballot_sync(active, inserted);
+    if ((threadIdx.x & 31) == (u32)(__ffs(active) - 1) && m) atomicAdd(t.count, (u64)__popc(m));
+}
+
 extern "C" __global__ void table_rollback(Table t, u32 version) {
     for (u64 s = blockIdx.x * (u64)blockDim.x + threadIdx.x; s <= t.mask; s += (u64)gridDim.x * blockDim.x) {
-        if (t.flags[s] == SLOT_FULL && t.ver[s] == version) {
-            t.flags[s] = SLOT_DEAD;
+        if (t.slots[s].flags == SLOT_FULL && t.slots[s].ver == version) {
+            t.slots[s].flags = SLOT_DEAD;
             atomicAdd(t.count, (u64)-1ll);
         }
     }
@@ -141,11 +158,14 @@ extern "C" __global__ void table_rollback(Table t, u32 version) {
 
 extern "C" __global__ void table_rehash(Table from, Table to) {
     for (u64 s = blockIdx.x * (u64)blockDim.x + threadIdx.x; s <= from.mask; s += (u64)gridDim.x * blockDim.x) {
-        if (from.flags[s] == SLOT_FULL) {
+        Slot x = from.slots[s];
+        if (x.flags == SLOT_FULL) {
             dig128 d;
-            d.lo = from.klo[s];
-            d.hi = from.khi[s];
-            table_insert(to, d, from.ver[s], from.node[s], false);
+            d.lo = x.klo;
+            d.hi = x.khi;
+            bool ins;
+            table_insert(to, d, x.ver, x.node, false, ins);
+            atomicAdd(to.count, (u64)ins);
         }
     }
 }
@@ -153,34 +173,37 @@ extern "C" __global__ void table_rehash(Table from, Table to) {
 // ---------------------------------------------------------------- scans ----
 
 // Exclusive scan of `in` into `out` (may alias) by 1024-element tiles; the
-// element count is read from the device (*n), so grids are sized by an upper
-// bound and no host round trip is needed. Tile totals go to `sums`.
+// element count is read from the device (*n), so the grid is fixed and no host
+// round trip is needed: blocks stride over the tiles. Tile totals to `sums`.
 extern "C" __global__ void __launch_bounds__(1024) scan_tiles(const u64* in, u64* out, const u64* n_ptr, u64* sums) {
     __shared__ u64 warp_tot[32];
     u64 n = *n_ptr;
-    u64 i = blockIdx.x * 1024ull + threadIdx.x;
-    if (blockIdx.x * 1024ull >= n && blockIdx.x > 0) return;
-    u64 x = i < n ? in[i] : 0;
+    u64 tiles = n == 0 ? 1 : (n + 1023) / 1024;
     u32 lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    u64 incl = x;
-    for (int o = 1; o < 32; o <<= 1) {
-        u64 y = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= (u32)o) incl += y;
-    }
-    if (lane == 31) warp_tot[w] = incl;
-    __syncthreads();
-    if (w == 0) {
-        u64 t = warp_tot[lane];
-        u64 ti = t;
+    for (u64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        u64 i = tile * 1024ull + threadIdx.x;
+        u64 x = i < n ? in[i] : 0;
+        u64 incl = x;
         for (int o = 1; o < 32; o <<= 1) {
-            u64 y = __shfl_up_sync(0xffffffffu, ti, o);
-            if (lane >= (u32)o) ti += y;
+            u64 y = __shfl_up_sync(0xffffffffu, incl, o);
+            if (lane >= (u32)o) incl += y;
         }
-        warp_tot[lane] = ti - t;
-        if (lane == 31) sums[blockIdx.x] = ti;
+        if (lane == 31) warp_tot[w] = incl;
+        __syncthreads();
+        if (w == 0) {
+            u64 t = warp_tot[lane];
+            u64 ti = t;
+            for (int o = 1; o < 32; o <<= 1) {
+                u64 y = __shfl_up_sync(0xffffffffu, ti, o);
+                if (lane >= (u32)o) ti += y;
+            }
+            warp_tot[lane] = ti - t;
+            if (lane == 31) sums[tile] = ti;
+        }
+        __syncthreads();
+        if (i < n) out[i] = incl - x + warp_tot[w];
+        __syncthreads();
     }
-    __syncthreads();
-    if (i < n) out[i] = incl - x + warp_tot[w];
 }
 
 // Exclusive scan of the tile totals in one block; the grand total to *total.
@@ -222,8 +245,8 @@ extern "C" __global__ void __launch_bounds__(1024) scan_sums(u64* sums, const u6
 }
 
 extern "C" __global__ void __launch_bounds__(1024) scan_add(u64* out, const u64* n_ptr, const u64* sums) {
-    u64 i = blockIdx.x * 1024ull + threadIdx.x;
-    if (i < *n_ptr) out[i] += sums[blockIdx.x];
+    u64 n = *n_ptr;
+    for (u64 i = blockIdx.x * 1024ull + threadIdx.x; i < n; i += (u64)gridDim.x * 1024ull) out[i] += sums[i / 1024];
 }
 
 // ------------------------------------------------------------- leaf pass ----
@@ -231,17 +254,66 @@ extern "C" __global__ void __launch_bounds__(1024) scan_add(u64* out, const u64*
 // One thread per chunk: hash it, compare with the previous version's digest.
 // Changed leaves get their digest stored and a bit in `ballots`; each block
 // of 256 threads writes its changed count.
+// Murmur3 of the block's 256 chunks, staged through shared memory in
+// 128-byte segments so that every global load is a coalesced 16-byte access
+// (a thread per chunk reading its own chunk strides the warp across 32 lines).
+// Requires cs % 16 == 0 and a 16-byte-aligned buffer.
+#define SEG 128
+#define SEG_PITCH (SEG + 16)  // one 16-byte pad per chunk: conflict-free 16-byte reads
+__device__ __forceinline__ dig128 murmur3_staged(const u8* data, u64 data_len, u32 cs, u64 n) {
+    __shared__ u64x2 seg[256 * SEG_PITCH / 16];
+    u64 first = blockIdx.x * 256ull;
+    u64 i = first + threadIdx.x;
+    u64 block_end = (first + 256) * cs < data_len ? (first + 256) * cs : data_len;  // bytes of this block
+    u64 block_start = first * cs;
+    u64 my_len = 0;
+    if (i < n) {
+        u64 rem = data_len - i * cs;
+        my_len = rem < cs ? rem : cs;
+    }
+    u64 h1 = 0, h2 = 0;
+    u32 full_blocks = (u32)(my_len / 16);
+    for (u32 s0 = 0; s0 < cs; s0 += SEG) {
+        // Cooperative load: segment [s0, s0+SEG) of each chunk, 16 bytes per thread per step.
+        const u32 units = 256 * (SEG / 16);
+        for (u32 u = threadIdx.x; u < units; u += 256) {
+            u32 c = u / (SEG / 16), k = u % (SEG / 16);
+            u64 src = block_start + (u64)c * cs + s0 + 16 * k;
+            u64x2 v;
+            v.x = 0;
+            v.y = 0;
+            if (s0 + 16 * k < cs && src + 16 <= block_end) v = *(const u64x2*)(data + src);
+            seg[(c * SEG_PITCH) / 16 + k] = v;
+        }
+        __syncthreads();
+        u32 b0 = s0 / 16, b1 = b0 + SEG / 16;
+        if (b1 > full_blocks) b1 = full_blocks;
+        for (u32 b = b0; b < b1; b++) {
+            u64x2 v = seg[(threadIdx.x * SEG_PITCH) / 16 + (b - b0)];
+            m3_block(h1, h2, v.x, v.y);
+        }
+        __syncthreads();
+    }
+    u32 rem = (u32)(my_len & 15);
+    return m3_tail(h1, h2, data + i * cs + 16ull * full_blocks, rem, (u32)my_len);
+}
+
 extern "C" __global__ void __launch_bounds__(256) leaf_pass(const u8* data, u64 data_len, u32 cs, u64 n, int algo,
                                                              const u64* prev, int has_prev, u64* dig,
                                                              u32* ballots, u64* block_counts) {
     u64 i = blockIdx.x * 256ull + threadIdx.x;
     bool changed = false;
-    if (i < n) {
+    bool staged = algo == 1 && (cs & 15u) == 0 && (((u64)data) & 15ull) == 0;
+    dig128 d;
+    if (staged) {
+        d = murmur3_staged(data, data_len, cs, n);
+    } else if (i < n) {
         u64 off = i * cs;
         u64 rem = data_len - off;
         u32 len = rem < cs ? (u32)rem : cs;
-        bool aligned = ((cs & 15u) == 0) && ((((u64)data) & 15ull) == 0);
-        dig128 d = leaf_digest(algo, data + off, len, aligned);
+        d = leaf_digest(algo, data + off, len, false);
+    }
+    if (i < n) {
         changed = !has_prev || d.lo != prev[2 * i] || d.hi != prev[2 * i + 1];
         if (changed) store_dig(dig, i, d);
     }
@@ -291,7 +363,9 @@ extern "C" __global__ void insert_leaves(const u64* counters, const u64* idx, co
     u64 m = counters[0];
     for (u64 k = blockIdx.x * (u64)blockDim.x + threadIdx.x; k < m; k += (u64)gridDim.x * blockDim.x) {
         u64 i = idx[k];
-        table_insert(t, load_dig(dig, i), version, i, true);
+        bool ins;
+        table_insert(t, load_dig(dig, i), version, i, true, ins);
+        count_inserts(t, ins);
     }
 }
 
@@ -307,10 +381,10 @@ extern "C" __global__ void label_leaves(const u64* counters, const u64* idx, con
             long long s = table_find(t, load_dig(dig, i));
             if (s < 0) {
                 atomicExch(t.overflow, 2u);
-            } else if (!(t.ver[s] == version && t.node[s] == i)) {
+            } else if (!(t.slots[s].ver == version && t.slots[s].node == i)) {
                 label = L_SHIFT;
-                lv.sver[i] = t.ver[s];
-                lv.snode[i] = t.node[s];
+                lv.sver[i] = t.slots[s].ver;
+                lv.snode[i] = t.slots[s].node;
             }
         }
         lv.lab[i] = label;
@@ -335,16 +409,18 @@ extern "C" __global__ void stage1(Levels lv, u64 off_k, u64 len_k, u64 off_k1, u
         return;
     }
     u8 b = lv.lab[c1];
+    bool ins = false;
     if (a == L_FIRST && b == L_FIRST) {
         dig128 d = node_digest(algo, load_dig(lv.dig, c0), load_dig(lv.dig, c1));
         store_dig(lv.dig, me, d);
         lv.lab[me] = L_FIRST;
-        table_insert(t, d, version, node_id(level_k1, p), false);
+        table_insert(t, d, version, node_id(level_k1, p), false, ins);
     } else if (a == L_FIXED && b == L_FIXED) {
         lv.lab[me] = L_FIXED;
     } else {
         lv.lab[me] = L_OTHER;
     }
+    count_inserts(t, ins);
 }
 
 // Stage 2, level k -> k+1: SHIFT subtrees; marks region roots among level k.
@@ -373,8 +449,8 @@ extern "C" __global__ void stage2(Levels lv, u64 off_k, u64 len_k, u64 off_k1, u
         if (s >= 0) {
             lv.lab[me] = L_SHIFT;
             store_dig(lv.dig, me, d);
-            lv.sver[me] = t.ver[s];
-            lv.snode[me] = t.node[s];
+            lv.sver[me] = t.slots[s].ver;
+            lv.snode[me] = t.slots[s].node;
             return;
         }
     }
@@ -598,6 +674,8 @@ extern "C" __global__ void insert_entries(u64 count, const u64* klo, const u64* 
         dig128 d;
         d.lo = klo[k];
         d.hi = khi[k];
-        table_insert(t, d, ver[k], node[k], false);
+        bool ins;
+        table_insert(t, d, ver[k], node[k], false, ins);
+        count_inserts(t, ins);
     }
 }

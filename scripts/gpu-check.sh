@@ -11,10 +11,10 @@ cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--prepare" ]; then
     cargo build --release
     test_bin=$(cargo test --release --no-run --test gpu --message-format=json 2>/dev/null |
-        python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable")][-1])')
+        python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable") and "/deps/gpu-" in m["executable"]][-1])')
     mkdir -p .device
-    cp target/release/dckpt .device/dckpt
-    cp "$test_bin" .device/gpu-test
+    strip -o .device/dckpt target/release/dckpt
+    strip -o .device/gpu-test "$test_bin"
     echo "prepared .device/: $(ls .device | tr '\n' ' ')"
     exit 0
 fi
@@ -25,12 +25,16 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export DCKPT_KERNEL_CACHE=${DCKPT_KERNEL_CACHE:-$PWD/.device/kernel-cache}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 echo "== identical bytes and GPU restore"
-.device/gpu-test --test-threads=1 --nocapture 2>&1 | tee "$out/gpu-test.log" | tail -n 8
-echo "== benchmark: 10 versions of $size, chunk sizes 64, 128, 512"
+set -o pipefail
+.device/gpu-test --test-threads=1 --nocapture 2>&1 | tee "$out/gpu-test.log" | tail -n 4
+echo "== benchmark: 10 versions of $size, chunk sizes ${CHUNKS:-64,128,512}"
+restore=(--restore-dir "${TMPDIR:-/tmp}")
 for change in ${CHANGES:-0.01 0.10 1.0}; do
     for shape in ${SHAPES:-scattered clustered}; do
         [ "$change" = 1.0 ] && [ "$shape" = clustered ] && continue
         .device/dckpt bench --backend cuda --synthetic "$shape:$change" --size "$size" --versions 10 \
-            --chunk-sizes ${CHUNKS:-64,128,512} --json "$out/gpu-$shape-$change.json"
+            --chunk-sizes "${CHUNKS:-64,128,512}" "${restore[@]}" --json "$out/gpu-$shape-$change.json" 2>&1 |
+            grep -v '^gpu-profile'
+        restore=()
     done
 done

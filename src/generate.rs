@@ -47,6 +47,7 @@ pub const SHIFT_ALIGN: usize = 4096;
 
 /// A reproducible sequence of versions.
 pub struct Workload {
+    granule: usize,
     change: f64,
     shape: Shape,
     rng: SmallRng,
@@ -75,7 +76,17 @@ impl Workload {
                 word.copy_from_slice(&b[..word.len()]);
             }
         });
-        Ok(Workload { change, shape, rng: SmallRng::seed_from_u64(seed.wrapping_add(1)), data, produced: 0 })
+        Ok(Workload { granule: GRANULE, change, shape, rng: SmallRng::seed_from_u64(seed.wrapping_add(1)), data, produced: 0 })
+    }
+
+    /// Sets the size of a scattered edit (default [`GRANULE`]); with the chunk
+    /// size, each edit rewrites exactly one chunk.
+    pub fn with_granule(mut self, granule: usize) -> Result<Self> {
+        if granule == 0 || granule > self.data.len() {
+            return Err(Error::InvalidOption(format!("granule {granule} must be between 1 and the size")));
+        }
+        self.granule = granule;
+        Ok(self)
     }
 
     /// The current version's bytes (the base before the first `advance`).
@@ -114,11 +125,12 @@ impl Workload {
                 }
             }
             Shape::Scattered => {
-                let granules = size / GRANULE;
+                let gr = self.granule;
+                let granules = size / gr;
                 while changed < target && granules > 0 {
                     let g = self.rng.random_range(0..granules);
-                    self.rng.fill(&mut self.data[g * GRANULE..(g + 1) * GRANULE]);
-                    changed += GRANULE;
+                    self.rng.fill(&mut self.data[g * gr..(g + 1) * gr]);
+                    changed += gr;
                 }
             }
         }

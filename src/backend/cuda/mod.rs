@@ -195,11 +195,7 @@ fn load_module(ctx: &Arc<CudaContext>, arch: &str) -> Result<Arc<CudaModule>> {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TableArgs {
-    pub flags: u64,
-    pub klo: u64,
-    pub khi: u64,
-    pub ver: u64,
-    pub node: u64,
+    pub slots: u64,
     pub mask: u64,
     pub count: u64,
     pub overflow: u64,

@@ -63,11 +63,8 @@ const C_BLOCKS: usize = 6;
 const COUNTERS: usize = 8;
 
 struct DeviceTable {
-    flags: CudaSlice<u32>,
-    klo: CudaSlice<u64>,
-    khi: CudaSlice<u64>,
-    ver: CudaSlice<u32>,
-    node: CudaSlice<u64>,
+    /// `struct Slot` of dedup.cu: klo, khi, node, (ver | flags << 32); 4 words a slot.
+    slots: CudaSlice<u64>,
     /// [live entries, overflow flag (low 32 bits)].
     stats: CudaSlice<u64>,
     cap: usize,
@@ -77,11 +74,7 @@ impl DeviceTable {
     fn new(gpu: &Gpu, cap: usize) -> Result<Self> {
         let s = &gpu.stream;
         Ok(DeviceTable {
-            flags: s.alloc_zeros(cap).map_err(gpu_oom)?,
-            klo: s.alloc_zeros(cap).map_err(gpu_oom)?,
-            khi: s.alloc_zeros(cap).map_err(gpu_oom)?,
-            ver: s.alloc_zeros(cap).map_err(gpu_oom)?,
-            node: s.alloc_zeros(cap).map_err(gpu_oom)?,
+            slots: s.alloc_zeros(4 * cap).map_err(gpu_oom)?,
             stats: s.alloc_zeros(2).map_err(gpu_oom)?,
             cap,
         })
@@ -94,11 +87,7 @@ impl DeviceTable {
     fn args(&self, gpu: &Gpu) -> TableArgs {
         let stats = ptr(&self.stats, gpu);
         TableArgs {
-            flags: ptr(&self.flags, gpu),
-            klo: ptr(&self.klo, gpu),
-            khi: ptr(&self.khi, gpu),
-            ver: ptr(&self.ver, gpu),
-            node: ptr(&self.node, gpu),
+            slots: ptr(&self.slots, gpu),
             mask: self.cap as u64 - 1,
             count: stats,
             overflow: stats + 8,
@@ -107,7 +96,7 @@ impl DeviceTable {
     }
 
     /// Bytes of device memory per slot.
-    const SLOT_BYTES: usize = 4 + 8 + 8 + 4 + 8;
+    const SLOT_BYTES: usize = 32;
 }
 
 fn gpu_oom(e: impl std::fmt::Display) -> Error {
@@ -225,7 +214,8 @@ impl GpuDedup {
         let max_body = 96 + 40 * n + n.div_ceil(8) + layout.data_len() + 16;
         // SAFETY: pinned memory is written by the D2H copy before it is read.
         let pinned = unsafe { gpu.ctx.alloc_pinned_with_flags::<u8>(max_body as usize, 0) }.map_err(gpu_oom)?;
-        let cap = (4 * n.max(256)).next_power_of_two() as usize;
+        // Room for a baseline's 2n entries plus a worst-case version's 2n at a load of 3/4.
+        let cap = (6 * n.max(256)).next_power_of_two() as usize;
         let table = DeviceTable::new(&gpu, cap)?;
         let level_off_dev = st.clone_htod(&level_off).map_err(cuda_err)?;
         Ok(GpuDedup {
@@ -346,7 +336,7 @@ impl GpuDedup {
         let k = &self.gpu.k;
         let n_ptr = self.counters.slice(n_slot..n_slot + 1);
         let total = self.counters.slice(total_slot..total_slot + 1);
-        let tiles = blocks(upper, 1024);
+        let tiles = blocks(upper, 1024).min(self.gpu.sms * 2);
         let mut b = st.launch_builder(&k.scan_tiles);
         b.arg(input).arg(output).arg(&n_ptr).arg(&self.s.tile_sums);
         // SAFETY: kernel signatures match; all buffers are owned by self.
@@ -467,7 +457,7 @@ impl GpuDedup {
 
     fn clear_table(&mut self) -> Result<()> {
         let st = self.gpu.stream.clone();
-        st.memset_zeros(&mut self.table.flags).map_err(cuda_err)?;
+        st.memset_zeros(&mut self.table.slots).map_err(cuda_err)?;
         st.memset_zeros(&mut self.table.stats).map_err(cuda_err)?;
         self.table_entries = 0;
         Ok(())
@@ -513,6 +503,17 @@ impl GpuDedup {
     fn run_pipeline(&mut self, version: u32, data_ptr: u64, baseline: bool) -> Result<()> {
         let gpu = self.gpu.clone();
         let st = &gpu.stream;
+        // DCKPT_GPU_PROFILE=1 prints the time of each stage (CUDA events) to stderr.
+        let profile = std::env::var_os("DCKPT_GPU_PROFILE").is_some();
+        let mut marks: Vec<(&str, cudarc::driver::CudaEvent)> = Vec::new();
+        let mut mark = |name: &'static str| -> Result<()> {
+            if profile {
+                let e = st.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda_err)?;
+                marks.push((name, e));
+            }
+            Ok(())
+        };
+        mark("start")?;
         let k = &gpu.k;
         let n = self.layout.chunks();
         let cs = self.layout.chunk_size();
@@ -539,6 +540,7 @@ impl GpuDedup {
         let dense = cfg(blocks(n, 256), 256);
         let gs = self.grid_stride();
 
+        mark("init")?;
         // 1. Leaves: hash, compare, count, compact.
         let mut b = st.launch_builder(&k.leaf_pass);
         b.arg(&data_ptr).arg(&data_len).arg(&cs).arg(&n).arg(&algo).arg(&self.prev).arg(&has_prev);
@@ -551,6 +553,7 @@ impl GpuDedup {
         b.arg(&s.ballots).arg(&s.block_counts).arg(&n).arg(&s.changed);
         unsafe { b.launch(dense) }.map_err(cuda_err)?;
 
+        mark("leaves")?;
         // 2. Labels.
         if use_table == 1 {
             let mut b = st.launch_builder(&k.insert_leaves);
@@ -562,6 +565,7 @@ impl GpuDedup {
         b.arg(c).arg(&s.changed).arg(&self.dig).arg(&t).arg(&version).arg(&use_table).arg(&lv).arg(&root_at_ptr);
         unsafe { b.launch(gs) }.map_err(cuda_err)?;
 
+        mark("labels")?;
         // 3. Algorithm 1's level passes.
         if tree {
             let top = self.level_len.len() - 1;
@@ -587,6 +591,7 @@ impl GpuDedup {
             unsafe { b.launch(cfg(1, 32)) }.map_err(cuda_err)?;
         }
 
+        mark("levels")?;
         // 4. Roots in chunk order, then runs and tables.
         let mut b = st.launch_builder(&k.flag_ballot);
         b.arg(&s.root_at).arg(&n).arg(&s.ballots).arg(&s.block_counts);
@@ -607,6 +612,7 @@ impl GpuDedup {
         self.scan(&s.shift_head, &s.shift_id, C_ROOTS, n, C_SHIFT_RUNS)?;
         self.scan(&s.bytes, &s.bytes_off, C_ROOTS, n, C_DATA)?;
         self.scan(&s.first_flag, &s.first_rank, C_ROOTS, n, C_FIRST_ROOTS)?;
+        mark("roots")?;
         let rank = self.rank;
         let mut b = st.launch_builder(&k.emit_runs);
         b.arg(c).arg(&s.roots).arg(&s.kind).arg(&s.count).arg(&s.src_ver).arg(&s.src_start);
@@ -620,6 +626,7 @@ impl GpuDedup {
         b.arg(c).arg(&s.roots).arg(&s.kind).arg(&s.bytes_off).arg(&s.first_rank).arg(&s.fr_start).arg(&s.fr_off);
         unsafe { b.launch(gs) }.map_err(cuda_err)?;
 
+        mark("runs")?;
         // 5. Serialize: bitmap, data, header.
         if bitmap_len > 0 {
             let mut b = st.launch_builder(&k.write_bitmap);
@@ -636,6 +643,15 @@ impl GpuDedup {
         b.arg(c).arg(&self.out).arg(&method).arg(&hash).arg(&flags).arg(&rank).arg(&cs).arg(&version64);
         b.arg(&data_len).arg(&bitmap_len).arg(&wft);
         unsafe { b.launch(cfg(1, 32)) }.map_err(cuda_err)?;
+        mark("gather")?;
+        if profile {
+            st.synchronize().map_err(cuda_err)?;
+            let mut line = format!("gpu-profile {} v{version}:", self.method);
+            for w in marks.windows(2) {
+                line += &format!(" {} {:.3}", w[1].0, w[0].1.elapsed_ms(&w[1].1).map_err(cuda_err)?);
+            }
+            eprintln!("{line} ms");
+        }
         Ok(())
     }
 }
