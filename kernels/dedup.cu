@@ -251,9 +251,6 @@ extern "C" __global__ void __launch_bounds__(1024) scan_add(u64* out, const u64*
 
 // ------------------------------------------------------------- leaf pass ----
 
-// One thread per chunk: hash it, compare with the previous version's digest.
-// Changed leaves get their digest stored and a bit in `ballots`; each block
-// of 256 threads writes its changed count.
 // Murmur3 of the block's 256 chunks, staged through shared memory in
 // 128-byte segments so that every global load is a coalesced 16-byte access
 // (a thread per chunk reading its own chunk strides the warp across 32 lines).
@@ -298,20 +295,25 @@ __device__ __forceinline__ dig128 murmur3_staged(const u8* data, u64 data_len, u
     return m3_tail(h1, h2, data + i * cs + 16ull * full_blocks, rem, (u32)my_len);
 }
 
-extern "C" __global__ void __launch_bounds__(256) leaf_pass(const u8* data, u64 data_len, u32 cs, u64 n, int algo,
-                                                             const u64* prev, int has_prev, u64* dig,
-                                                             u32* ballots, u64* block_counts) {
+// One thread per chunk: hash it, compare with the previous version's digest.
+// Changed leaves get their digest stored and a bit in `ballots`; each block
+// of 256 threads writes its changed count. One kernel per algorithm, so the
+// Murmur3 path is not sized for BLAKE3's registers.
+template <int ALGO>
+__device__ __forceinline__ void leaf_pass_impl(const u8* data, u64 data_len, u32 cs, u64 n, const u64* prev,
+                                               int has_prev, u64* dig, u32* ballots, u64* block_counts) {
     u64 i = blockIdx.x * 256ull + threadIdx.x;
     bool changed = false;
-    bool staged = algo == 1 && (cs & 15u) == 0 && (((u64)data) & 15ull) == 0;
     dig128 d;
-    if (staged) {
+    d.lo = 0;
+    d.hi = 0;
+    if (ALGO == 1 && (cs & 15u) == 0 && (((u64)data) & 15ull) == 0) {
         d = murmur3_staged(data, data_len, cs, n);
     } else if (i < n) {
         u64 off = i * cs;
         u64 rem = data_len - off;
         u32 len = rem < cs ? (u32)rem : cs;
-        d = leaf_digest(algo, data + off, len, false);
+        d = leaf_digest(ALGO, data + off, len, false);
     }
     if (i < n) {
         changed = !has_prev || d.lo != prev[2 * i] || d.hi != prev[2 * i + 1];
@@ -322,6 +324,16 @@ extern "C" __global__ void __launch_bounds__(256) leaf_pass(const u8* data, u64 
     int cnt = __syncthreads_count(changed);
     if (threadIdx.x == 0) block_counts[blockIdx.x] = (u64)cnt;
 }
+
+#define LEAF_PASS(NAME, ALGO)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(256)                                                          \
+        NAME(const u8* data, u64 data_len, u32 cs, u64 n, const u64* prev, int has_prev, u64* dig, u32* ballots, \
+             u64* block_counts) {                                                                              \
+        leaf_pass_impl<ALGO>(data, data_len, cs, n, prev, has_prev, dig, ballots, block_counts);              \
+    }
+LEAF_PASS(leaf_pass_murmur3, 1)
+LEAF_PASS(leaf_pass_xxh3, 2)
+LEAF_PASS(leaf_pass_blake3, 3)
 
 // Flags from a byte array (non-zero = set), in the leaf_pass layout.
 extern "C" __global__ void __launch_bounds__(256) flag_ballot(const u8* flags, u64 n, u32* ballots, u64* block_counts) {

@@ -38,7 +38,7 @@ pub fn available() -> bool {
 
 /// The kernels of `dedup.cu`.
 pub(crate) struct Kernels {
-    pub leaf_pass: CudaFunction,
+    pub leaf_pass: [CudaFunction; 3],
     pub flag_ballot: CudaFunction,
     pub compact_flags: CudaFunction,
     pub scan_tiles: CudaFunction,
@@ -102,7 +102,7 @@ impl Gpu {
         let module = load_module(&ctx, &arch)?;
         let f = |name: &str| module.load_function(name).map_err(|e| Error::Gpu(format!("kernel {name}: {e}")));
         let k = Kernels {
-            leaf_pass: f("leaf_pass")?,
+            leaf_pass: [f("leaf_pass_murmur3")?, f("leaf_pass_xxh3")?, f("leaf_pass_blake3")?],
             flag_ballot: f("flag_ballot")?,
             compact_flags: f("compact_flags")?,
             scan_tiles: f("scan_tiles")?,

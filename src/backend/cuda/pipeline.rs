@@ -542,8 +542,8 @@ impl GpuDedup {
 
         mark("init")?;
         // 1. Leaves: hash, compare, count, compact.
-        let mut b = st.launch_builder(&k.leaf_pass);
-        b.arg(&data_ptr).arg(&data_len).arg(&cs).arg(&n).arg(&algo).arg(&self.prev).arg(&has_prev);
+        let mut b = st.launch_builder(&k.leaf_pass[(algo - 1) as usize]);
+        b.arg(&data_ptr).arg(&data_len).arg(&cs).arg(&n).arg(&self.prev).arg(&has_prev);
         b.arg(&self.dig).arg(&s.ballots).arg(&s.block_counts);
         // SAFETY (all launches below): arguments follow the kernels' signatures in
         // kernels/dedup.cu, and every buffer is owned by self for the stream's lifetime.
