@@ -3,10 +3,10 @@
 //! in the same process as baselines.
 
 use crate::dedup::{DedupInput, DedupState};
-use rayon::prelude::*;
 use crate::format::encode_diff;
 use crate::layout::Layout;
 use crate::{HashAlgo, Method, Result};
+use rayon::prelude::*;
 use serde::Serialize;
 use std::time::Instant;
 

@@ -66,6 +66,9 @@ pub struct Diff {
     pub method: Method,
     /// A baseline references no earlier version.
     pub baseline: bool,
+    /// Stored in full because most chunks changed (see
+    /// [`crate::dedup::is_dense`]): a baseline that adds nothing to the record.
+    pub dense: bool,
     /// Stored runs, sorted by `start`, disjoint.
     pub first: Vec<FirstRun>,
     /// Referencing runs, sorted by `start`, disjoint from each other and from `first`.

@@ -147,7 +147,11 @@ impl Engine {
 
     /// Takes checkpoint `version` of a device buffer the application owns
     /// (CUDA backend only).
-    pub fn checkpoint_device(&mut self, version: u64, data: &cudarc::driver::CudaSlice<u8>) -> Result<CheckpointReport> {
+    pub fn checkpoint_device(
+        &mut self,
+        version: u64,
+        data: &cudarc::driver::CudaSlice<u8>,
+    ) -> Result<CheckpointReport> {
         self.checkpoint_input(version, GpuInput::Device(data))
     }
 
@@ -160,7 +164,8 @@ impl Engine {
                 let GpuInput::Host(data) = input else {
                     return Err(Error::InvalidOption("device buffers need the CUDA backend".into()));
                 };
-                let outcome = self.opts.method.deduplicator().deduplicate(state, &DedupInput { data, version, baseline })?;
+                let outcome =
+                    self.opts.method.deduplicator().deduplicate(state, &DedupInput { data, version, baseline })?;
                 let file = encode_diff(&outcome.diff, data);
                 let entries = outcome.pending_entries();
                 let t1 = Instant::now();
@@ -171,7 +176,9 @@ impl Engine {
             }
             Worker::Cuda(dev) => {
                 let cp = dev.checkpoint(version, input, baseline)?;
-                let data_start = cp.file.len() - 32 - 32 * (cp.diff.data_bytes().div_ceil(65536) as usize)
+                let data_start = cp.file.len()
+                    - 32
+                    - 32 * (cp.diff.data_bytes().div_ceil(65536) as usize)
                     - cp.diff.data_bytes() as usize;
                 let first_data = &cp.file[data_start..data_start + cp.diff.data_bytes() as usize];
                 let entries = crate::dedup::record_entries(&cp.diff, first_data);

@@ -76,7 +76,14 @@ impl Workload {
                 word.copy_from_slice(&b[..word.len()]);
             }
         });
-        Ok(Workload { granule: GRANULE, change, shape, rng: SmallRng::seed_from_u64(seed.wrapping_add(1)), data, produced: 0 })
+        Ok(Workload {
+            granule: GRANULE,
+            change,
+            shape,
+            rng: SmallRng::seed_from_u64(seed.wrapping_add(1)),
+            data,
+            produced: 0,
+        })
     }
 
     /// Sets the size of a scattered edit (default [`GRANULE`]); with the chunk
@@ -102,6 +109,12 @@ impl Workload {
     /// Applies one version's edits.
     pub fn advance(&mut self) {
         let size = self.data.len();
+        if self.change >= 1.0 {
+            // Everything changes (sampling granules with replacement would miss ~37%).
+            self.rng.fill(&mut self.data[..]);
+            self.produced += 1;
+            return;
+        }
         let target = (self.change * size as f64) as usize;
         let mut changed = 0;
         match self.shape {

@@ -15,6 +15,8 @@ pub struct VersionStats {
     pub version: u64,
     /// Whether it is a baseline.
     pub baseline: bool,
+    /// Whether it was stored whole because most chunks changed.
+    pub dense: bool,
     /// Method.
     pub method: String,
     /// Bytes of the protected buffer.
@@ -59,6 +61,7 @@ pub fn inspect_store(root: &Path) -> Result<Vec<VersionStats>> {
                 rank,
                 version: v,
                 baseline: d.baseline,
+                dense: d.dense,
                 method: d.method.to_string(),
                 logical_bytes: logical,
                 stored_bytes: r.file_len(),

@@ -107,3 +107,27 @@ fn parameters_of_an_existing_store_are_enforced() {
     assert!(e.checkpoint(2, &vs[1][..100]).is_err());
     assert_eq!(e.store().manifest().versions.len(), 1);
 }
+
+#[test]
+fn a_version_that_mostly_changed_is_stored_dense_and_restarts_the_record() {
+    let mut vs = evolving(2, 40_000);
+    vs.push(noise(40_000, 99)); // everything changes
+    let mut v4 = vs[2].clone();
+    v4[100..200].copy_from_slice(&noise(100, 5));
+    v4.copy_within(0..1024, 4096); // a shift inside the dense version's bytes
+    vs.push(v4);
+    for method in [Method::Basic, Method::List, Method::Tree] {
+        let dir = tempfile::tempdir().unwrap();
+        let reports = checkpoint_all(dir.path(), &opts(method, 64), &vs);
+        let r = &reports[2];
+        assert!(r.baseline, "{method}: a dense version is a baseline");
+        assert_eq!((r.first_regions, r.shift_regions, r.counts.first), (1, 0, 625), "{method}");
+        assert!(!reports[3].baseline);
+        assert_restores(dir.path(), &vs);
+        let (_, stats) = dckpt::restore::restore_with_stats(dir.path(), 0, 4).unwrap();
+        assert!(stats.files_opened <= 2, "{method}: the chain restarts at the dense version");
+        let reader =
+            dckpt::format::DiffReader::open(&dckpt::store::Store::open(dir.path(), 0).unwrap().diff_path(3)).unwrap();
+        assert!(reader.diff.dense && reader.header.dense);
+    }
+}

@@ -129,7 +129,9 @@ fn gpu_writes_the_cpu_bytes_on_random_sequences() {
 fn gpu_engine_stores_match_the_cpu_and_restore_on_the_gpu() {
     let Some(gpu) = gpu() else { return };
     let mut rng = Rng(77);
-    for (case, method) in [Method::Tree, Method::List, Method::Basic, Method::Full, Method::Tree].into_iter().enumerate() {
+    for (case, method) in
+        [Method::Tree, Method::List, Method::Basic, Method::Full, Method::Tree].into_iter().enumerate()
+    {
         let cs = [64usize, 128, 32, 512, 100][case];
         let versions = sequence(&mut rng, cs);
         let opts = StoreOptions { chunk_size: cs as u32, method, max_chain: Some(4), ..StoreOptions::default() };
@@ -147,8 +149,14 @@ fn gpu_engine_stores_match_the_cpu_and_restore_on_the_gpu() {
         let sa = dckpt::store::Store::open(a.path(), 0).unwrap();
         let sb = dckpt::store::Store::open(b.path(), 0).unwrap();
         for v in 1..=versions.len() as u64 {
-            assert!(std::fs::read(sa.diff_path(v)).unwrap() == std::fs::read(sb.diff_path(v)).unwrap(), "{method} v{v} diff");
-            assert!(std::fs::read(sa.record_path(v)).unwrap() == std::fs::read(sb.record_path(v)).unwrap(), "{method} v{v} rec");
+            assert!(
+                std::fs::read(sa.diff_path(v)).unwrap() == std::fs::read(sb.diff_path(v)).unwrap(),
+                "{method} v{v} diff"
+            );
+            assert!(
+                std::fs::read(sa.record_path(v)).unwrap() == std::fs::read(sb.record_path(v)).unwrap(),
+                "{method} v{v} rec"
+            );
         }
         for (i, want) in versions.iter().enumerate() {
             let (dev, stats, _) = cuda::restore_on_gpu(&gpu, b.path(), 0, i as u64 + 1).unwrap();

@@ -16,7 +16,7 @@ use rayon::prelude::*;
 /// Entries `(digest, where)` that checkpoint `diff` adds to the record, sorted
 /// by digest. `first_data` is the diff's FIRST data (the runs' bytes in order).
 pub fn record_entries(diff: &Diff, first_data: &[u8]) -> Vec<(Digest, RecordEntry)> {
-    if !diff.method.uses_record() {
+    if !diff.method.uses_record() || diff.dense {
         return Vec::new();
     }
     let Ok(version) = u32::try_from(diff.version) else { return Vec::new() };

@@ -214,6 +214,24 @@ fn check_input(state: &DedupState, input: &DedupInput<'_>) -> Result<u32> {
     })
 }
 
+/// Whether a version with `changed` of `chunks` chunks changed since the
+/// previous one is stored densely: at least 15/16 of them changed. De-dup
+/// would then save little and cost most (the paper's "deactivate incremental
+/// checkpointing"), so the version is stored as one FIRST run, becomes a
+/// baseline, and the record restarts empty. Shared by the CPU and GPU backends.
+pub fn is_dense(changed: u64, chunks: u64) -> bool {
+    changed.saturating_mul(16) >= chunks.saturating_mul(15)
+}
+
+/// The dense form of a version (see [`is_dense`]).
+fn dense_outcome(state: &DedupState, input: &DedupInput<'_>, method: Method, changed: Vec<(u64, Digest)>) -> Outcome {
+    let mut diff = empty_diff(state, input, method, RegionEncoding::Table);
+    diff.baseline = true;
+    diff.dense = true;
+    diff.first.push(FirstRun { start: 0, count: state.layout.chunks() });
+    Outcome { diff, pending: Pending { baseline: true, leaves: LeafUpdate::Patch(changed), inserts: Record::new() } }
+}
+
 fn empty_diff(state: &DedupState, input: &DedupInput<'_>, method: Method, encoding: RegionEncoding) -> Diff {
     Diff {
         version: input.version,
@@ -222,6 +240,7 @@ fn empty_diff(state: &DedupState, input: &DedupInput<'_>, method: Method, encodi
         hash: state.hash,
         method,
         baseline: input.baseline,
+        dense: false,
         first: Vec::new(),
         shift: Vec::new(),
         encoding,
@@ -247,14 +266,44 @@ pub struct BasicMethod;
 impl Deduplicate for BasicMethod {
     fn deduplicate(&self, state: &DedupState, input: &DedupInput<'_>) -> Result<Outcome> {
         check_input(state, input)?;
-        let prev = if input.baseline { None } else { state.previous.as_deref() };
-        let changed = hash_leaves(input.data, state.layout, state.hash, prev);
+        let empty = Record::new();
+        let LeafStage { had_previous, changed, .. } = match leaf_stage(state, input, Method::Basic, &empty) {
+            Ok(stage) => stage,
+            Err(dense) => return Ok(dense),
+        };
         let mut diff = empty_diff(state, input, Method::Basic, RegionEncoding::Bitmap);
         diff.first = changed.iter().map(|&(i, _)| FirstRun { start: i, count: 1 }).collect();
         diff.coalesce();
-        let leaves = leaf_update(prev.is_some(), changed);
+        let leaves = leaf_update(had_previous, changed);
         Ok(Outcome { diff, pending: Pending { baseline: input.baseline, leaves, inserts: Record::new() } })
     }
+}
+
+/// The leaf pass every hashing method starts with, against the history the
+/// version may use (none for a baseline).
+struct LeafStage<'s> {
+    /// Whether a previous version's leaves were compared against.
+    had_previous: bool,
+    /// Non-FIXED leaves, in index order.
+    changed: Vec<(u64, Digest)>,
+    /// The record the version may reference.
+    base: &'s Record,
+}
+
+/// Runs the leaf pass; `Err(outcome)` is the dense form when most chunks changed.
+fn leaf_stage<'s>(
+    state: &'s DedupState,
+    input: &DedupInput<'_>,
+    method: Method,
+    empty: &'s Record,
+) -> std::result::Result<LeafStage<'s>, Outcome> {
+    let prev = if input.baseline { None } else { state.previous.as_deref() };
+    let base = if input.baseline { empty } else { &state.record };
+    let changed = hash_leaves(input.data, state.layout, state.hash, prev);
+    if prev.is_some() && is_dense(changed.len() as u64, state.layout.chunks()) {
+        return Err(dense_outcome(state, input, method, changed));
+    }
+    Ok(LeafStage { had_previous: prev.is_some(), changed, base })
 }
 
 fn leaf_update(had_previous: bool, changed: Vec<(u64, Digest)>) -> LeafUpdate {
@@ -271,25 +320,26 @@ pub struct ListMethod;
 impl Deduplicate for ListMethod {
     fn deduplicate(&self, state: &DedupState, input: &DedupInput<'_>) -> Result<Outcome> {
         let version32 = check_input(state, input)?;
-        let prev = if input.baseline { None } else { state.previous.as_deref() };
         let empty = Record::new();
-        let base = if input.baseline { &empty } else { &state.record };
-        let changed = hash_leaves(input.data, state.layout, state.hash, prev);
+        let LeafStage { had_previous, changed, base } = match leaf_stage(state, input, Method::List, &empty) {
+            Ok(stage) => stage,
+            Err(dense) => return Ok(dense),
+        };
         let mut inserts = Record::new();
         let labels = classify_leaves(&changed, base, &mut inserts, version32, state.rank);
         let mut diff = empty_diff(state, input, Method::List, RegionEncoding::Table);
         for (&(i, _), label) in changed.iter().zip(&labels) {
             match label {
                 LeafLabel::First => diff.first.push(FirstRun { start: i, count: 1 }),
-                LeafLabel::Shift(src) => diff.shift.push(shift_run(state.layout, i, 1, src)),
+                LeafLabel::Shift(src) => diff.shift.push(shift_run(i, 1, src)),
             }
         }
-        let leaves = leaf_update(prev.is_some(), changed);
+        let leaves = leaf_update(had_previous, changed);
         Ok(Outcome { diff, pending: Pending { baseline: input.baseline, leaves, inserts } })
     }
 }
 
-fn shift_run(_layout: Layout, start: u64, count: u64, src: &RecordEntry) -> ShiftRun {
+fn shift_run(start: u64, count: u64, src: &RecordEntry) -> ShiftRun {
     ShiftRun {
         start,
         count,
@@ -305,10 +355,11 @@ pub struct TreeMethod;
 impl Deduplicate for TreeMethod {
     fn deduplicate(&self, state: &DedupState, input: &DedupInput<'_>) -> Result<Outcome> {
         let version32 = check_input(state, input)?;
-        let prev = if input.baseline { None } else { state.previous.as_deref() };
         let empty = Record::new();
-        let base = if input.baseline { &empty } else { &state.record };
-        let changed = hash_leaves(input.data, state.layout, state.hash, prev);
+        let LeafStage { had_previous, changed, base } = match leaf_stage(state, input, Method::Tree, &empty) {
+            Ok(stage) => stage,
+            Err(dense) => return Ok(dense),
+        };
         let mut inserts = Record::new();
         let labels = classify_leaves(&changed, base, &mut inserts, version32, state.rank);
         let roots =
@@ -318,13 +369,13 @@ impl Deduplicate for TreeMethod {
             let r = state.layout.node_chunks(root.node);
             match root.source {
                 None => diff.first.push(FirstRun { start: r.start, count: r.end - r.start }),
-                Some(src) => diff.shift.push(shift_run(state.layout, r.start, r.end - r.start, &src)),
+                Some(src) => diff.shift.push(shift_run(r.start, r.end - r.start, &src)),
             }
         }
         diff.first.sort_unstable_by_key(|r| r.start);
         diff.shift.sort_unstable_by_key(|r| r.start);
         diff.coalesce();
-        let leaves = leaf_update(prev.is_some(), changed);
+        let leaves = leaf_update(had_previous, changed);
         Ok(Outcome { diff, pending: Pending { baseline: input.baseline, leaves, inserts } })
     }
 }

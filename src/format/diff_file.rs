@@ -34,6 +34,7 @@ pub const BLOCK_SIZE: u32 = 64 * 1024;
 /// Bytes per block digest and of the trailer.
 pub const DIGEST_LEN: u64 = 32;
 const FLAG_BASELINE: u32 = 1;
+const FLAG_DENSE: u32 = 2;
 
 /// The fixed-size header of a diff file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +45,8 @@ pub struct DiffHeader {
     pub hash: HashAlgo,
     /// Whether the version references nothing older.
     pub baseline: bool,
+    /// Whether the version is stored densely (adds nothing to the record).
+    pub dense: bool,
     /// Rank.
     pub rank: u32,
     /// Chunk size in bytes.
@@ -70,7 +73,7 @@ impl DiffHeader {
         out.put_u16(FORMAT_VERSION);
         out.put_u8(self.method.code());
         out.put_u8(self.hash.code());
-        out.put_u32(if self.baseline { FLAG_BASELINE } else { 0 });
+        out.put_u32(u32::from(self.baseline) * FLAG_BASELINE | u32::from(self.dense) * FLAG_DENSE);
         out.put_u32(self.rank);
         out.put_u32(self.chunk_size);
         out.put_u64(self.version);
@@ -97,13 +100,14 @@ impl DiffHeader {
         let h = c.u8("hash")?;
         let hash = HashAlgo::from_code(h).ok_or_else(|| format!("unknown hash code {h}"))?;
         let flags = c.u32("flags")?;
-        if flags & !FLAG_BASELINE != 0 {
+        if flags & !(FLAG_BASELINE | FLAG_DENSE) != 0 {
             return Err(format!("unknown flags {flags:#x}"));
         }
         let h = DiffHeader {
             method,
             hash,
             baseline: flags & FLAG_BASELINE != 0,
+            dense: flags & FLAG_DENSE != 0,
             rank: c.u32("rank")?,
             chunk_size: c.u32("chunk size")?,
             version: c.u64("version")?,
@@ -161,6 +165,7 @@ fn header_of(diff: &Diff) -> DiffHeader {
         method: diff.method,
         hash: diff.hash,
         baseline: diff.baseline,
+        dense: diff.dense,
         rank: diff.rank,
         chunk_size: diff.layout.chunk_size(),
         version: diff.version,
@@ -237,7 +242,11 @@ pub fn decode_body(body: &[u8]) -> Result<(DiffHeader, Diff, usize), String> {
     let meta_len = header.meta_len(body.len() as u64)? as usize;
     let data_start = HEADER_LEN as usize + meta_len;
     if body.len() as u64 != data_start as u64 + header.data_bytes {
-        return Err(format!("body is {} bytes, its header describes {}", body.len(), data_start as u64 + header.data_bytes));
+        return Err(format!(
+            "body is {} bytes, its header describes {}",
+            body.len(),
+            data_start as u64 + header.data_bytes
+        ));
     }
     let diff = decode_tables(&header, &body[HEADER_LEN as usize..data_start])?;
     Ok((header, diff, data_start))
@@ -487,6 +496,9 @@ fn decode_tables(h: &DiffHeader, meta: &[u8]) -> Result<Diff, String> {
         }
         s.src_start.checked_add(s.count).ok_or_else(|| "SHIFT source range overflows".to_string())?;
     }
+    if h.dense && !(h.baseline && shift.is_empty() && first.len() == 1 && first[0].start == 0 && first[0].count == n) {
+        return Err("a dense version must be a baseline holding every chunk".into());
+    }
     Ok(Diff {
         version: h.version,
         rank: h.rank,
@@ -494,6 +506,7 @@ fn decode_tables(h: &DiffHeader, meta: &[u8]) -> Result<Diff, String> {
         hash: h.hash,
         method: h.method,
         baseline: h.baseline,
+        dense: h.dense,
         first,
         shift,
         encoding,

@@ -23,7 +23,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Kernel source, digests first.
-const SOURCE: &str = concat!(include_str!("../../../kernels/digests.cuh"), "\n", include_str!("../../../kernels/dedup.cu"));
+const SOURCE: &str =
+    concat!(include_str!("../../../kernels/digests.cuh"), "\n", include_str!("../../../kernels/dedup.cu"));
 
 pub(crate) fn cuda_err(e: impl std::fmt::Display) -> Error {
     Error::Gpu(e.to_string())

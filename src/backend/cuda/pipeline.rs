@@ -12,6 +12,7 @@ use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PinnedHostS
 use std::sync::Arc;
 
 /// Where the protected bytes are.
+#[derive(Clone, Copy)]
 pub enum GpuInput<'a> {
     /// Host memory: copied to the device first (H2D counted in the timings).
     Host(&'a [u8]),
@@ -167,6 +168,7 @@ pub struct GpuDedup {
     pinned: PinnedHostSlice<u8>,
     table: DeviceTable,
     pending: Option<u32>,
+    pending_dense: bool,
     table_entries: u64,
 }
 
@@ -238,6 +240,7 @@ impl GpuDedup {
             pinned,
             table,
             pending: None,
+            pending_dense: false,
             table_entries: 0,
             level_off,
             level_len,
@@ -331,7 +334,14 @@ impl GpuDedup {
 
     /// Exclusive scan `input` → `output` of `counters[n_slot]` elements (at
     /// most `upper`); the total goes to `counters[total_slot]`.
-    fn scan(&self, input: &CudaSlice<u64>, output: &CudaSlice<u64>, n_slot: usize, upper: u64, total_slot: usize) -> Result<()> {
+    fn scan(
+        &self,
+        input: &CudaSlice<u64>,
+        output: &CudaSlice<u64>,
+        n_slot: usize,
+        upper: u64,
+        total_slot: usize,
+    ) -> Result<()> {
         let st = &self.gpu.stream;
         let k = &self.gpu.k;
         let n_ptr = self.counters.slice(n_slot..n_slot + 1);
@@ -368,8 +378,9 @@ impl GpuDedup {
     /// pinned host buffer: returns `(body bytes, data start, timings)`.
     /// This is the part a checkpoint blocks the application for.
     pub fn compute(&mut self, version: u64, input: GpuInput<'_>, baseline: bool) -> Result<(usize, usize, GpuTimings)> {
-        let version32 = u32::try_from(version)
-            .map_err(|_| Error::InvalidOption(format!("version {version} exceeds the supported maximum {}", u32::MAX)))?;
+        let version32 = u32::try_from(version).map_err(|_| {
+            Error::InvalidOption(format!("version {version} exceeds the supported maximum {}", u32::MAX))
+        })?;
         if self.pending.is_some() {
             self.rollback()?;
         }
@@ -400,17 +411,7 @@ impl GpuDedup {
             GpuInput::Host(_) => self.staging.as_ref().ok_or_else(|| Error::Gpu("no staging buffer".into()))?,
         };
         if self.method == Method::Full {
-            let meta = full_meta(self.rank, self.layout, self.hash, version);
-            let len = self.layout.data_len() as usize;
-            let e2 = ev(&st)?;
-            {
-                let host = self.pinned.as_mut_slice().map_err(cuda_err)?;
-                host[..meta.len()].copy_from_slice(&meta);
-                st.memcpy_dtoh(src, &mut host[meta.len()..meta.len() + len]).map_err(cuda_err)?;
-            }
-            let e3 = ev(&st)?;
-            st.synchronize().map_err(cuda_err)?;
-            return Ok((meta.len() + len, meta.len(), timings(&e0, &e1, &e2, &e3)?));
+            return self.copy_whole(version, input, &e0, &e1);
         }
         let data_ptr = ptr(src, &self.gpu);
         if baseline {
@@ -419,7 +420,12 @@ impl GpuDedup {
         }
         loop {
             self.ensure_table(2 * self.layout.chunks())?;
-            self.run_pipeline(version32, data_ptr, baseline)?;
+            if self.run_pipeline(version32, data_ptr, baseline)? {
+                // Most chunks changed: store the version whole (see dedup::is_dense).
+                self.pending = Some(version32);
+                self.pending_dense = true;
+                return self.copy_whole(version, input, &e0, &e1);
+            }
             let (_, overflow) = self.read_table_stats()?;
             if !overflow {
                 break;
@@ -445,6 +451,34 @@ impl GpuDedup {
         st.synchronize().map_err(cuda_err)?;
         self.pending = Some(version32);
         Ok((body_len, data_start as usize, timings(&e0, &e1, &e2, &e3)?))
+    }
+
+    /// A version stored whole: header and one FIRST run written by the host,
+    /// the data copied from the input in one D2H transfer.
+    fn copy_whole(
+        &mut self,
+        version: u64,
+        input: GpuInput<'_>,
+        e0: &cudarc::driver::CudaEvent,
+        e1: &cudarc::driver::CudaEvent,
+    ) -> Result<(usize, usize, GpuTimings)> {
+        let st = self.gpu.stream.clone();
+        let src: &CudaSlice<u8> = match input {
+            GpuInput::Device(d) => d,
+            GpuInput::Host(_) => self.staging.as_ref().ok_or_else(|| Error::Gpu("no staging buffer".into()))?,
+        };
+        let meta = whole_meta(self.rank, self.layout, self.hash, self.method, version);
+        let len = self.layout.data_len() as usize;
+        let ev = || st.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda_err);
+        let e2 = ev()?;
+        {
+            let host = self.pinned.as_mut_slice().map_err(cuda_err)?;
+            host[..meta.len()].copy_from_slice(&meta);
+            st.memcpy_dtoh(src, &mut host[meta.len()..meta.len() + len]).map_err(cuda_err)?;
+        }
+        let e3 = ev()?;
+        st.synchronize().map_err(cuda_err)?;
+        Ok((meta.len() + len, meta.len(), timings(e0, e1, &e2, &e3)?))
     }
 
     /// Forgets all history (a new method or a fresh start).
@@ -479,8 +513,13 @@ impl GpuDedup {
 
     /// Makes the last checkpoint's state permanent (after its file is durable).
     pub fn commit(&mut self) -> Result<()> {
+        let dense = std::mem::take(&mut self.pending_dense);
         if self.pending.take().is_none() || self.method == Method::Full {
             return Ok(());
+        }
+        if dense {
+            // A dense version is a baseline that adds nothing: the record restarts empty.
+            self.clear_table()?;
         }
         let c = &self.counters;
         let mut b = self.gpu.stream.launch_builder(&self.gpu.k.commit_leaves);
@@ -494,13 +533,16 @@ impl GpuDedup {
 
     /// Forgets the last checkpoint (its file could not be written).
     pub fn rollback(&mut self) -> Result<()> {
+        self.pending_dense = false;
         if let Some(v) = self.pending.take() {
             self.rollback_table(v)?;
         }
         Ok(())
     }
 
-    fn run_pipeline(&mut self, version: u32, data_ptr: u64, baseline: bool) -> Result<()> {
+    /// Launches one checkpoint's kernels; returns `true` (having launched only
+    /// the leaf pass) when the version must be stored densely.
+    fn run_pipeline(&mut self, version: u32, data_ptr: u64, baseline: bool) -> Result<bool> {
         let gpu = self.gpu.clone();
         let st = &gpu.stream;
         // DCKPT_GPU_PROFILE=1 prints the time of each stage (CUDA events) to stderr.
@@ -508,7 +550,8 @@ impl GpuDedup {
         let mut marks: Vec<(&str, cudarc::driver::CudaEvent)> = Vec::new();
         let mut mark = |name: &'static str| -> Result<()> {
             if profile {
-                let e = st.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda_err)?;
+                let e =
+                    st.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda_err)?;
                 marks.push((name, e));
             }
             Ok(())
@@ -552,6 +595,16 @@ impl GpuDedup {
         let mut b = st.launch_builder(&k.compact_flags);
         b.arg(&s.ballots).arg(&s.block_counts).arg(&n).arg(&s.changed);
         unsafe { b.launch(dense) }.map_err(cuda_err)?;
+        if has_prev == 1 {
+            // One small read-back: whether most chunks changed (the cheap path then
+            // skips everything below; costs a sync of ~10 µs otherwise).
+            let mut m = [0u64; 1];
+            st.memcpy_dtoh(&self.counters.slice(C_CHANGED..C_CHANGED + 1), &mut m).map_err(cuda_err)?;
+            st.synchronize().map_err(cuda_err)?;
+            if crate::dedup::is_dense(m[0], n) {
+                return Ok(true);
+            }
+        }
 
         mark("leaves")?;
         // 2. Labels.
@@ -652,19 +705,21 @@ impl GpuDedup {
             }
             eprintln!("{line} ms");
         }
-        Ok(())
+        Ok(false)
     }
 }
 
-/// Header and table of a Full checkpoint (its data is one D2H copy).
-fn full_meta(rank: u32, layout: Layout, hash: HashAlgo, version: u64) -> Vec<u8> {
+/// Header and table of a version stored whole: a Full checkpoint, or a
+/// dense one of another method (its data is one D2H copy).
+fn whole_meta(rank: u32, layout: Layout, hash: HashAlgo, method: Method, version: u64) -> Vec<u8> {
     encode_meta(&Diff {
         version,
         rank,
         layout,
         hash,
-        method: Method::Full,
+        method,
         baseline: true,
+        dense: method != Method::Full,
         first: vec![FirstRun { start: 0, count: layout.chunks() }],
         shift: Vec::new(),
         encoding: RegionEncoding::Table,

@@ -33,7 +33,8 @@ pub fn restore_on_gpu(
     let st = gpu.stream.clone();
     let ev = || st.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda_err);
     // SAFETY: the pinned buffer is fully written below before any use.
-    let mut pinned = unsafe { gpu.ctx.alloc_pinned_with_flags::<u8>(staged.bytes.len().max(1), 0) }.map_err(cuda_err)?;
+    let mut pinned =
+        unsafe { gpu.ctx.alloc_pinned_with_flags::<u8>(staged.bytes.len().max(1), 0) }.map_err(cuda_err)?;
     pinned.as_mut_slice().map_err(cuda_err)?[..staged.bytes.len()].copy_from_slice(&staged.bytes);
     let src: Vec<u64> = staged.copies.iter().map(|c| c.0).collect();
     let dst: Vec<u64> = staged.copies.iter().map(|c| c.1).collect();
@@ -56,7 +57,11 @@ pub fn restore_on_gpu(
     if copies > 0 {
         let mut b = st.launch_builder(&gpu.k.scatter);
         b.arg(&d_src).arg(&d_dst).arg(&d_len).arg(&copies).arg(&dev).arg(&mut out);
-        let cfg = LaunchConfig { grid_dim: ((copies.min(1 << 20)) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let cfg = LaunchConfig {
+            grid_dim: ((copies.min(1 << 20)) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
         // SAFETY: arguments follow `scatter` in kernels/dedup.cu; offsets come from a verified plan
         // whose pieces lie inside both buffers.
         unsafe { b.launch(cfg) }.map_err(cuda_err)?;

@@ -1,9 +1,9 @@
 //! bench and gen.
 
 use clap::Args;
+use dckpt::backend::BackendKind;
 use dckpt::bench::{self, BenchResult};
 use dckpt::generate::{Shape, Workload, parse_size};
-use dckpt::backend::BackendKind;
 use dckpt::{Error, HashAlgo, Method, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
@@ -98,7 +98,8 @@ fn load_versions(a: &BenchArgs) -> Result<Vec<Vec<u8>>> {
         let (shape, change) = spec
             .split_once(':')
             .ok_or_else(|| Error::InvalidOption(format!("--synthetic '{spec}': expected SHAPE:CHANGE")))?;
-        let change: f64 = change.parse().map_err(|_| Error::InvalidOption(format!("bad change fraction '{change}'")))?;
+        let change: f64 =
+            change.parse().map_err(|_| Error::InvalidOption(format!("bad change fraction '{change}'")))?;
         let size = usize::try_from(parse_size(&a.size)?).map_err(|_| Error::InvalidOption("size too large".into()))?;
         let mut w = Workload::new(size, change, shape.parse()?, a.seed)?.with_granule(a.granule)?;
         let pb = bar(a.versions as usize, "gen");
@@ -146,7 +147,16 @@ fn bench_cuda(a: &BenchArgs, methods: &[Method], versions: &[&[u8]]) -> Result<E
     );
     println!(
         "{:>5} {:>8} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>12} {:>10}",
-        "chunk", "method", "incr-ratio", "incr-GB/s", "first-GB/s", "x Full", "dedup-ms", "d2h-ms", "metadata", "dev-GiB"
+        "chunk",
+        "method",
+        "incr-ratio",
+        "incr-GB/s",
+        "first-GB/s",
+        "x Full",
+        "dedup-ms",
+        "d2h-ms",
+        "metadata",
+        "dev-GiB"
     );
     for r in &rows {
         let full = rows.iter().find(|f| f.method == "full" && f.chunk_size == r.chunk_size).map(|f| f.incremental_gbs);

@@ -131,7 +131,13 @@ pub fn inspect(dir: &Path, json: bool) -> Result<ExitCode> {
             s.shift_chunks,
             s.fixed_chunks,
             s.ratio,
-            if s.baseline { " baseline" } else { "" }
+            if s.dense {
+                " baseline (dense)"
+            } else if s.baseline {
+                " baseline"
+            } else {
+                ""
+            }
         );
     }
     Ok(ExitCode::SUCCESS)
