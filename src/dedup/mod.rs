@@ -291,6 +291,7 @@ struct LeafStage<'s> {
 }
 
 /// Runs the leaf pass; `Err(outcome)` is the dense form when most chunks changed.
+#[allow(clippy::result_large_err)] // an early exit taken once per dense version, not an error path
 fn leaf_stage<'s>(
     state: &'s DedupState,
     input: &DedupInput<'_>,

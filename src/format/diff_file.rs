@@ -73,7 +73,7 @@ impl DiffHeader {
         out.put_u16(FORMAT_VERSION);
         out.put_u8(self.method.code());
         out.put_u8(self.hash.code());
-        out.put_u32(u32::from(self.baseline) * FLAG_BASELINE | u32::from(self.dense) * FLAG_DENSE);
+        out.put_u32((u32::from(self.baseline) * FLAG_BASELINE) | (u32::from(self.dense) * FLAG_DENSE));
         out.put_u32(self.rank);
         out.put_u32(self.chunk_size);
         out.put_u64(self.version);
