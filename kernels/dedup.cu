@@ -172,74 +172,63 @@ extern "C" __global__ void table_rehash(Table from, Table to) {
 
 // ---------------------------------------------------------------- scans ----
 
+// Exclusive prefix sum of `x` over the 1024 threads of the block; the block's
+// total to `total`. Every thread of the block must call it (it synchronizes);
+// `warp_tot` is 33 words of shared memory.
+__device__ __forceinline__ u64 block_exclusive_scan(u64 x, u64* warp_tot, u64& total) {
+    u32 lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    u64 incl = x;
+    for (int o = 1; o < 32; o <<= 1) {
+        u64 y = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= (u32)o) incl += y;
+    }
+    if (lane == 31) warp_tot[w] = incl;
+    __syncthreads();
+    if (w == 0) {
+        u64 t = warp_tot[lane];
+        u64 ti = t;
+        for (int o = 1; o < 32; o <<= 1) {
+            u64 y = __shfl_up_sync(0xffffffffu, ti, o);
+            if (lane >= (u32)o) ti += y;
+        }
+        warp_tot[lane] = ti - t;
+        if (lane == 31) warp_tot[32] = ti;
+    }
+    __syncthreads();
+    u64 excl = incl - x + warp_tot[w];
+    total = warp_tot[32];
+    __syncthreads();  // warp_tot may be reused
+    return excl;
+}
+
 // Exclusive scan of `in` into `out` (may alias) by 1024-element tiles; the
 // element count is read from the device (*n), so the grid is fixed and no host
 // round trip is needed: blocks stride over the tiles. Tile totals to `sums`.
 extern "C" __global__ void __launch_bounds__(1024) scan_tiles(const u64* in, u64* out, const u64* n_ptr, u64* sums) {
-    __shared__ u64 warp_tot[32];
+    __shared__ u64 warp_tot[33];
     u64 n = *n_ptr;
     u64 tiles = n == 0 ? 1 : (n + 1023) / 1024;
-    u32 lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     for (u64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         u64 i = tile * 1024ull + threadIdx.x;
-        u64 x = i < n ? in[i] : 0;
-        u64 incl = x;
-        for (int o = 1; o < 32; o <<= 1) {
-            u64 y = __shfl_up_sync(0xffffffffu, incl, o);
-            if (lane >= (u32)o) incl += y;
-        }
-        if (lane == 31) warp_tot[w] = incl;
-        __syncthreads();
-        if (w == 0) {
-            u64 t = warp_tot[lane];
-            u64 ti = t;
-            for (int o = 1; o < 32; o <<= 1) {
-                u64 y = __shfl_up_sync(0xffffffffu, ti, o);
-                if (lane >= (u32)o) ti += y;
-            }
-            warp_tot[lane] = ti - t;
-            if (lane == 31) sums[tile] = ti;
-        }
-        __syncthreads();
-        if (i < n) out[i] = incl - x + warp_tot[w];
-        __syncthreads();
+        u64 total;
+        u64 e = block_exclusive_scan(i < n ? in[i] : 0, warp_tot, total);
+        if (i < n) out[i] = e;
+        if (threadIdx.x == 0) sums[tile] = total;
     }
 }
 
 // Exclusive scan of the tile totals in one block; the grand total to *total.
 extern "C" __global__ void __launch_bounds__(1024) scan_sums(u64* sums, const u64* n_ptr, u64* total) {
-    __shared__ u64 warp_tot[32];
-    __shared__ u64 carry;
+    __shared__ u64 warp_tot[33];
     u64 tiles = (*n_ptr + 1023) / 1024;
     if (tiles == 0) tiles = 1;
-    if (threadIdx.x == 0) carry = 0;
-    __syncthreads();
-    u32 lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    u64 carry = 0;  // the same in every thread
     for (u64 base = 0; base < tiles; base += 1024) {
         u64 i = base + threadIdx.x;
-        u64 x = i < tiles ? sums[i] : 0;
-        u64 incl = x;
-        for (int o = 1; o < 32; o <<= 1) {
-            u64 y = __shfl_up_sync(0xffffffffu, incl, o);
-            if (lane >= (u32)o) incl += y;
-        }
-        if (lane == 31) warp_tot[w] = incl;
-        __syncthreads();
-        if (w == 0) {
-            u64 t = warp_tot[lane];
-            u64 ti = t;
-            for (int o = 1; o < 32; o <<= 1) {
-                u64 y = __shfl_up_sync(0xffffffffu, ti, o);
-                if (lane >= (u32)o) ti += y;
-            }
-            warp_tot[lane] = ti - t;
-        }
-        __syncthreads();
-        u64 c = carry;
-        if (i < tiles) sums[i] = c + incl - x + warp_tot[w];
-        __syncthreads();
-        if (threadIdx.x == 1023) carry = c + warp_tot[31] + incl;
-        __syncthreads();
+        u64 part;
+        u64 e = block_exclusive_scan(i < tiles ? sums[i] : 0, warp_tot, part);
+        if (i < tiles) sums[i] = carry + e;
+        carry += part;
     }
     if (threadIdx.x == 0) *total = carry;
 }
