@@ -39,6 +39,7 @@
 
 pub mod backend;
 pub mod bench;
+pub mod collective;
 pub mod dedup;
 pub mod diff;
 pub mod engine;
