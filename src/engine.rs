@@ -96,7 +96,13 @@ impl Engine {
             }
         }
         let record_len = state.record.len() as u64;
-        let worker = match backend.resolve() {
+        // `auto` keeps SHA-1 stores on the CPU (the GPU has no SHA-1 kernel);
+        // an explicit `cuda` gets the GPU backend's clear refusal instead.
+        let resolved = match backend {
+            BackendKind::Auto if opts.hash == crate::HashAlgo::Sha1 => BackendKind::Cpu,
+            other => other.resolve(),
+        };
+        let worker = match resolved {
             BackendKind::Cuda => {
                 let gpu = Gpu::open(0)?;
                 let mut dev = GpuDedup::new(gpu, layout, opts.hash, opts.method, rank)?;
