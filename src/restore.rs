@@ -306,8 +306,9 @@ fn read_pieces(reader: &DiffReader, copies: &[Copy], mut sink: impl FnMut(&[u8],
     Ok(bytes_read)
 }
 
-/// The needed bytes of a version gathered in one buffer, with the copies
-/// that scatter them into place: what a GPU restore uploads.
+/// The needed bytes of a version gathered in one buffer (each needed byte
+/// once, unneeded bytes of verified blocks left out), with the copies that
+/// scatter them into place: what a GPU restore uploads.
 #[derive(Debug, Default)]
 pub struct Staged {
     /// Verified data blocks, concatenated.
@@ -330,9 +331,31 @@ pub fn stage_version(root: &Path, rank: u32, version: u64) -> Result<(Layout, St
         let mut copies = per_file.remove(&key).unwrap_or_default();
         copies.sort_unstable_by_key(|c| c.data_off);
         bytes_read += read_pieces(reader, &copies, |buf, pieces| {
-            let base = staged.bytes.len() as u64;
-            staged.bytes.extend_from_slice(buf);
-            staged.copies.extend(pieces.iter().map(|&(from, dst, len)| (base + from as u64, dst, len as u64)));
+            // Stage only the bytes some piece needs (union of the pieces' ranges,
+            // which arrive sorted by start), each once.
+            let mut span: Option<(usize, usize, u64)> = None; // (start, end in buf, staged offset)
+            for &(from, dst, len) in pieces {
+                let at = match span {
+                    Some((start, end, base)) if from <= end => {
+                        if from + len > end {
+                            staged.bytes.extend_from_slice(&buf[end..from + len]);
+                            span = Some((start, from + len, base));
+                        }
+                        base + (from - start) as u64
+                    }
+                    _ => {
+                        let base = staged.bytes.len() as u64;
+                        staged.bytes.extend_from_slice(&buf[from..from + len]);
+                        span = Some((from, from + len, base));
+                        base
+                    }
+                };
+                match staged.copies.last_mut() {
+                    // Contiguous in both buffers: one copy.
+                    Some(last) if last.0 + last.2 == at && last.1 + last.2 == dst => last.2 += len as u64,
+                    _ => staged.copies.push((at, dst, len as u64)),
+                }
+            }
         })?;
     }
     let stats = RestoreStats { files_opened: catalog.files_opened(), bytes_read, data_len: layout.data_len() };
