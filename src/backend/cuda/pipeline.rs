@@ -8,7 +8,7 @@ use crate::hash::Digest;
 use crate::layout::Layout;
 use crate::record::RecordEntry;
 use crate::{Error, HashAlgo, Method, Result};
-use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits};
+use cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig, PinnedHostSlice, PushKernelArg};
 use std::sync::Arc;
 
 /// Where the protected bytes are.
@@ -742,7 +742,3 @@ fn timings(
 fn length_error(len: usize, layout: Layout) -> Error {
     Error::InvalidOption(format!("buffer is {len} bytes but the store's layout is {} bytes", layout.data_len()))
 }
-
-/// Compile-time checks that the argument types are valid kernel arguments.
-#[allow(dead_code)]
-fn _assert_repr<T: DeviceRepr + ValidAsZeroBits>() {}
