@@ -182,11 +182,7 @@ impl Engine {
             }
             Worker::Cuda(dev) => {
                 let cp = dev.checkpoint(version, input, baseline)?;
-                let data_start = cp.file.len()
-                    - 32
-                    - 32 * (cp.diff.data_bytes().div_ceil(65536) as usize)
-                    - cp.diff.data_bytes() as usize;
-                let first_data = &cp.file[data_start..data_start + cp.diff.data_bytes() as usize];
+                let first_data = &cp.file[cp.data_start..cp.data_start + cp.diff.data_bytes() as usize];
                 let entries = crate::dedup::record_entries(&cp.diff, first_data);
                 let t1 = Instant::now();
                 let len = cp.diff.layout.data_len();

@@ -41,6 +41,8 @@ pub struct GpuCheckpoint {
     pub timings: GpuTimings,
     /// Bytes copied device-to-host.
     pub d2h_bytes: u64,
+    /// Offset of the FIRST data in `file`.
+    pub data_start: usize,
 }
 
 /// Kernel codes of the digest algorithms.
@@ -371,7 +373,7 @@ impl GpuDedup {
         let (_, diff, _) =
             decode_body(&body).map_err(|e| Error::Gpu(format!("the GPU produced an invalid diff: {e}")))?;
         let file = finish_body(body, data_start);
-        Ok(GpuCheckpoint { file, diff, timings, d2h_bytes: body_len as u64 })
+        Ok(GpuCheckpoint { file, diff, timings, d2h_bytes: body_len as u64, data_start })
     }
 
     /// Like [`GpuDedup::checkpoint`] but leaves the serialized body in the
