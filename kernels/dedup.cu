@@ -617,7 +617,7 @@ extern "C" __global__ void write_header(const u64* counters, u8* out, u32 method
     if (threadIdx.x != 0 || blockIdx.x != 0) return;
     const char magic[8] = {'D', 'C', 'K', 'P', 'T', 'D', 'I', 'F'};
     for (int i = 0; i < 8; i++) out[i] = (u8)magic[i];
-    out[8] = 1;
+    out[8] = 2;  // format version (FORMAT_VERSION in diff_file.rs)
     out[9] = 0;
     out[10] = (u8)method;
     out[11] = (u8)hash;

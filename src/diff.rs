@@ -2,6 +2,7 @@
 //! are stored here (FIRST runs), which point at bytes stored elsewhere (SHIFT
 //! runs), and how the table is encoded. FIXED chunks appear nowhere.
 
+use crate::hash::Digest;
 use crate::layout::Layout;
 use crate::{HashAlgo, Method};
 use rayon::prelude::*;
@@ -29,6 +30,11 @@ pub struct ShiftRun {
     pub src_rank: u32,
     /// First chunk of the source range, in the source's chunk numbering.
     pub src_start: u64,
+    /// `Some(digest of the region)` when this run is a collective cross-rank
+    /// reference: the region's owner (`src_rank`, same version) stores the
+    /// bytes for every rank that holds them (format v2). `verify` rehashes
+    /// the owner's bytes against it.
+    pub reference: Option<Digest>,
 }
 
 /// How the FIRST runs are written to the file.
@@ -120,7 +126,8 @@ impl Diff {
     }
 
     /// Merges adjacent FIRST runs, and adjacent SHIFT runs whose sources are
-    /// contiguous in the same file. Keeps the stored bytes identical.
+    /// contiguous in the same file (never collective references, whose
+    /// digest covers exactly one region). Keeps the stored bytes identical.
     pub fn coalesce(&mut self) {
         self.first.dedup_by(|next, prev| {
             if prev.start + prev.count == next.start {
@@ -135,6 +142,8 @@ impl Diff {
                 && prev.src_version == next.src_version
                 && prev.src_rank == next.src_rank
                 && prev.src_start + prev.count == next.src_start
+                && prev.reference.is_none()
+                && next.reference.is_none()
             {
                 prev.count += next.count;
                 true

@@ -4,8 +4,9 @@
 
 use crate::backend::BackendKind;
 use crate::backend::cuda::{Gpu, GpuDedup, GpuInput, GpuTimings};
-use crate::dedup::{DedupInput, DedupState};
+use crate::dedup::{DedupInput, DedupState, Outcome, Pending};
 use crate::diff::{ChunkCounts, Diff};
+use crate::format::manifest::VersionEntry;
 use crate::format::{diff_file::encode_diff, record_file};
 use crate::hash::Digest;
 use crate::record::RecordEntry;
@@ -42,6 +43,32 @@ pub struct CheckpointReport {
     pub write_seconds: f64,
     /// Device-side times, for the CUDA backend.
     pub gpu: Option<GpuTimings>,
+}
+
+/// One version de-duplicated on this rank and not yet written: the first
+/// step of a collective checkpoint, whose layer may rewrite the diff (regions
+/// other ranks store) and the record entries before [`Engine::stage`].
+#[derive(Debug)]
+pub struct LocalCheckpoint {
+    /// The diff and the state changes it implies.
+    pub outcome: Outcome,
+    started: Instant,
+}
+
+/// A version whose files are durable but not yet listed in the manifest
+/// (invisible until [`Engine::publish`]).
+#[derive(Debug)]
+pub struct StagedCheckpoint {
+    entry: VersionEntry,
+    pending: Pending,
+    report: CheckpointReport,
+}
+
+impl StagedCheckpoint {
+    /// What the checkpoint will report once published.
+    pub fn report(&self) -> &CheckpointReport {
+        &self.report
+    }
 }
 
 /// Where de-duplication runs, with its state.
@@ -161,6 +188,57 @@ impl Engine {
         self.checkpoint_input(version, GpuInput::Device(data))
     }
 
+    /// Step 1 of a staged checkpoint (CPU backend): de-duplicates `data`
+    /// against this rank's history without writing or remembering anything.
+    pub fn deduplicate_local(&self, version: u64, data: &[u8]) -> Result<LocalCheckpoint> {
+        self.check_version(version)?;
+        let baseline = self.next_is_baseline();
+        let started = Instant::now();
+        let Worker::Cpu(state) = &self.worker else {
+            return Err(Error::InvalidOption(
+                "collective checkpoints run on the CPU backend for now (the GPU record holds no owner rank)".into(),
+            ));
+        };
+        let outcome = self.opts.method.deduplicator().deduplicate(state, &DedupInput { data, version, baseline })?;
+        Ok(LocalCheckpoint { outcome, started })
+    }
+
+    /// Step 2: serializes the (possibly rewritten) diff and durably writes
+    /// its files, still invisible.
+    pub fn stage(&self, local: LocalCheckpoint, data: &[u8]) -> Result<StagedCheckpoint> {
+        let LocalCheckpoint { outcome, started } = local;
+        let file = encode_diff(&outcome.diff, data);
+        let entries = outcome.pending_entries();
+        let rec = record_file::encode(outcome.diff.rank, outcome.diff.version, &entries);
+        let t1 = Instant::now();
+        let diff = &outcome.diff;
+        let entry = self.store.write_files(diff.version, diff.baseline, &file, &rec, entries.len() as u64)?;
+        let report = report_of(diff, &file, data.len() as u64, started, t1, None);
+        Ok(StagedCheckpoint { entry, pending: outcome.pending, report })
+    }
+
+    /// Step 3: lists a staged version in the manifest and remembers it.
+    pub fn publish(&mut self, staged: StagedCheckpoint) -> Result<CheckpointReport> {
+        let StagedCheckpoint { entry, pending, report } = staged;
+        let Worker::Cpu(state) = &mut self.worker else {
+            return Err(Error::InvalidOption("staged checkpoints run on the CPU backend".into()));
+        };
+        let t = Instant::now();
+        self.store.publish(entry)?;
+        state.commit(pending);
+        self.record_len = state.record.len() as u64;
+        Ok(CheckpointReport {
+            record_entries: self.record_len,
+            write_seconds: report.write_seconds + t.elapsed().as_secs_f64(),
+            ..report
+        })
+    }
+
+    /// The engine's options.
+    pub fn options(&self) -> &StoreOptions {
+        &self.opts
+    }
+
     fn checkpoint_input(&mut self, version: u64, input: GpuInput<'_>) -> Result<CheckpointReport> {
         self.check_version(version)?;
         let baseline = self.next_is_baseline();
@@ -216,8 +294,12 @@ fn commit(
 ) -> Result<CheckpointReport> {
     let rec = record_file::encode(diff.rank, diff.version, entries);
     store.commit(diff.version, diff.baseline, file, &rec, entries.len() as u64)?;
-    let t2 = Instant::now();
-    Ok(CheckpointReport {
+    Ok(report_of(diff, file, logical, t0, t1, gpu))
+}
+
+/// The report of a written version; the write time runs from `t1` to now.
+fn report_of(diff: &Diff, file: &[u8], logical: u64, t0: Instant, t1: Instant, gpu: Option<GpuTimings>) -> CheckpointReport {
+    CheckpointReport {
         version: diff.version,
         baseline: diff.baseline,
         counts: diff.counts(),
@@ -228,7 +310,7 @@ fn commit(
         metadata_bytes: file.len() as u64 - diff.data_bytes(),
         record_entries: 0,
         dedup_seconds: (t1 - t0).as_secs_f64(),
-        write_seconds: (t2 - t1).as_secs_f64(),
+        write_seconds: t1.elapsed().as_secs_f64(),
         gpu,
-    })
+    }
 }

@@ -70,6 +70,23 @@ pub enum Error {
     /// The GPU backend cannot be used or failed (no driver, no device, a CUDA error).
     #[error("GPU: {0}")]
     Gpu(String),
+    /// A collective step failed on another rank (every rank reports it).
+    #[error("collective checkpoint: {0}")]
+    Collective(String),
+    /// A cross-rank reference cannot be followed: the owner's file is missing or damaged.
+    #[error("rank {rank} references rank {owner} version {version}, which cannot be read ({path}): {reason}")]
+    OwnerUnavailable {
+        /// The rank being restored or verified.
+        rank: u32,
+        /// The owner's version holding the bytes.
+        version: u64,
+        /// The rank that stores the bytes.
+        owner: u32,
+        /// The owner's diff file.
+        path: PathBuf,
+        /// What went wrong there.
+        reason: String,
+    },
     /// A reference in a diff file points at data that is not there.
     #[error("{path}: broken reference: {reason}")]
     BrokenReference {

@@ -35,14 +35,79 @@ pub struct VersionStats {
     pub first_regions: usize,
     /// SHIFT table entries.
     pub shift_regions: usize,
+    /// Bytes of FIRST data (stored_bytes minus metadata).
+    pub data_bytes: u64,
     /// SHIFT chunks whose bytes live on another rank.
     pub cross_rank_chunks: u64,
+    /// Collective cross-rank references (regions another rank stores for this one).
+    pub cross_rank_references: usize,
     /// logical / stored.
     pub ratio: f64,
 }
 
+/// Totals of one rank over its versions.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RankStats {
+    /// Rank.
+    pub rank: u32,
+    /// Complete versions.
+    pub versions: usize,
+    /// Bytes of all its diff files.
+    pub stored_bytes: u64,
+    /// FIRST data bytes among them.
+    pub data_bytes: u64,
+    /// Collective cross-rank references in its files.
+    pub cross_rank_references: usize,
+    /// SHIFT chunks pointing at other ranks' bytes.
+    pub cross_rank_chunks: u64,
+}
+
+/// What `dckpt inspect --json` prints: every version, per-rank totals, and
+/// the balance of stored bytes over ranks.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StoreStats {
+    /// Per version of each rank.
+    pub versions: Vec<VersionStats>,
+    /// Per rank.
+    pub ranks: Vec<RankStats>,
+    /// Sum of the ranks' stored bytes.
+    pub total_stored_bytes: u64,
+    /// Sum of cross-rank references.
+    pub total_cross_rank_references: usize,
+    /// Largest rank's stored bytes over the mean (1.0 = perfectly even).
+    pub max_over_mean: f64,
+}
+
+/// Versions, per-rank totals and balance of the store under `root`.
+pub fn store_stats(root: &Path) -> Result<StoreStats> {
+    let versions = inspect_store(root)?;
+    let mut ranks: Vec<RankStats> = Vec::new();
+    for v in &versions {
+        if ranks.last().is_none_or(|r| r.rank != v.rank) {
+            ranks.push(RankStats { rank: v.rank, ..RankStats::default() });
+        }
+        if let Some(r) = ranks.last_mut() {
+            r.versions += 1;
+            r.stored_bytes += v.stored_bytes;
+            r.data_bytes += v.data_bytes;
+            r.cross_rank_references += v.cross_rank_references;
+            r.cross_rank_chunks += v.cross_rank_chunks;
+        }
+    }
+    let total: u64 = ranks.iter().map(|r| r.stored_bytes).sum();
+    let max = ranks.iter().map(|r| r.stored_bytes).max().unwrap_or(0);
+    let mean = total as f64 / ranks.len().max(1) as f64;
+    Ok(StoreStats {
+        total_cross_rank_references: ranks.iter().map(|r| r.cross_rank_references).sum(),
+        total_stored_bytes: total,
+        max_over_mean: if mean > 0.0 { max as f64 / mean } else { 1.0 },
+        versions,
+        ranks,
+    })
+}
+
 /// Statistics of every version of every rank under `root` (metadata only:
-/// no data block is read).
+/// no data block is read), sorted by rank then version.
 pub fn inspect_store(root: &Path) -> Result<Vec<VersionStats>> {
     let ranks = list_ranks(root)?;
     if ranks.is_empty() {
@@ -71,7 +136,9 @@ pub fn inspect_store(root: &Path) -> Result<Vec<VersionStats>> {
                 fixed_chunks: counts.fixed,
                 first_regions: d.first.len(),
                 shift_regions: d.shift.len(),
+                data_bytes: r.file_len() - r.metadata_bytes(),
                 cross_rank_chunks: d.shift.iter().filter(|s| s.src_rank != rank).map(|s| s.count).sum(),
+                cross_rank_references: d.shift.iter().filter(|s| s.reference.is_some()).count(),
                 ratio: logical as f64 / r.file_len() as f64,
             });
         }

@@ -174,6 +174,20 @@ impl Record {
         });
     }
 
+    /// Rewrites every entry with `f`, dropping those it maps to `None`
+    /// (collective checkpoints move entries to the ranks that own the bytes).
+    pub fn remap(&mut self, f: impl Fn(&RecordEntry) -> Option<RecordEntry> + Sync) {
+        self.shards.par_iter_mut().for_each(|shard| {
+            shard.retain(|_, e| match f(e) {
+                Some(moved) => {
+                    *e = moved;
+                    true
+                }
+                None => false,
+            });
+        });
+    }
+
     /// Every entry, sorted by digest (deterministic order for persistence).
     pub fn sorted_entries(&self) -> Vec<(Digest, RecordEntry)> {
         let mut v: Vec<(Digest, RecordEntry)> =
@@ -212,6 +226,10 @@ mod tests {
         r.absorb(other);
         assert_eq!(r.get(Digest(5)), Some(e(2, 5)));
         assert_eq!(r.sorted_entries().len(), 301);
+        r.remap(|e| (e.version != 2).then_some(RecordEntry { rank: 7, ..*e }));
+        assert_eq!(r.get(Digest(5)), None);
+        assert_eq!(r.get(items[0].0), Some(RecordEntry { rank: 7, ..e(1, 0) }));
+        assert_eq!(r.len(), 300);
         r.clear();
         assert!(r.is_empty());
     }

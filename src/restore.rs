@@ -193,7 +193,7 @@ pub fn restore_with_stats(root: &Path, rank: u32, version: u64) -> Result<(Vec<u
     let mut catalog = Catalog::new(root);
     let (layout, sources) = resolve(&mut catalog, rank, version)?;
     let mut out = vec![0u8; layout.data_len() as usize];
-    let bytes_read = fill(&mut catalog, &layout, &sources, &mut out)?;
+    let bytes_read = fill(&mut catalog, rank, &layout, &sources, &mut out)?;
     Ok((out, RestoreStats { files_opened: catalog.files_opened(), bytes_read, data_len: layout.data_len() }))
 }
 
@@ -202,14 +202,27 @@ type CopyPlan = HashMap<(u32, u64), Vec<Copy>>;
 
 /// Checks that every source points at stored bytes of the right length and
 /// maps it to byte copies per file.
-pub fn check_sources(catalog: &mut Catalog, layout: &Layout, sources: &[Source]) -> Result<()> {
-    plan_copies(catalog, layout, sources).map(|_| ())
+pub fn check_sources(catalog: &mut Catalog, rank: u32, layout: &Layout, sources: &[Source]) -> Result<()> {
+    plan_copies(catalog, rank, layout, sources).map(|_| ())
 }
 
-fn plan_copies(catalog: &mut Catalog, layout: &Layout, sources: &[Source]) -> Result<CopyPlan> {
+/// The reader of `(owner, version)` for a restore of `rank`: a failure to open
+/// another rank's file names both ranks, the version and the file.
+pub fn owner_reader(catalog: &mut Catalog, rank: u32, owner: u32, version: u64) -> Result<&DiffReader> {
+    if owner == rank {
+        return catalog.reader(owner, version);
+    }
+    let path = crate::store::rank_dir(&catalog.root, owner).join(format!("v{version:012}.dckpt"));
+    match catalog.reader(owner, version) {
+        Ok(_) => catalog.reader(owner, version),
+        Err(e) => Err(Error::OwnerUnavailable { rank, version, owner, path, reason: e.to_string() }),
+    }
+}
+
+fn plan_copies(catalog: &mut Catalog, rank: u32, layout: &Layout, sources: &[Source]) -> Result<CopyPlan> {
     let mut per_file: CopyPlan = HashMap::new();
     for s in sources {
-        let reader = catalog.reader(s.rank, s.version)?;
+        let reader = owner_reader(catalog, rank, s.rank, s.version)?;
         let src_layout = reader.diff.layout;
         let dst_bytes = layout.chunk_bytes(s.dst..s.dst + s.count);
         let end = s.src.checked_add(s.count).filter(|&e| e <= src_layout.chunks());
@@ -236,8 +249,8 @@ fn plan_copies(catalog: &mut Catalog, layout: &Layout, sources: &[Source]) -> Re
 }
 
 /// Copies every source into `out`; returns the data bytes read.
-fn fill(catalog: &mut Catalog, layout: &Layout, sources: &[Source], out: &mut [u8]) -> Result<u64> {
-    let mut per_file = plan_copies(catalog, layout, sources)?;
+fn fill(catalog: &mut Catalog, rank: u32, layout: &Layout, sources: &[Source], out: &mut [u8]) -> Result<u64> {
+    let mut per_file = plan_copies(catalog, rank, layout, sources)?;
     let mut keys: Vec<(u32, u64)> = per_file.keys().copied().collect();
     keys.sort_unstable();
     let mut bytes_read = 0;
@@ -321,7 +334,7 @@ pub struct Staged {
 pub fn stage_version(root: &Path, rank: u32, version: u64) -> Result<(Layout, Staged, RestoreStats)> {
     let mut catalog = Catalog::new(root);
     let (layout, sources) = resolve(&mut catalog, rank, version)?;
-    let mut per_file = plan_copies(&mut catalog, &layout, &sources)?;
+    let mut per_file = plan_copies(&mut catalog, rank, &layout, &sources)?;
     let mut keys: Vec<(u32, u64)> = per_file.keys().copied().collect();
     keys.sort_unstable();
     let mut staged = Staged::default();

@@ -179,6 +179,23 @@ impl Store {
         record: &[u8],
         record_entries: u64,
     ) -> Result<()> {
+        let entry = self.write_files(version, baseline, diff, record, record_entries)?;
+        self.publish(entry)
+    }
+
+    /// Step 1 of a commit: durably writes a version's diff file and record
+    /// segment. They stay invisible (a restore, a reopen and `verify` ignore
+    /// them) until [`Store::publish`] lists the returned entry; the next
+    /// attempt at the version overwrites them. A collective checkpoint
+    /// publishes only once every rank has written its files.
+    pub fn write_files(
+        &self,
+        version: u64,
+        baseline: bool,
+        diff: &[u8],
+        record: &[u8],
+        record_entries: u64,
+    ) -> Result<VersionEntry> {
         if let Some(latest) = self.manifest.latest()
             && latest.version >= version
         {
@@ -190,14 +207,24 @@ impl Store {
         write_atomic(&self.diff_path(version), diff)?;
         write_atomic(&self.record_path(version), record)?;
         sync_dir(&self.dir)?;
-        let mut next = self.manifest.clone();
-        next.versions.push(VersionEntry {
+        Ok(VersionEntry {
             version,
             baseline,
             file_len: diff.len() as u64,
             trailer: hex(&diff[diff.len() - 32..]),
             record_entries,
-        });
+        })
+    }
+
+    /// Step 2 of a commit: lists a written version in the manifest (atomic).
+    pub fn publish(&mut self, entry: VersionEntry) -> Result<()> {
+        if let Some(latest) = self.manifest.latest()
+            && latest.version >= entry.version
+        {
+            return Err(Error::VersionNotNewer { latest: latest.version, requested: entry.version });
+        }
+        let mut next = self.manifest.clone();
+        next.versions.push(entry);
         write_atomic(&self.dir.join("MANIFEST"), &next.encode())?;
         sync_dir(&self.dir)?;
         self.manifest = next;

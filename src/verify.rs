@@ -3,7 +3,9 @@
 
 use crate::format::record_file;
 use crate::record::Record;
-use crate::restore::{Catalog, check_sources, resolve};
+use crate::collective::regions::subtree_digest;
+use crate::diff::ShiftRun;
+use crate::restore::{Catalog, check_sources, owner_reader, resolve};
 use crate::store::list_ranks;
 use crate::{Error, Result};
 use std::path::{Path, PathBuf};
@@ -34,6 +36,28 @@ fn problem(e: Error, fallback: &Path) -> Problem {
         _ => fallback.to_path_buf(),
     };
     Problem { path, message: e.to_string() }
+}
+
+/// Rehashes the owner's copy of every cross-rank reference of `(rank,
+/// version)` and compares it with the digest the reference carries.
+fn check_references(catalog: &mut Catalog, rank: u32, version: u64) -> Result<()> {
+    let reader = catalog.reader(rank, version)?;
+    let (path, hash, chunk_size) = (reader.path().to_path_buf(), reader.diff.hash, reader.diff.layout.chunk_size());
+    let refs: Vec<ShiftRun> = reader.diff.shift.iter().filter(|s| s.reference.is_some()).copied().collect();
+    for s in refs {
+        let owner = owner_reader(catalog, rank, s.src_rank, s.src_version)?;
+        let bytes = owner.read_chunks(s.src_start..s.src_start + s.count)?;
+        if Some(subtree_digest(hash, chunk_size, &bytes)) != s.reference {
+            return Err(Error::BrokenReference {
+                path,
+                reason: format!(
+                    "chunks {}..+{} reference bytes of rank {} that do not match the region's digest",
+                    s.start, s.count, s.src_rank
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Checks every rank's store under `root`. Fails only if `root` cannot be
@@ -70,8 +94,11 @@ pub fn verify_store(root: &Path) -> Result<VerifyReport> {
                 report.problems.push(problem(e, &rec_path));
             }
             let chain = resolve(&mut catalog, rank, v)
-                .and_then(|(layout, sources)| check_sources(&mut catalog, &layout, &sources));
+                .and_then(|(layout, sources)| check_sources(&mut catalog, rank, &layout, &sources));
             if let Err(e) = chain {
+                report.problems.push(problem(e, &diff_path));
+            }
+            if let Err(e) = check_references(&mut catalog, rank, v) {
                 report.problems.push(problem(e, &diff_path));
             }
         }

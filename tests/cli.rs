@@ -66,7 +66,9 @@ fn checkpoint_restore_verify_inspect_round_trip() {
     }
     assert!(ok(&["verify", "--dir", s(&dir)]).starts_with("ok: 1 ranks, 4 versions"));
     let json: serde_json::Value = serde_json::from_str(&ok(&["inspect", "--dir", s(&dir), "--json"])).unwrap();
-    let rows = json.as_array().unwrap();
+    let rows = json["versions"].as_array().unwrap();
+    assert_eq!(json["ranks"][0]["versions"], 4);
+    assert_eq!(json["total_cross_rank_references"], 0);
     assert_eq!(rows.len(), 4);
     assert_eq!(rows[0]["rank"], 2);
     assert_eq!(rows[1]["logical_bytes"], 10_000);

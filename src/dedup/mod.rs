@@ -148,6 +148,11 @@ impl Pending {
     pub fn new_entries(&self) -> usize {
         self.inserts.len()
     }
+
+    /// Rewrites (or drops, on `None`) the record entries this checkpoint adds.
+    pub fn remap_entries(&mut self, f: impl Fn(&RecordEntry) -> Option<RecordEntry> + Sync) {
+        self.inserts.remap(f);
+    }
 }
 
 impl Outcome {
@@ -347,6 +352,7 @@ fn shift_run(start: u64, count: u64, src: &RecordEntry) -> ShiftRun {
         src_version: u64::from(src.version),
         src_rank: src.rank,
         src_start: src.node.first_chunk(),
+        reference: None,
     }
 }
 

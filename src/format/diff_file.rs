@@ -11,6 +11,7 @@
 
 use super::codec::{Cursor, PutLe, table_len};
 use crate::diff::{Diff, FirstRun, RegionEncoding, ShiftRun};
+use crate::hash::Digest;
 use crate::layout::Layout;
 use crate::{Error, HashAlgo, Method, Result};
 use rayon::prelude::*;
@@ -22,13 +23,23 @@ use std::path::{Path, PathBuf};
 /// File magic.
 pub const MAGIC: [u8; 8] = *b"DCKPTDIF";
 /// The format version this code writes.
-pub const FORMAT_VERSION: u16 = 1;
+pub const FORMAT_VERSION: u16 = 2;
+
+/// The oldest format version this code still reads (v1 has no cross-rank
+/// references; its header and tables are otherwise identical).
+pub const OLDEST_READABLE_VERSION: u16 = 1;
+
+/// SHIFT entry flag (format v2): the run is a collective cross-rank
+/// reference whose region digest follows in the reference table.
+const SHIFT_FLAG_REFERENCE: u32 = 1;
 /// Header length in bytes.
 pub const HEADER_LEN: u64 = 96;
 /// Bytes per FIRST table entry.
 pub const FIRST_ENTRY_LEN: u64 = 16;
 /// Bytes per SHIFT table entry.
 pub const SHIFT_ENTRY_LEN: u64 = 40;
+/// Bytes per reference-table entry (a region digest, format v2).
+pub const REFERENCE_ENTRY_LEN: u64 = 16;
 /// Bytes of data per integrity block.
 pub const BLOCK_SIZE: u32 = 64 * 1024;
 /// Bytes per block digest and of the trailer.
@@ -65,6 +76,11 @@ pub struct DiffHeader {
     pub data_bytes: u64,
     /// Bytes per integrity block.
     pub block_size: u32,
+    /// SHIFT entries that are collective cross-rank references (format v2;
+    /// 0 in v1 files): one 16-byte region digest each in the reference table.
+    pub reference_count: u64,
+    /// Format version of the file (1 or 2).
+    pub format_version: u16,
 }
 
 impl DiffHeader {
@@ -83,7 +99,8 @@ impl DiffHeader {
         out.put_u64(self.bitmap_len);
         out.put_u64(self.data_bytes);
         out.put_u32(self.block_size);
-        out.resize(out.len() + (HEADER_LEN as usize - 76), 0);
+        out.put_u64(self.reference_count);
+        out.resize(out.len() + (HEADER_LEN as usize - 84), 0);
     }
 
     fn decode(bytes: &[u8]) -> Result<Self, String> {
@@ -92,8 +109,10 @@ impl DiffHeader {
             return Err("not a dckpt diff file (bad magic)".into());
         }
         let fv = c.u16("format version")?;
-        if fv != FORMAT_VERSION {
-            return Err(format!("unsupported format version {fv} (this build reads {FORMAT_VERSION})"));
+        if !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(&fv) {
+            return Err(format!(
+                "unsupported format version {fv} (this build reads {OLDEST_READABLE_VERSION} to {FORMAT_VERSION})"
+            ));
         }
         let m = c.u8("method")?;
         let method = Method::from_code(m).ok_or_else(|| format!("unknown method code {m}"))?;
@@ -117,7 +136,15 @@ impl DiffHeader {
             bitmap_len: c.u64("bitmap length")?,
             data_bytes: c.u64("data bytes")?,
             block_size: c.u32("block size")?,
+            reference_count: c.u64("reference count")?,
+            format_version: fv,
         };
+        if c.take(HEADER_LEN as usize - 84, "reserved")?.iter().any(|&b| b != 0) {
+            return Err("reserved header bytes are not zero".into());
+        }
+        if h.reference_count > h.shift_count || (fv == 1 && h.reference_count != 0) {
+            return Err(format!("{} references for {} SHIFT runs", h.reference_count, h.shift_count));
+        }
         if h.block_size == 0 {
             return Err("block size is zero".into());
         }
@@ -138,7 +165,9 @@ impl DiffHeader {
     fn meta_len(&self, limit: u64) -> Result<u64, String> {
         let f = table_len(self.first_count, FIRST_ENTRY_LEN, limit, "FIRST table")?;
         let s = table_len(self.shift_count, SHIFT_ENTRY_LEN, limit, "SHIFT table")?;
+        let r = table_len(self.reference_count, REFERENCE_ENTRY_LEN, limit, "reference table")?;
         f.checked_add(s)
+            .and_then(|x| x.checked_add(r))
             .and_then(|x| x.checked_add(self.bitmap_len))
             .filter(|&x| x <= limit)
             .ok_or_else(|| "tables exceed the file".to_string())
@@ -175,6 +204,8 @@ fn header_of(diff: &Diff) -> DiffHeader {
         bitmap_len,
         data_bytes: diff.data_bytes(),
         block_size: BLOCK_SIZE,
+        reference_count: diff.shift.iter().filter(|s| s.reference.is_some()).count() as u64,
+        format_version: FORMAT_VERSION,
     }
 }
 
@@ -200,7 +231,10 @@ pub fn encode_body(diff: &Diff, data: &[u8]) -> Vec<u8> {
 /// Header, tables and bitmap of `diff` (the body without its data).
 pub fn encode_meta(diff: &Diff) -> Vec<u8> {
     let h = header_of(diff);
-    let meta = (h.first_count * FIRST_ENTRY_LEN + h.shift_count * SHIFT_ENTRY_LEN + h.bitmap_len) as usize;
+    let meta = (h.first_count * FIRST_ENTRY_LEN
+        + h.shift_count * SHIFT_ENTRY_LEN
+        + h.reference_count * REFERENCE_ENTRY_LEN
+        + h.bitmap_len) as usize;
     let total = HEADER_LEN as usize + meta + h.data_bytes as usize;
     let blocks = h.blocks() as usize;
     let mut out = Vec::with_capacity(total + blocks * DIGEST_LEN as usize + DIGEST_LEN as usize);
@@ -217,7 +251,10 @@ pub fn encode_meta(diff: &Diff) -> Vec<u8> {
         out.put_u64(s.src_start);
         out.put_u64(s.src_version);
         out.put_u32(s.src_rank);
-        out.put_u32(0);
+        out.put_u32(if s.reference.is_some() { SHIFT_FLAG_REFERENCE } else { 0 });
+    }
+    for d in diff.shift.iter().filter_map(|s| s.reference) {
+        out.extend_from_slice(&d.0.to_le_bytes());
     }
     if h.bitmap_len > 0 {
         let at = out.len();
@@ -395,6 +432,19 @@ impl DiffReader {
         Ok(out)
     }
 
+    /// The bytes of chunks `range` (inside FIRST runs), read through verified blocks.
+    pub fn read_chunks(&self, range: Range<u64>) -> Result<Vec<u8>> {
+        let bs = u64::from(self.header.block_size);
+        let mut out = Vec::new();
+        for (_, off, len) in self.locate(range)? {
+            let first = off / bs;
+            let buf = self.read_blocks(first..(off + len).div_ceil(bs))?;
+            let at = (off - first * bs) as usize;
+            out.extend_from_slice(&buf[at..at + len as usize]);
+        }
+        Ok(out)
+    }
+
     /// Reads blocks `blocks` of the data, verifying each; returns their bytes.
     pub fn read_blocks(&self, blocks: Range<u64>) -> Result<Vec<u8>> {
         let bs = u64::from(self.header.block_size);
@@ -440,6 +490,7 @@ fn decode_tables(h: &DiffHeader, meta: &[u8]) -> Result<Diff, String> {
         first.push(FirstRun { start: c.u64("FIRST start")?, count: c.u64("FIRST count")? });
     }
     let mut shift = Vec::with_capacity(h.shift_count as usize);
+    let mut flagged = Vec::new();
     for _ in 0..h.shift_count {
         let s = ShiftRun {
             start: c.u64("SHIFT start")?,
@@ -447,9 +498,28 @@ fn decode_tables(h: &DiffHeader, meta: &[u8]) -> Result<Diff, String> {
             src_start: c.u64("SHIFT source start")?,
             src_version: c.u64("SHIFT source version")?,
             src_rank: c.u32("SHIFT source rank")?,
+            reference: None,
         };
-        c.u32("SHIFT reserved")?;
+        let flags = c.u32("SHIFT flags")?;
+        // v1 wrote zero here but never checked it; v2 defines bit 0.
+        if h.format_version >= 2 {
+            if flags & !SHIFT_FLAG_REFERENCE != 0 {
+                return Err(format!("SHIFT run at chunk {} has unknown flags {flags:#x}", s.start));
+            }
+            if flags & SHIFT_FLAG_REFERENCE != 0 {
+                flagged.push(shift.len());
+            }
+        }
         shift.push(s);
+    }
+    if flagged.len() as u64 != h.reference_count {
+        return Err(format!("{} SHIFT runs are flagged as references, the header says {}", flagged.len(), h.reference_count));
+    }
+    for i in flagged {
+        let d = c.take(REFERENCE_ENTRY_LEN as usize, "reference table")?;
+        let mut b = [0u8; 16];
+        b.copy_from_slice(d);
+        shift[i].reference = Some(Digest(u128::from_le_bytes(b)));
     }
     let encoding = if h.bitmap_len > 0 {
         if h.first_count != 0 || h.bitmap_len != n.div_ceil(8) {
@@ -495,6 +565,9 @@ fn decode_tables(h: &DiffHeader, meta: &[u8]) -> Result<Diff, String> {
             return Err(format!("baseline references version {}", s.src_version));
         }
         s.src_start.checked_add(s.count).ok_or_else(|| "SHIFT source range overflows".to_string())?;
+        if s.reference.is_some() && (s.src_version != h.version || s.src_rank == h.rank) {
+            return Err(format!("cross-rank reference at chunk {} must name another rank's same version", s.start));
+        }
     }
     if h.dense && !(h.baseline && shift.is_empty() && first.len() == 1 && first[0].start == 0 && first[0].count == n) {
         return Err("a dense version must be a baseline holding every chunk".into());

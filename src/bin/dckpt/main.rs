@@ -2,6 +2,8 @@
 //! A thin layer over the library: argument parsing, progress, printing.
 
 mod bench_cmd;
+#[cfg(feature = "mpi")]
+mod collective_cmd;
 mod store_cmds;
 
 use clap::{Parser, Subcommand};
@@ -40,6 +42,9 @@ enum Command {
     Bench(bench_cmd::BenchArgs),
     /// Write a reproducible sequence of evolving buffers.
     Gen(bench_cmd::GenArgs),
+    /// Measure the collective step under mpirun (rank 0 prints JSON).
+    #[cfg(feature = "mpi")]
+    BenchCollective(collective_cmd::BenchCollectiveArgs),
 }
 
 fn main() -> ExitCode {
@@ -51,6 +56,8 @@ fn main() -> ExitCode {
         Command::Inspect { dir, json } => store_cmds::inspect(&dir, json),
         Command::Bench(a) => bench_cmd::bench(a),
         Command::Gen(a) => bench_cmd::generate(a),
+        #[cfg(feature = "mpi")]
+        Command::BenchCollective(a) => collective_cmd::bench(a),
     };
     match result {
         Ok(code) => code,

@@ -12,10 +12,10 @@ use std::process::ExitCode;
 pub struct CheckpointArgs {
     /// Store directory.
     #[arg(long)]
-    dir: PathBuf,
+    pub dir: PathBuf,
     /// Version number (larger than every committed one).
     #[arg(long)]
-    version: u64,
+    pub version: u64,
     /// Rank.
     #[arg(long, default_value_t = 0)]
     rank: u32,
@@ -34,8 +34,31 @@ pub struct CheckpointArgs {
     /// auto, cpu or cuda (auto = CUDA when a device is found).
     #[arg(long, default_value = "auto")]
     backend: BackendKind,
+    /// Collective checkpoint of every rank of an `mpirun` job (CPU backend;
+    /// the rank is the MPI rank, `{rank}` in FILE is replaced by it).
+    #[arg(long)]
+    pub collective: bool,
+    /// Collective: K, the most entries a partial result of the reduction keeps.
+    #[arg(long, default_value_t = dckpt::collective::DEFAULT_THRESHOLD, requires = "collective")]
+    pub threshold: usize,
+    /// Collective: largest region offered to the reduction, in bytes (0 = automatic).
+    #[arg(long, default_value_t = 0, requires = "collective")]
+    pub region_bytes: u64,
     /// The buffer to checkpoint.
-    file: PathBuf,
+    pub file: PathBuf,
+}
+
+impl CheckpointArgs {
+    /// The store options the flags ask for.
+    pub fn store_options(&self) -> StoreOptions {
+        StoreOptions {
+            chunk_size: self.chunk_size,
+            method: self.method,
+            hash: self.hash,
+            max_chain: self.max_chain,
+            max_record_entries: None,
+        }
+    }
 }
 
 /// Arguments of `dckpt restore`.
@@ -56,14 +79,14 @@ pub struct RestoreArgs {
 }
 
 pub fn checkpoint(a: CheckpointArgs) -> Result<ExitCode> {
+    if a.collective {
+        #[cfg(feature = "mpi")]
+        return crate::collective_cmd::checkpoint(a);
+        #[cfg(not(feature = "mpi"))]
+        return Err(Error::InvalidOption("--collective needs dckpt built with the `mpi` feature".into()));
+    }
     let data = std::fs::read(&a.file).map_err(|e| Error::io(&a.file, e))?;
-    let opts = StoreOptions {
-        chunk_size: a.chunk_size,
-        method: a.method,
-        hash: a.hash,
-        max_chain: a.max_chain,
-        max_record_entries: None,
-    };
+    let opts = a.store_options();
     let mut engine = Engine::open_with_backend(&a.dir, a.rank, data.len() as u64, &opts, a.backend)?;
     let r = engine.checkpoint(a.version, &data)?;
     println!(
@@ -108,12 +131,13 @@ pub fn verify(dir: &Path) -> Result<ExitCode> {
 }
 
 pub fn inspect(dir: &Path, json: bool) -> Result<ExitCode> {
-    let stats = dckpt::inspect::inspect_store(dir)?;
+    let all = dckpt::inspect::store_stats(dir)?;
     if json {
-        let text = serde_json::to_string_pretty(&stats).map_err(|e| Error::InvalidOption(e.to_string()))?;
+        let text = serde_json::to_string_pretty(&all).map_err(|e| Error::InvalidOption(e.to_string()))?;
         println!("{text}");
         return Ok(ExitCode::SUCCESS);
     }
+    let stats = &all.versions;
     println!(
         "{:>5} {:>8} {:>6} {:>13} {:>12} {:>10} {:>10} {:>10} {:>10} {:>8}",
         "rank", "version", "method", "logical", "stored", "metadata", "FIRST", "SHIFT", "FIXED", "ratio"
@@ -140,5 +164,12 @@ pub fn inspect(dir: &Path, json: bool) -> Result<ExitCode> {
             }
         );
     }
+    for r in &all.ranks {
+        println!(
+            "rank {}: {} versions, {} bytes stored, {} cross-rank references ({} chunks)",
+            r.rank, r.versions, r.stored_bytes, r.cross_rank_references, r.cross_rank_chunks
+        );
+    }
+    println!("total: {} bytes stored, max/mean over ranks {:.3}", all.total_stored_bytes, all.max_over_mean);
     Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,127 @@
+//! `checkpoint --collective` and `bench-collective`: the commands that run
+//! under `mpirun` (feature `mpi`).
+
+use crate::store_cmds::CheckpointArgs;
+use clap::Args;
+use dckpt::collective::mpi::all_agree;
+use dckpt::collective::{Collective, CollectiveOptions};
+use dckpt::collective::bench::{MixedParams, SetCase, mixed_workload, reduce_timing};
+use dckpt::generate::parse_size;
+use dckpt::{Error, Result};
+use mpi::traits::*;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Arguments of `dckpt bench-collective`.
+#[derive(Args)]
+pub struct BenchCollectiveArgs {
+    /// reduce (the reduction alone, synthetic sets) or mixed (whole
+    /// checkpoints: collective vs local-only vs full).
+    #[arg(long, default_value = "reduce", value_parser = ["reduce", "mixed"])]
+    workload: String,
+    /// K: entries per rank (reduce) or the threshold (mixed).
+    #[arg(long, default_value_t = dckpt::collective::DEFAULT_THRESHOLD)]
+    threshold: usize,
+    /// reduce: unique (worst case) or shared (best case).
+    #[arg(long, default_value = "unique")]
+    case: SetCase,
+    /// reduce: timed repetitions.
+    #[arg(long, default_value_t = 5)]
+    repeat: usize,
+    /// mixed: bytes per rank.
+    #[arg(long, default_value = "64M")]
+    size: String,
+    /// mixed: fraction of each buffer replicated on every rank.
+    #[arg(long, default_value_t = 0.5)]
+    shared_fraction: f64,
+    /// mixed: fraction rewritten per version.
+    #[arg(long, default_value_t = 0.01)]
+    change: f64,
+    /// mixed: versions.
+    #[arg(long, default_value_t = 5)]
+    versions: u64,
+    /// mixed: chunk size.
+    #[arg(long, default_value_t = 128)]
+    chunk_size: u32,
+    /// mixed: directory for the three stores (shared by the ranks).
+    #[arg(long, default_value = "bench-data/collective")]
+    dir: PathBuf,
+}
+
+/// Runs `body` with MPI initialized; an error on any rank is printed by that
+/// rank and makes the command fail (MPI is finalized first).
+fn with_mpi(body: impl FnOnce(&mpi::topology::SimpleCommunicator) -> Result<()>) -> Result<ExitCode> {
+    let (universe, _) = mpi::initialize_with_threading(mpi::Threading::Funneled)
+        .ok_or_else(|| Error::InvalidOption("MPI could not be initialized".into()))?;
+    let world = universe.world();
+    let rank = world.rank();
+    let result = body(&world);
+    drop(universe);
+    match result {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(e) => {
+            eprintln!("dckpt: error: rank {rank}: {e}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// `mpirun -np P dckpt checkpoint --collective ... FILE` (`{rank}` in FILE is
+/// each rank's number).
+pub fn checkpoint(a: CheckpointArgs) -> Result<ExitCode> {
+    let store = a.store_options();
+    let copts = CollectiveOptions { threshold: a.threshold, region_bytes: a.region_bytes };
+    with_mpi(|world| {
+        let rank = world.rank();
+        let file = PathBuf::from(a.file.to_string_lossy().replace("{rank}", &rank.to_string()));
+        let data = std::fs::read(&file).map_err(|e| Error::io(&file, e));
+        // Every rank learns whether every rank could read its input.
+        let data = all_agree(world, "reading the input", 0, data)?;
+        let mut ckpt = Collective::open(world, &a.dir, data.len() as u64, &store, &copts)?;
+        let r = ckpt.checkpoint(a.version, &data)?;
+        let c = &r.checkpoint;
+        println!(
+            "rank {} version {}: {} -> {} bytes ({:.1}x), {} regions referenced on other ranks ({} bytes), reduce {:.3} s{}",
+            r.rank,
+            c.version,
+            c.logical_bytes,
+            c.file_bytes,
+            c.logical_bytes as f64 / c.file_bytes as f64,
+            r.regions_referenced,
+            r.bytes_referenced,
+            r.reduce_seconds,
+            if c.baseline { ", baseline" } else { "" }
+        );
+        Ok(())
+    })
+}
+
+/// `mpirun -np P dckpt bench-collective ...`: rank 0 prints one JSON line.
+pub fn bench(a: BenchCollectiveArgs) -> Result<ExitCode> {
+    with_mpi(|world| {
+        let line = match a.workload.as_str() {
+            "mixed" => {
+                let p = MixedParams {
+                    size: parse_size(&a.size)? as usize,
+                    shared_fraction: a.shared_fraction,
+                    change: a.change,
+                    versions: a.versions,
+                    chunk_size: a.chunk_size,
+                };
+                if world.rank() == 0 && a.dir.exists() {
+                    std::fs::remove_dir_all(&a.dir).map_err(|e| Error::io(&a.dir, e))?;
+                }
+                world.barrier();
+                let copts = CollectiveOptions { threshold: a.threshold, ..CollectiveOptions::default() };
+                let modes = mixed_workload(world, &a.dir, &p, &copts)?;
+                serde_json::json!({ "workload": "mixed", "ranks": world.size(), "params": p, "modes": modes })
+            }
+            _ => serde_json::to_value(reduce_timing(world, a.threshold, a.case, a.repeat))
+                .map_err(|e| Error::InvalidOption(e.to_string()))?,
+        };
+        if world.rank() == 0 {
+            println!("{line}");
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,58 @@
+//! Collective de-duplication (Nicolae, IPDPS'13, section III): after each
+//! rank has de-duplicated against its own history, the regions several ranks
+//! would store are stored once, by one owner chosen so that no rank becomes
+//! the straggler; the others keep a cross-rank reference.
+//!
+//! - [`merge`](self::merge): the top-K merger (Algorithm 2) as a pure function, and the
+//!   fixed-capacity wire form of a tuple set.
+//! - [`regions`]: the FIRST regions a rank offers, and the rewrite of its
+//!   diff and record once owners are known.
+//! - [`mpi`] (feature `mpi`): [`Collective`], the entry point an
+//!   `mpirun`-launched program calls: the reduction is an `MPI_Reduce` with
+//!   a non-commutative user operation followed by an `MPI_Bcast`.
+
+#[cfg(feature = "mpi")]
+pub mod bench;
+pub mod merge;
+#[cfg(feature = "mpi")]
+pub mod mpi;
+pub mod regions;
+
+pub use merge::{DEFAULT_THRESHOLD, HashFreq, local_set, merge, reduce_all};
+#[cfg(feature = "mpi")]
+pub use mpi::{Collective, CollectiveReport};
+
+use serde::{Deserialize, Serialize};
+
+/// Largest region offered to the reduction when sized automatically
+/// (256 KiB): a 1 GiB buffer offers at most 4096 regions.
+pub const MAX_AUTO_REGION_BYTES: u64 = 256 * 1024;
+
+/// Regions per rank share that automatic sizing aims for: a buffer
+/// replicated on all P ranks is cut into at least `64 P` regions, so the
+/// greedy owner choice can spread it within a few percent.
+pub const AUTO_REGIONS_PER_RANK: u64 = 64;
+
+/// The region size used for `region_bytes = 0` (automatic): the smallest
+/// rank's buffer over `64 P` regions, at most [`MAX_AUTO_REGION_BYTES`].
+pub fn auto_region_bytes(min_data_len: u64, ranks: u32) -> u64 {
+    (min_data_len / (AUTO_REGIONS_PER_RANK * u64::from(ranks.max(1)))).min(MAX_AUTO_REGION_BYTES)
+}
+
+/// Settings of the collective step.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CollectiveOptions {
+    /// K: the most tuples a partial result keeps (the paper's threshold).
+    pub threshold: usize,
+    /// Largest region (Merkle node) offered, in bytes, rounded down to a
+    /// power-of-two number of chunks (one chunk at least); 0 sizes it
+    /// automatically ([`auto_region_bytes`]). All ranks must use the same.
+    pub region_bytes: u64,
+}
+
+impl Default for CollectiveOptions {
+    fn default() -> Self {
+        CollectiveOptions { threshold: DEFAULT_THRESHOLD, region_bytes: 0 }
+    }
+}

@@ -1,0 +1,249 @@
+//! The collective checkpoint over MPI (rsmpi).
+//!
+//! Every step that can fail on one rank is followed by an agreement (an
+//! `MPI_Allgather` of a status word), so that all ranks fail together and
+//! none waits forever in a collective. A version becomes visible on a rank
+//! (its manifest lists it) only after every rank has durably written its
+//! files: owners' data exists before any reference to it is published.
+//!
+//! The reduction: each rank's tuple set travels as one element of a
+//! contiguous derived datatype of `1 + 5K` words (so MPI never splits a set),
+//! `MPI_Reduce` to rank 0 with a non-commutative user operation applying
+//! [`merge`] (MPI keeps the rank order, and only rank 0 computes the final
+//! set, so the bracketing cannot make ranks disagree), then `MPI_Bcast` of
+//! the result: `2⌈log2 P⌉` message steps of at most `40K + 8` bytes and
+//! `⌈log2 P⌉` merges on the critical path.
+
+// The only unsafe code outside the CUDA backend: MPI views of the wire
+// buffers and the user operation's access to them (see SAFETY notes).
+#![allow(unsafe_code)]
+
+use super::merge::{self, HashFreq, decode_wire, encode_wire, wire_words};
+use super::regions::{self, Conversion};
+use super::CollectiveOptions;
+use crate::backend::BackendKind;
+use crate::engine::{CheckpointReport, Engine};
+use crate::layout::Layout;
+use crate::store::StoreOptions;
+use crate::{Error, Result};
+use ::mpi::collective::{SystemOperation, UserOperation};
+use ::mpi::datatype::{MutView, UserDatatype, View};
+use ::mpi::traits::*;
+use std::path::Path;
+use std::time::Instant;
+
+/// What one collective checkpoint did on this rank.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct CollectiveReport {
+    /// The rank.
+    pub rank: u32,
+    /// Ranks taking part.
+    pub ranks: u32,
+    /// The version as written (after the collective rewrite).
+    pub checkpoint: CheckpointReport,
+    /// Regions this rank offered to the reduction.
+    pub regions_offered: usize,
+    /// Entries of the reduction's result.
+    pub merged_entries: usize,
+    /// Regions this rank now references on other ranks.
+    pub regions_referenced: usize,
+    /// Bytes those regions would have cost here.
+    pub bytes_referenced: u64,
+    /// Seconds of local de-duplication.
+    pub local_seconds: f64,
+    /// Seconds of the reduction (reduce + broadcast).
+    pub reduce_seconds: f64,
+    /// Seconds from the call to the published version.
+    pub total_seconds: f64,
+}
+
+/// A rank's collective checkpointing over a communicator.
+///
+/// ```no_run
+/// # fn main() -> dckpt::Result<()> {
+/// use mpi::traits::*;
+/// let universe = mpi::initialize().expect("MPI");
+/// let world = universe.world();
+/// let data = vec![0u8; 1 << 20];
+/// let mut ckpt = dckpt::collective::Collective::open(
+///     &world, "ckpt".as_ref(), data.len() as u64, &Default::default(), &Default::default())?;
+/// let report = ckpt.checkpoint(1, &data)?;
+/// println!("rank {} stored {} bytes", report.rank, report.checkpoint.file_bytes);
+/// # Ok(()) }
+/// ```
+pub struct Collective<'c, C: Communicator> {
+    comm: &'c C,
+    engine: Engine,
+    opts: CollectiveOptions,
+    layouts: Vec<Layout>,
+    max_level: u32,
+}
+
+/// Status words exchanged by [`agree`].
+const OK: u64 = 0;
+const FAILED: u64 = 1;
+
+impl<'c, C: Communicator> Collective<'c, C> {
+    /// Opens (or creates) this rank's store under `root` (the shared
+    /// directory all ranks write to) for a buffer of `data_len` bytes.
+    /// Collective: every rank calls it; ranks must agree on the chunk size,
+    /// hash and method, and the method must keep a record (tree or list).
+    pub fn open(
+        comm: &'c C,
+        root: &Path,
+        data_len: u64,
+        store: &StoreOptions,
+        opts: &CollectiveOptions,
+    ) -> Result<Self> {
+        let rank = u32::try_from(comm.rank()).map_err(|_| Error::InvalidOption("negative MPI rank".into()))?;
+        let checked = if !store.method.uses_record() {
+            Err(Error::InvalidOption(format!(
+                "collective checkpoints need a method with a record (tree or list), not {}",
+                store.method
+            )))
+        } else if opts.threshold == 0 || wire_words(opts.threshold) > i32::MAX as usize {
+            Err(Error::InvalidOption(format!("threshold {} is outside 1..=2^28", opts.threshold)))
+        } else {
+            Engine::open_with_backend(root, rank, data_len, store, BackendKind::Cpu)
+        };
+        let engine = all_agree(comm, "open", 0, checked)?;
+        // Everyone's layout and parameters: references name other ranks' chunks.
+        let layout = engine.store().layout()?;
+        let mine = [layout.data_len(), u64::from(layout.chunk_size()), u64::from(store.hash.code()), u64::from(store.method.code())];
+        let mut all = vec![0u64; 4 * comm.size() as usize];
+        comm.all_gather_into(&mine[..], &mut all[..]);
+        let params: Vec<&[u64]> = all.chunks(4).collect();
+        if params.iter().any(|p| p[1..] != mine[1..]) {
+            return Err(Error::InvalidOption(
+                "ranks disagree on the chunk size, hash or method of a collective checkpoint".into(),
+            ));
+        }
+        let layouts = params.iter().map(|p| Layout::new(p[0], p[1] as u32)).collect::<Result<Vec<_>>>()?;
+        let min_len = layouts.iter().map(Layout::data_len).min().unwrap_or(0);
+        let region_bytes = match opts.region_bytes {
+            0 => super::auto_region_bytes(min_len, layouts.len() as u32),
+            b => b,
+        };
+        let max_level = regions::max_region_level(layout.chunk_size(), region_bytes);
+        Ok(Collective { comm, engine, opts: opts.clone(), layouts, max_level })
+    }
+
+    /// The rank's engine (its store, options, backend).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Takes collective checkpoint `version` of `data`. Collective: every rank
+    /// calls it with the same version. On error nothing becomes visible on
+    /// any rank (except if publishing the manifest itself fails on a rank
+    /// after the others published; that rank's error says so).
+    pub fn checkpoint(&mut self, version: u64, data: &[u8]) -> Result<CollectiveReport> {
+        let t0 = Instant::now();
+        let me = self.engine.store().manifest().rank;
+        let local = all_agree(self.comm, "de-duplication", version, self.engine.deduplicate_local(version, data))?;
+        let mut local = local;
+        let t1 = Instant::now();
+        let regions = regions::first_regions(&local.outcome.diff, data, self.max_level);
+        let set = merge::local_set(me, regions.iter().map(|r| (r.digest, r.bytes, r.node)), self.opts.threshold);
+        let merged = self.reduce(&set);
+        let t2 = Instant::now();
+        let conv = regions::conversions(me, &regions, &merged, &self.layouts);
+        let layout = local.outcome.diff.layout;
+        regions::apply(&mut local.outcome.diff, &conv);
+        let layouts = &self.layouts;
+        local.outcome.pending.remap_entries(|e| regions::relocate(e, me, &layout, &conv, layouts));
+        let staged = all_agree(self.comm, "writing", version, self.engine.stage(local, data))?;
+        let checkpoint = self.engine.publish(staged)?;
+        Ok(CollectiveReport {
+            rank: me,
+            ranks: self.layouts.len() as u32,
+            checkpoint,
+            regions_offered: regions.len(),
+            merged_entries: merged.len(),
+            regions_referenced: conv.len(),
+            bytes_referenced: conv.iter().map(|c: &Conversion| c.region.bytes).sum(),
+            local_seconds: (t1 - t0).as_secs_f64(),
+            reduce_seconds: (t2 - t1).as_secs_f64(),
+            total_seconds: t0.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// The reduction alone: every rank's set in, the merged set out (the
+    /// same on every rank). Collective.
+    pub fn reduce(&self, set: &[HashFreq]) -> Vec<HashFreq> {
+        reduce_sets(self.comm, set, self.opts.threshold)
+    }
+}
+
+/// Reduces every rank's tuple set (sorted by digest, at most `threshold`
+/// entries) with the top-K merger: `MPI_Reduce` to rank 0 with a
+/// non-commutative user operation over one fixed-capacity element per rank,
+/// then `MPI_Bcast`. Every rank returns the same set. Collective.
+pub fn reduce_sets<C: Communicator>(comm: &C, set: &[HashFreq], threshold: usize) -> Vec<HashFreq> {
+    // No partial result can hold more than every set together: size the
+    // messages for that when it is below K (small checkpoints stay cheap).
+    let mine = set.len().min(threshold) as u64;
+    let mut total = 0u64;
+    comm.all_reduce_into(&mine, &mut total, SystemOperation::sum());
+    let threshold = threshold.min(usize::try_from(total).unwrap_or(usize::MAX)).max(1);
+    let words = wire_words(threshold);
+    let mut send = vec![0u64; words];
+    // A longer set is cut (callers build it with `local_set`, which keeps the largest regions).
+    encode_wire(&set[..set.len().min(threshold)], &mut send);
+    let mut recv = vec![0u64; words];
+    let count = i32::try_from(words).unwrap_or(i32::MAX);
+    let element = UserDatatype::contiguous(count, &u64::equivalent_datatype());
+    let op = UserOperation::associative(move |invec, mut inoutvec| {
+        // SAFETY: both buffers hold one element of `element`, i.e. `words`
+        // u64 words, allocated by MPI or by `send`/`recv` below, and are
+        // distinct (MPI passes separate input and in-out buffers).
+        let (left, right) = unsafe {
+            (
+                std::slice::from_raw_parts(invec.as_ptr() as *const u64, words),
+                std::slice::from_raw_parts_mut(inoutvec.as_mut_ptr() as *mut u64, words),
+            )
+        };
+        // MPI computes inoutvec = invec (lower ranks) ∘ inoutvec (higher ranks).
+        if let (Some(l), Some(r)) = (decode_wire(left), decode_wire(right)) {
+            let m = merge::merge(&l, &r, threshold);
+            encode_wire(&m, right);
+        }
+    });
+    let root = comm.process_at_rank(0);
+    {
+        // SAFETY: `send` and `recv` are `words` u64 words long: exactly one
+        // element of the contiguous datatype, no padding.
+        let sv = unsafe { View::with_count_and_datatype(&send[..], 1, &element) };
+        if comm.rank() == 0 {
+            let mut rv = unsafe { MutView::with_count_and_datatype(&mut recv[..], 1, &element) };
+            root.reduce_into_root(&sv, &mut rv, &op);
+        } else {
+            root.reduce_into(&sv, &op);
+        }
+    }
+    {
+        // SAFETY: as above, for `recv`.
+        let mut bv = unsafe { MutView::with_count_and_datatype(&mut recv[..], 1, &element) };
+        root.broadcast_into(&mut bv);
+    }
+    decode_wire(&recv).unwrap_or_default()
+}
+
+/// Makes every rank see the same outcome of a step: if any rank failed,
+/// every rank returns an error (its own, or one naming the failed ranks).
+/// Also checks that all ranks are at the same `version`. Collective.
+pub fn all_agree<C: Communicator, T>(comm: &C, step: &str, version: u64, local: Result<T>) -> Result<T> {
+    let mine = [if local.is_ok() { OK } else { FAILED }, version];
+    let mut all = vec![0u64; 2 * comm.size() as usize];
+    comm.all_gather_into(&mine[..], &mut all[..]);
+    let failed: Vec<usize> = all.chunks(2).enumerate().filter(|(_, s)| s[0] != OK).map(|(r, _)| r).collect();
+    let value = local?;
+    if !failed.is_empty() {
+        return Err(Error::Collective(format!("{step} failed on rank(s) {failed:?}; nothing was published")));
+    }
+    if all.chunks(2).any(|s| s[1] != version) {
+        let versions: Vec<u64> = all.chunks(2).map(|s| s[1]).collect();
+        return Err(Error::Collective(format!("ranks asked for different versions {versions:?}")));
+    }
+    Ok(value)
+}

@@ -1,0 +1,254 @@
+//! From a rank's local diff to the collective step and back: the FIRST
+//! regions it offers to the reduction ([`first_regions`]), the regions it
+//! hands to other owners once the reduction has named them
+//! ([`conversions`]), and the rewrite of its diff ([`apply`]) and record
+//! entries ([`relocate`]) that follows.
+//!
+//! A region is a Merkle node inside a FIRST run, at most `2^max_level`
+//! chunks: runs are cut into the largest aligned nodes that fit, so ranks
+//! holding the same bytes at the same offsets offer the same digests, and a
+//! replicated buffer is offered in pieces small enough to spread over the
+//! ranks.
+
+use super::HashFreq;
+use crate::diff::{Diff, FirstRun, ShiftRun};
+use crate::hash::{Digest, HashAlgo};
+use crate::layout::{Layout, NodeId};
+use crate::record::RecordEntry;
+use rayon::prelude::*;
+use std::ops::Range;
+
+/// A region this rank would store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Region {
+    /// Digest of the node (as the record stores it).
+    pub digest: Digest,
+    /// The node in this rank's tree.
+    pub node: NodeId,
+    /// First chunk.
+    pub start: u64,
+    /// Number of chunks.
+    pub count: u64,
+    /// Bytes it covers.
+    pub bytes: u64,
+}
+
+/// The largest node level whose nodes hold at most `region_bytes` bytes
+/// (level 0, one chunk, at least).
+pub fn max_region_level(chunk_size: u32, region_bytes: u64) -> u32 {
+    let mut k = 0;
+    while k < 40 && u64::from(chunk_size) << (k + 1) <= region_bytes {
+        k += 1;
+    }
+    k
+}
+
+/// Cuts `chunks` into the largest nodes of `layout` (at most `max_level`)
+/// that lie inside it, left to right.
+fn node_cover(layout: &Layout, chunks: Range<u64>, max_level: u32) -> Vec<NodeId> {
+    let mut out = Vec::new();
+    let mut at = chunks.start;
+    while at < chunks.end {
+        let mut k = max_level.min(at.trailing_zeros()).min(layout.levels() - 1);
+        while k > 0 && layout.node_chunks(NodeId::new(k, at >> k)).end > chunks.end {
+            k -= 1;
+        }
+        let node = NodeId::new(k, at >> k);
+        out.push(node);
+        at = layout.node_chunks(node).end;
+    }
+    out
+}
+
+/// The digest of `node` computed from the buffer's bytes: leaves, then pairs
+/// level by level with the odd last node carried up (the tree's rule, which an
+/// aligned subtree shares).
+pub fn node_digest(hash: HashAlgo, layout: &Layout, node: NodeId, data: &[u8]) -> Digest {
+    let b = layout.node_bytes(node);
+    subtree_digest(hash, layout.chunk_size(), &data[b.start as usize..b.end as usize])
+}
+
+/// The digest of the subtree over `bytes` cut into `chunk_size` chunks (a
+/// region's digest, recomputed by `verify` from the owner's copy).
+pub fn subtree_digest(hash: HashAlgo, chunk_size: u32, bytes: &[u8]) -> Digest {
+    let mut level: Vec<Digest> = bytes.chunks(chunk_size as usize).map(|c| hash.leaf(c)).collect();
+    while level.len() > 1 {
+        level = level.chunks(2).map(|p| if let [l, r] = p { hash.node(*l, *r) } else { p[0] }).collect();
+    }
+    level.first().copied().unwrap_or_default()
+}
+
+/// The regions of `diff`'s FIRST runs, with their digests over `data` (the
+/// whole protected buffer).
+pub fn first_regions(diff: &Diff, data: &[u8], max_level: u32) -> Vec<Region> {
+    let layout = diff.layout;
+    let nodes: Vec<NodeId> =
+        diff.first.iter().flat_map(|r| node_cover(&layout, r.start..r.start + r.count, max_level)).collect();
+    nodes
+        .into_par_iter()
+        .with_min_len(64)
+        .map(|node| {
+            let c = layout.node_chunks(node);
+            let b = layout.node_bytes(node);
+            Region {
+                digest: node_digest(diff.hash, &layout, node, data),
+                node,
+                start: c.start,
+                count: c.end - c.start,
+                bytes: b.end - b.start,
+            }
+        })
+        .collect()
+}
+
+/// A region this rank hands to another owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conversion {
+    /// The region, in this rank's numbering.
+    pub region: Region,
+    /// The rank that stores it.
+    pub owner: u32,
+    /// Its first chunk in the owner's numbering.
+    pub owner_start: u64,
+}
+
+/// The regions of `me` that the reduction's result `merged` (sorted by
+/// digest) gives to another rank. `layouts[r]` is rank `r`'s layout; an entry
+/// whose owner node does not match the region's shape there is ignored (the
+/// region stays local), so a digest collision or a bad peer cannot produce a
+/// reference to the wrong bytes. Sorted by chunk.
+pub fn conversions(me: u32, regions: &[Region], merged: &[HashFreq], layouts: &[Layout]) -> Vec<Conversion> {
+    let mut out: Vec<Conversion> = regions
+        .iter()
+        .filter_map(|reg| {
+            let i = merged.binary_search_by_key(&reg.digest, |e| e.digest).ok()?;
+            let e = merged[i];
+            let owner_layout = layouts.get(e.owner as usize)?;
+            if e.count < 2 || e.owner == me || e.bytes != reg.bytes || !owner_layout.contains(e.node) {
+                return None;
+            }
+            let c = owner_layout.node_chunks(e.node);
+            let b = owner_layout.node_bytes(e.node);
+            (c.end - c.start == reg.count && b.end - b.start == reg.bytes).then_some(Conversion {
+                region: *reg,
+                owner: e.owner,
+                owner_start: c.start,
+            })
+        })
+        .collect();
+    out.sort_unstable_by_key(|c| c.region.start);
+    out
+}
+
+/// Rewrites `diff`: every converted region leaves the FIRST runs and becomes
+/// a cross-rank reference to its owner's copy in the same version. A dense
+/// version with conversions stays a baseline but is no longer dense.
+pub fn apply(diff: &mut Diff, conv: &[Conversion]) {
+    if conv.is_empty() {
+        return;
+    }
+    let mut first = Vec::with_capacity(diff.first.len() + conv.len());
+    let mut k = 0;
+    for run in &diff.first {
+        let (mut at, end) = (run.start, run.start + run.count);
+        while k < conv.len() && conv[k].region.start < end {
+            let r = conv[k].region;
+            if r.start > at {
+                first.push(FirstRun { start: at, count: r.start - at });
+            }
+            at = r.start + r.count;
+            k += 1;
+        }
+        if at < end {
+            first.push(FirstRun { start: at, count: end - at });
+        }
+    }
+    let refs = conv.iter().map(|c| ShiftRun {
+        start: c.region.start,
+        count: c.region.count,
+        src_version: diff.version,
+        src_rank: c.owner,
+        src_start: c.owner_start,
+        reference: Some(c.region.digest),
+    });
+    let mut shift: Vec<ShiftRun> = diff.shift.iter().copied().chain(refs).collect();
+    shift.sort_unstable_by_key(|s| s.start);
+    diff.first = first;
+    diff.shift = shift;
+    diff.dense = false;
+    diff.coalesce();
+}
+
+/// Where a record entry of this version points after the conversions: an
+/// entry whose node lies inside one converted region points at the owner's
+/// copy (when that node exists in the owner's tree); one that overlaps a
+/// converted region otherwise is dropped (its bytes are no longer stored
+/// here as one piece); the rest stay.
+pub fn relocate(entry: &RecordEntry, me: u32, layout: &Layout, conv: &[Conversion], layouts: &[Layout]) -> Option<RecordEntry> {
+    if entry.rank != me {
+        return Some(*entry);
+    }
+    let c = layout.node_chunks(entry.node);
+    let i = conv.partition_point(|x| x.region.start + x.region.count <= c.start);
+    let Some(x) = conv.get(i).filter(|x| x.region.start < c.end) else { return Some(*entry) };
+    if c.start < x.region.start || c.end > x.region.start + x.region.count {
+        return None;
+    }
+    let start = c.start - x.region.start + x.owner_start;
+    let level = entry.node.level();
+    let node = NodeId::new(level, start >> level);
+    let owner_layout = layouts.get(x.owner as usize)?;
+    let fits = start.trailing_zeros() >= level || start == 0;
+    (fits && owner_layout.contains(node) && owner_layout.node_chunks(node) == (start..start + (c.end - c.start)))
+        .then_some(RecordEntry { version: entry.version, rank: x.owner, node })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::Layout;
+
+    #[test]
+    fn node_cover_tiles_any_range_with_nodes_inside_it() {
+        for n in [1u64, 2, 7, 64, 100, 257] {
+            let layout = Layout::new(n * 64 - 3, 64).unwrap();
+            for max in [0, 1, 3, 10] {
+                for a in 0..n.min(20) {
+                    for b in (a + 1)..=n {
+                        let nodes = node_cover(&layout, a..b, max);
+                        let mut at = a;
+                        for node in nodes {
+                            assert!(node.level() <= max && layout.contains(node));
+                            let c = layout.node_chunks(node);
+                            assert_eq!(c.start, at);
+                            at = c.end;
+                        }
+                        assert_eq!(at, b);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn node_digest_matches_the_tree_the_dedup_builds() {
+        let data: Vec<u8> = (0..(37 * 32 + 5)).map(|i| (i * 7 % 251) as u8).collect();
+        let layout = Layout::new(data.len() as u64, 32).unwrap();
+        for hash in [HashAlgo::Murmur3, HashAlgo::Blake3] {
+            let leaves = crate::dedup::hash_leaves(&data, layout, hash, None);
+            // Build every level the way the layout defines it.
+            let mut level: Vec<Digest> = leaves.iter().map(|(_, d)| *d).collect();
+            let mut k = 0;
+            loop {
+                for (i, d) in level.iter().enumerate() {
+                    assert_eq!(node_digest(hash, &layout, NodeId::new(k, i as u64), &data), *d, "node ({k}, {i})");
+                }
+                if level.len() == 1 {
+                    break;
+                }
+                level = level.chunks(2).map(|p| if let [l, r] = p { hash.node(*l, *r) } else { p[0] }).collect();
+                k += 1;
+            }
+        }
+    }
+}
