@@ -215,7 +215,13 @@ pub fn owner_reader(catalog: &mut Catalog, rank: u32, owner: u32, version: u64) 
     let path = crate::store::rank_dir(&catalog.root, owner).join(format!("v{version:012}.dckpt"));
     match catalog.reader(owner, version) {
         Ok(_) => catalog.reader(owner, version),
-        Err(e) => Err(Error::OwnerUnavailable { rank, version, owner, path, reason: e.to_string() }),
+        Err(e) => {
+            let reason = match e {
+                Error::Io { source, .. } => source.to_string(),
+                other => other.to_string(),
+            };
+            Err(Error::OwnerUnavailable { rank, version, owner, path, reason })
+        }
     }
 }
 

@@ -7,6 +7,8 @@
 //!   fixed-capacity wire form of a tuple set.
 //! - [`regions`]: the FIRST regions a rank offers, and the rewrite of its
 //!   diff and record once owners are known.
+//! - [`step`]: one rank's side of a collective checkpoint around the
+//!   reduction, independent of the transport.
 //! - [`mpi`] (feature `mpi`): [`Collective`], the entry point an
 //!   `mpirun`-launched program calls: the reduction is an `MPI_Reduce` with
 //!   a non-commutative user operation followed by an `MPI_Bcast`.
@@ -17,6 +19,7 @@ pub mod merge;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 pub mod regions;
+pub mod step;
 
 pub use merge::{DEFAULT_THRESHOLD, HashFreq, local_set, merge, reduce_all};
 #[cfg(feature = "mpi")]

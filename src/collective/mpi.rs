@@ -20,6 +20,7 @@
 
 use super::merge::{self, HashFreq, decode_wire, encode_wire, wire_words};
 use super::regions::{self, Conversion};
+use super::step;
 use super::CollectiveOptions;
 use crate::backend::BackendKind;
 use crate::engine::{CheckpointReport, Engine};
@@ -140,25 +141,20 @@ impl<'c, C: Communicator> Collective<'c, C> {
     pub fn checkpoint(&mut self, version: u64, data: &[u8]) -> Result<CollectiveReport> {
         let t0 = Instant::now();
         let me = self.engine.store().manifest().rank;
-        let local = all_agree(self.comm, "de-duplication", version, self.engine.deduplicate_local(version, data))?;
-        let mut local = local;
+        let offer = step::offer(&self.engine, version, data, self.max_level, self.opts.threshold);
+        let offer = all_agree(self.comm, "de-duplication", version, offer)?;
         let t1 = Instant::now();
-        let regions = regions::first_regions(&local.outcome.diff, data, self.max_level);
-        let set = merge::local_set(me, regions.iter().map(|r| (r.digest, r.bytes, r.node)), self.opts.threshold);
-        let merged = self.reduce(&set);
+        let offered = offer.regions.len();
+        let merged = self.reduce(&offer.set);
         let t2 = Instant::now();
-        let conv = regions::conversions(me, &regions, &merged, &self.layouts);
-        let layout = local.outcome.diff.layout;
-        regions::apply(&mut local.outcome.diff, &conv);
-        let layouts = &self.layouts;
-        local.outcome.pending.remap_entries(|e| regions::relocate(e, me, &layout, &conv, layouts));
-        let staged = all_agree(self.comm, "writing", version, self.engine.stage(local, data))?;
+        let settled = step::settle(&self.engine, offer, &merged, &self.layouts, data);
+        let (staged, conv) = all_agree(self.comm, "writing", version, settled)?;
         let checkpoint = self.engine.publish(staged)?;
         Ok(CollectiveReport {
             rank: me,
             ranks: self.layouts.len() as u32,
             checkpoint,
-            regions_offered: regions.len(),
+            regions_offered: offered,
             merged_entries: merged.len(),
             regions_referenced: conv.len(),
             bytes_referenced: conv.iter().map(|c: &Conversion| c.region.bytes).sum(),

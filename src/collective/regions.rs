@@ -171,12 +171,55 @@ pub fn apply(diff: &mut Diff, conv: &[Conversion]) {
         src_start: c.owner_start,
         reference: Some(c.region.digest),
     });
-    let mut shift: Vec<ShiftRun> = diff.shift.iter().copied().chain(refs).collect();
+    let (me, version) = (diff.rank, diff.version);
+    let mut shift: Vec<ShiftRun> = diff
+        .shift
+        .iter()
+        .flat_map(|s| {
+            if s.src_rank == me && s.src_version == version { redirect(s, conv) } else { vec![*s] }
+        })
+        .chain(refs)
+        .collect();
     shift.sort_unstable_by_key(|s| s.start);
     diff.first = first;
     diff.shift = shift;
     diff.dense = false;
     diff.coalesce();
+}
+
+/// A SHIFT run pointing into this very version, cut where its source
+/// crosses converted regions: the pieces inside one point at the owner's
+/// copy instead (the bytes left this file), the others stay.
+fn redirect(s: &ShiftRun, conv: &[Conversion]) -> Vec<ShiftRun> {
+    let (mut at, end) = (s.src_start, s.src_start + s.count);
+    let mut out = Vec::new();
+    let mut k = conv.partition_point(|x| x.region.start + x.region.count <= at);
+    while at < end {
+        let piece = |from: u64, to: u64, rank: u32, src: u64| ShiftRun {
+            start: s.start + (from - s.src_start),
+            count: to - from,
+            src_rank: rank,
+            src_start: src,
+            ..*s
+        };
+        match conv.get(k).filter(|x| x.region.start < end) {
+            Some(x) if x.region.start <= at => {
+                let to = (x.region.start + x.region.count).min(end);
+                out.push(piece(at, to, x.owner, x.owner_start + (at - x.region.start)));
+                at = to;
+                k += 1;
+            }
+            Some(x) => {
+                out.push(piece(at, x.region.start, s.src_rank, at));
+                at = x.region.start;
+            }
+            None => {
+                out.push(piece(at, end, s.src_rank, at));
+                at = end;
+            }
+        }
+    }
+    out
 }
 
 /// Where a record entry of this version points after the conversions: an

@@ -1,0 +1,298 @@
+//! Collective checkpoints under MPI, with any number of ranks:
+//! `mpirun -np P <this test binary>` (scripts/test.sh runs P = 1, 2, 3, 4;
+//! `cargo test` runs it as a single rank). Every rank checks its own
+//! claims; a failure on any rank aborts the job with a message naming the
+//! scenario and the rank.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed setup step is a failed test
+
+use dckpt::collective::{Collective, CollectiveOptions, CollectiveReport};
+use dckpt::format::diff_file::DiffReader;
+use dckpt::{Engine, HashAlgo, Method, StoreOptions};
+use mpi::collective::SystemOperation;
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::*;
+use std::path::{Path, PathBuf};
+
+/// Bytes per rank: 2 MiB and a short last chunk.
+const LEN: usize = (2 << 20) + 100;
+const VERSIONS: u64 = 3;
+
+fn store_opts() -> StoreOptions {
+    StoreOptions { chunk_size: 128, method: Method::Tree, hash: HashAlgo::Murmur3, ..StoreOptions::default() }
+}
+
+/// Deterministic pseudo-random bytes.
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// A buffer seeded by `seed` at `version`: random bytes, then per version a
+/// few rewritten 300-byte pieces and one 64 KiB block copied elsewhere (a
+/// shifted duplicate). Any rank can recompute any rank's buffer.
+fn evolve(seed: u64, version: u64) -> Vec<u8> {
+    let mut data = noise(LEN, seed);
+    for v in 2..=version {
+        let edits = noise(64, seed ^ (v << 40));
+        for k in 0..8 {
+            let at = (u32::from_le_bytes(edits[4 * k..4 * k + 4].try_into().unwrap()) as usize) % (LEN - 300);
+            data[at..at + 300].copy_from_slice(&noise(300, seed + v * 1000 + k as u64));
+        }
+        // Page-aligned, so the moved chunks keep their digests.
+        let from = ((v as usize * 333_333) % (LEN - 65536)) & !4095;
+        let to = ((v as usize * 777_777) % (LEN - 65536)) & !4095;
+        data.copy_within(from..from + 65536, to);
+    }
+    data
+}
+
+/// What each rank holds in each scenario.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Scenario {
+    /// The same bytes everywhere.
+    Identical,
+    /// Nothing shared.
+    Disjoint,
+    /// The first half shared, the second half private.
+    Partial,
+}
+
+fn buffer(s: Scenario, rank: i32, version: u64) -> Vec<u8> {
+    match s {
+        Scenario::Identical => evolve(7, version),
+        Scenario::Disjoint => evolve(100 + rank as u64, version),
+        Scenario::Partial => {
+            let mut d = evolve(7, version);
+            let private = evolve(100 + rank as u64, version);
+            d[LEN / 2..].copy_from_slice(&private[LEN / 2..]);
+            d
+        }
+    }
+}
+
+struct World<'a> {
+    comm: &'a SimpleCommunicator,
+    rank: i32,
+    size: i32,
+}
+
+impl World<'_> {
+    fn check(&self, ok: bool, what: &str) {
+        if !ok {
+            eprintln!("mpi-tests: rank {} of {}: FAILED: {what}", self.rank, self.size);
+            self.comm.abort(1);
+        }
+    }
+    fn sum(&self, x: u64) -> u64 {
+        let mut s = 0;
+        self.comm.all_reduce_into(&x, &mut s, SystemOperation::sum());
+        s
+    }
+    fn max(&self, x: u64) -> u64 {
+        let mut s = 0;
+        self.comm.all_reduce_into(&x, &mut s, SystemOperation::max());
+        s
+    }
+}
+
+/// Runs a scenario: collective and local-only stores side by side, every
+/// version restored by every rank for every rank. Returns the reports.
+fn run(w: &World, root: &Path, s: Scenario, threshold: usize) -> Vec<CollectiveReport> {
+    let opts = CollectiveOptions { threshold, ..CollectiveOptions::default() };
+    let dir = root.join("collective");
+    let mut c = Collective::open(w.comm, &dir, LEN as u64, &store_opts(), &opts).expect("open");
+    let mut local = Engine::open_or_create(&root.join("local"), w.rank as u32, LEN as u64, &store_opts()).unwrap();
+    let mut reports = Vec::new();
+    let (mut stored, mut local_stored) = (0u64, 0u64);
+    for v in 1..=VERSIONS {
+        let data = buffer(s, w.rank, v);
+        let r = c.checkpoint(v, &data).expect("collective checkpoint");
+        stored += r.checkpoint.file_bytes;
+        local_stored += local.checkpoint(v, &data).unwrap().file_bytes;
+        reports.push(r);
+    }
+    w.comm.barrier();
+    // Every rank restores every rank's every version.
+    for r in 0..w.size {
+        for v in 1..=VERSIONS {
+            let got = dckpt::restore::restore_version(&dir, r as u32, v);
+            w.check(
+                got.as_ref().is_ok_and(|g| *g == buffer(s, r, v)),
+                &format!("{s:?}: restore of rank {r} version {v}: {:?}", got.err()),
+            );
+        }
+    }
+    let total = w.sum(stored);
+    let max = w.max(stored);
+    let total_local = w.sum(local_stored);
+    let mean = total as f64 / f64::from(w.size);
+    if w.rank == 0 {
+        println!(
+            "  {s:?} K={threshold}: stored {total} bytes over {} ranks (local-only {total_local}), max/mean {:.3}",
+            w.size,
+            max as f64 / mean
+        );
+    }
+    w.check(total <= total_local, &format!("{s:?}: collective stored more than local-only"));
+    if w.rank == 0 {
+        let report = dckpt::verify::verify_store(&dir).unwrap();
+        w.check(report.problems.is_empty(), &format!("{s:?}: verify: {:?}", report.problems));
+    }
+    w.comm.barrier();
+    reports
+}
+
+fn identical(w: &World, root: &Path) {
+    let reports = run(w, root, Scenario::Identical, dckpt::collective::DEFAULT_THRESHOLD);
+    let stored: u64 = reports.iter().map(|r| r.checkpoint.file_bytes).sum();
+    let (total, max) = (w.sum(stored), w.max(stored));
+    let one_copy: u64 = {
+        // What a single rank stores for the same sequence, local-only.
+        let inspect = dckpt::inspect::store_stats(&root.join("local")).unwrap();
+        inspect.ranks.iter().find(|r| r.rank == 0).map_or(0, |r| r.stored_bytes)
+    };
+    w.check(
+        (total as f64) <= 1.05 * one_copy as f64,
+        &format!("identical data: {total} bytes stored in total, one copy is {one_copy}"),
+    );
+    let mean = total as f64 / f64::from(w.size);
+    w.check(max as f64 <= 1.05 * mean, &format!("identical data: max {max} / mean {mean:.0} > 1.05"));
+    let referenced: usize = reports.iter().map(|r| r.regions_referenced).sum();
+    w.check((w.size == 1) == (referenced == 0), "identical data: references iff more than one rank");
+}
+
+fn disjoint(w: &World, root: &Path) {
+    let reports = run(w, root, Scenario::Disjoint, dckpt::collective::DEFAULT_THRESHOLD);
+    w.check(reports.iter().all(|r| r.regions_referenced == 0), "disjoint data produced references");
+}
+
+fn partial(w: &World, root: &Path) {
+    let reports = run(w, root, Scenario::Partial, dckpt::collective::DEFAULT_THRESHOLD);
+    let referenced = w.sum(reports.iter().map(|r| r.bytes_referenced).sum());
+    // The shared half, less one copy, is referenced in the first version.
+    let expect = (w.size as u64 - 1) * (LEN as u64 / 2);
+    w.check(
+        referenced as f64 >= 0.9 * expect as f64,
+        &format!("partial sharing: {referenced} bytes referenced, expected about {expect}"),
+    );
+}
+
+fn small_threshold(w: &World, root: &Path) {
+    let k = 8;
+    let reports = run(w, root, Scenario::Identical, k);
+    for r in &reports {
+        w.check(r.merged_entries <= k && r.regions_referenced <= k, "K = 8: more entries than K");
+    }
+    let referenced: usize = reports.iter().map(|r| r.regions_referenced).sum();
+    w.check((w.size == 1) == (w.sum(referenced as u64) == 0), "K = 8: the top entries must still be shared");
+}
+
+/// Later versions point at bytes other ranks stored in earlier versions.
+fn temporal(w: &World, root: &Path) {
+    let dir = root.join("collective");
+    if w.size == 1 {
+        return;
+    }
+    let mut temporal = 0u64;
+    for v in 2..=VERSIONS {
+        let path = dir.join(format!("rank-{:05}/v{v:012}.dckpt", w.rank));
+        let reader = DiffReader::open(&path).unwrap();
+        temporal += reader
+            .diff
+            .shift
+            .iter()
+            .filter(|s| s.src_rank != w.rank as u32 && s.src_version < v && s.reference.is_none())
+            .count() as u64;
+    }
+    w.check(w.sum(temporal) > 0, "no version references an earlier version of another rank");
+}
+
+/// A reference to a missing owner file names the rank, the version and the file.
+fn missing_owner(w: &World, root: &Path) {
+    if w.size == 1 || w.rank != 0 {
+        return;
+    }
+    let dir = root.join("collective");
+    let reader = DiffReader::open(&dir.join("rank-00000/v000000000001.dckpt")).unwrap();
+    let Some(owner) = reader.diff.shift.iter().find(|s| s.reference.is_some()).map(|s| s.src_rank) else {
+        w.check(false, "rank 0 references nothing in version 1");
+        return;
+    };
+    let broken = root.join("broken");
+    copy_dir(&dir, &broken);
+    let file = broken.join(format!("rank-{owner:05}/v000000000001.dckpt"));
+    std::fs::remove_file(&file).unwrap();
+    let err = dckpt::restore::restore_version(&broken, 0, 1).expect_err("restore must fail").to_string();
+    let named = err.contains(&format!("rank {owner}"))
+        && err.contains("version 1")
+        && err.contains(&file.display().to_string());
+    w.check(named, &format!("error does not name rank, version and file: {err}"));
+    let report = dckpt::verify::verify_store(&broken).unwrap();
+    w.check(report.problems.iter().any(|p| p.message.contains(&format!("rank {owner}"))), "verify misses it");
+    println!("  missing owner file: {err}");
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+/// A directory every rank sees (rank 0 names it).
+fn shared_dir(w: &World) -> PathBuf {
+    let mut name = [0u8; 256];
+    if w.rank == 0 {
+        let base = std::env::var_os("DCKPT_MPI_TEST_DIR").map_or_else(std::env::temp_dir, PathBuf::from);
+        let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+        let p = base.join(format!("dckpt-mpi-{}-{stamp}", std::process::id()));
+        let s = p.to_string_lossy();
+        name[..s.len()].copy_from_slice(s.as_bytes());
+    }
+    w.comm.process_at_rank(0).broadcast_into(&mut name[..]);
+    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    PathBuf::from(String::from_utf8_lossy(&name[..end]).into_owned())
+}
+
+fn main() {
+    let universe = mpi::initialize().expect("MPI init");
+    let comm = universe.world();
+    let w = World { comm: &comm, rank: comm.rank(), size: comm.size() };
+    let root = shared_dir(&w);
+    if w.rank == 0 {
+        println!("mpi-tests: {} ranks in {}", w.size, root.display());
+    }
+    let tests: [(&str, fn(&World, &Path)); 4] = [
+        ("identical", |w, r| {
+            identical(w, r);
+            temporal(w, r);
+            missing_owner(w, r);
+        }),
+        ("disjoint", disjoint),
+        ("partial", partial),
+        ("small-threshold", small_threshold),
+    ];
+    for (name, test) in tests {
+        test(&w, &root.join(name));
+        comm.barrier();
+        if w.rank == 0 {
+            println!("mpi-tests: {name} ok ({} ranks)", w.size);
+        }
+    }
+    if w.rank == 0 {
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}

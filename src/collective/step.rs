@@ -1,0 +1,50 @@
+//! One rank's side of a collective checkpoint, without the transport: what
+//! it offers to the reduction ([`offer`]) and how it settles once the merged
+//! set is known ([`settle`]). The MPI layer calls these around the
+//! reduction; tests drive several in-process ranks with
+//! [`reduce_all`](super::reduce_all) instead.
+
+use super::merge::{HashFreq, local_set};
+use super::regions::{self, Conversion, Region};
+use crate::engine::{Engine, LocalCheckpoint, StagedCheckpoint};
+use crate::layout::Layout;
+use crate::Result;
+
+/// A rank's de-duplicated version and the regions it offers.
+#[derive(Debug)]
+pub struct Offer {
+    /// The local diff, not yet written.
+    pub local: LocalCheckpoint,
+    /// Its FIRST regions.
+    pub regions: Vec<Region>,
+    /// The tuple set sent to the reduction (at most `threshold` entries).
+    pub set: Vec<HashFreq>,
+}
+
+/// De-duplicates `data` locally and builds the rank's tuple set.
+pub fn offer(engine: &Engine, version: u64, data: &[u8], max_level: u32, threshold: usize) -> Result<Offer> {
+    let local = engine.deduplicate_local(version, data)?;
+    let rank = local.outcome.diff.rank;
+    let regions = regions::first_regions(&local.outcome.diff, data, max_level);
+    let set = local_set(rank, regions.iter().map(|r| (r.digest, r.bytes, r.node)), threshold);
+    Ok(Offer { local, regions, set })
+}
+
+/// Applies the merged set: the regions other ranks own become references,
+/// the record entries follow them, and the files are written (still
+/// invisible). `layouts[r]` is rank `r`'s layout.
+pub fn settle(
+    engine: &Engine,
+    offer: Offer,
+    merged: &[HashFreq],
+    layouts: &[Layout],
+    data: &[u8],
+) -> Result<(StagedCheckpoint, Vec<Conversion>)> {
+    let Offer { mut local, regions, .. } = offer;
+    let me = local.outcome.diff.rank;
+    let layout = local.outcome.diff.layout;
+    let conv = regions::conversions(me, &regions, merged, layouts);
+    regions::apply(&mut local.outcome.diff, &conv);
+    local.outcome.pending.remap_entries(|e| regions::relocate(e, me, &layout, &conv, layouts));
+    Ok((engine.stage(local, data)?, conv))
+}

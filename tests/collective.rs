@@ -1,0 +1,204 @@
+//! Collective checkpoints of several in-process ranks, without MPI: each
+//! rank's `step::offer`, the reference reduction `reduce_all`, each rank's
+//! `step::settle` and publish — the same steps the MPI layer runs around
+//! `MPI_Reduce` + `MPI_Bcast`. Random shared, private and shifted updates;
+//! every version of every rank must restore byte-exactly and verify clean,
+//! also after the stores are reopened mid-sequence. Also: format v1 files
+//! still read, and malformed v2 reference tables are rejected.
+#![allow(clippy::unwrap_used)] // tests may panic on setup failures
+
+mod common;
+
+use common::noise;
+use dckpt::collective::regions::max_region_level;
+use dckpt::collective::{reduce_all, step};
+use dckpt::format::diff_file::DiffReader;
+use dckpt::layout::Layout;
+use dckpt::{Engine, HashAlgo, Method, StoreOptions};
+use proptest::prelude::*;
+use std::path::Path;
+
+fn opts(method: Method, chunk_size: u32, hash: HashAlgo) -> StoreOptions {
+    StoreOptions { chunk_size, method, hash, ..StoreOptions::default() }
+}
+
+/// One collective version over in-process engines; returns the bytes each
+/// rank now references on other ranks.
+fn collective_version(engines: &mut [Engine], version: u64, data: &[Vec<u8>], max_level: u32, k: usize) -> Vec<u64> {
+    let layouts: Vec<Layout> = engines.iter().map(|e| e.store().layout().unwrap()).collect();
+    let offers: Vec<step::Offer> =
+        engines.iter().zip(data).map(|(e, d)| step::offer(e, version, d, max_level, k).unwrap()).collect();
+    let sets: Vec<_> = offers.iter().map(|o| o.set.clone()).collect();
+    let merged = reduce_all(&sets, k);
+    let mut staged = Vec::new();
+    for ((e, o), d) in engines.iter().zip(offers).zip(data) {
+        staged.push(step::settle(e, o, &merged, &layouts, d).unwrap());
+    }
+    // Publish only once every rank has written (as the MPI layer does).
+    let mut referenced = Vec::new();
+    for (e, (s, conv)) in engines.iter_mut().zip(staged) {
+        e.publish(s).unwrap();
+        referenced.push(conv.iter().map(|c| c.region.bytes).sum());
+    }
+    referenced
+}
+
+fn open_all(root: &Path, ranks: usize, lens: &[usize], o: &StoreOptions) -> Vec<Engine> {
+    (0..ranks).map(|r| Engine::open_or_create(root, r as u32, lens[r] as u64, o).unwrap()).collect()
+}
+
+/// An edit applied to some ranks' buffers at one version.
+#[derive(Clone, Debug)]
+enum Edit {
+    /// Rewrite `len` bytes at `at` (fraction of the buffer) with bytes seeded by `seed`.
+    Write { at: f64, len: usize, seed: u64 },
+    /// Copy a page-aligned block elsewhere (a shifted duplicate).
+    Move { from: f64, to: f64, len: usize },
+}
+
+fn apply(buf: &mut [u8], e: &Edit) {
+    let n = buf.len();
+    match *e {
+        Edit::Write { at, len, seed } => {
+            let len = len.min(n);
+            let at = ((at * (n - len) as f64) as usize).min(n - len);
+            buf[at..at + len].copy_from_slice(&noise(len, seed));
+        }
+        Edit::Move { from, to, len } => {
+            let len = len.min(n / 2);
+            let from = ((from * (n - len) as f64) as usize) & !255;
+            let to = ((to * (n - len) as f64) as usize) & !255;
+            buf.copy_within(from..from + len, to);
+        }
+    }
+}
+
+fn edit() -> impl Strategy<Value = Edit> {
+    prop_oneof![
+        (0.0..1.0f64, 1usize..3000, any::<u64>()).prop_map(|(at, len, seed)| Edit::Write { at, len, seed }),
+        (0.0..1.0f64, 0.0..1.0f64, 256usize..8192).prop_map(|(from, to, len)| Edit::Move { from, to, len }),
+    ]
+}
+
+/// Per version: edits every rank applies (shared), and edits per rank (private).
+type Plan = Vec<(Vec<Edit>, Vec<Vec<Edit>>)>;
+
+fn plan(ranks: usize) -> impl Strategy<Value = Plan> {
+    proptest::collection::vec(
+        (
+            proptest::collection::vec(edit(), 0..4),
+            proptest::collection::vec(proptest::collection::vec(edit(), 0..3), ranks..=ranks),
+        ),
+        1..5,
+    )
+}
+
+fn run_plan(ranks: usize, shared_part: f64, plan: &Plan, chunk: u32, k: usize, method: Method, reopen_at: usize) {
+    let len = 40_000 + 37;
+    let dir = tempfile::tempdir().unwrap();
+    let o = opts(method, chunk, HashAlgo::Murmur3);
+    let lens = vec![len; ranks];
+    // Version 1: a shared prefix, private rest.
+    let common = noise(len, 1);
+    let mut bufs: Vec<Vec<u8>> = (0..ranks)
+        .map(|r| {
+            let mut b = noise(len, 100 + r as u64);
+            let cut = (shared_part * len as f64) as usize;
+            b[..cut].copy_from_slice(&common[..cut]);
+            b
+        })
+        .collect();
+    let mut history: Vec<Vec<Vec<u8>>> = Vec::new();
+    let mut engines = open_all(dir.path(), ranks, &lens, &o);
+    let max_level = max_region_level(chunk, 1024);
+    for (i, (shared, private)) in plan.iter().enumerate() {
+        if i > 0 {
+            for (r, b) in bufs.iter_mut().enumerate() {
+                shared.iter().for_each(|e| apply(b, e));
+                private[r].iter().for_each(|e| apply(b, e));
+            }
+        }
+        if i == reopen_at {
+            drop(engines);
+            engines = open_all(dir.path(), ranks, &lens, &o);
+        }
+        let referenced = collective_version(&mut engines, i as u64 + 1, &bufs, max_level, k);
+        if i == 0 && ranks > 1 && shared_part > 0.5 && k >= 1000 {
+            assert!(referenced.iter().sum::<u64>() > 0, "a shared half must produce references");
+        }
+        history.push(bufs.clone());
+    }
+    for (i, bufs) in history.iter().enumerate() {
+        for (r, want) in bufs.iter().enumerate() {
+            let got = dckpt::restore::restore_version(dir.path(), r as u32, i as u64 + 1).unwrap();
+            assert!(got == *want, "rank {r} version {} differs after restore", i + 1);
+        }
+    }
+    let report = dckpt::verify::verify_store(dir.path()).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn collective_versions_restore_byte_exactly(
+        (ranks, plan) in (1usize..=4).prop_flat_map(|r| (Just(r), plan(r))),
+        shared_part in prop_oneof![Just(0.0), Just(0.5), Just(1.0)],
+        chunk in prop_oneof![Just(32u32), Just(64), Just(256)],
+        k in prop_oneof![Just(4usize), Just(1 << 17)],
+        method in prop_oneof![Just(Method::Tree), Just(Method::List)],
+        reopen_at in 0usize..5,
+    ) {
+        run_plan(ranks, shared_part, &plan, chunk, k, method, reopen_at);
+    }
+}
+
+#[test]
+fn identical_ranks_store_about_one_copy_evenly() {
+    let len = 1 << 20;
+    let ranks = 4;
+    let dir = tempfile::tempdir().unwrap();
+    let o = opts(Method::Tree, 128, HashAlgo::Murmur3);
+    let mut engines = open_all(dir.path(), ranks, &[len; 4], &o);
+    let data = vec![noise(len, 3); ranks];
+    let level = max_region_level(128, dckpt::collective::auto_region_bytes(len as u64, ranks as u32));
+    collective_version(&mut engines, 1, &data, level, 1 << 17);
+    let stats = dckpt::inspect::store_stats(dir.path()).unwrap();
+    let total: u64 = stats.ranks.iter().map(|r| r.data_bytes).sum();
+    assert_eq!(total, len as u64, "exactly one copy of the data");
+    assert!(stats.max_over_mean <= 1.05, "max/mean {}", stats.max_over_mean);
+    assert!(stats.total_cross_rank_references > 0);
+}
+
+#[test]
+fn format_v1_files_still_read_and_bad_reference_tables_are_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = opts(Method::Tree, 64, HashAlgo::Murmur3);
+    let mut e = Engine::open_or_create(dir.path(), 0, 5000, &o).unwrap();
+    let data = noise(5000, 1);
+    e.checkpoint(1, &data).unwrap();
+    let path = e.store().diff_path(1);
+    let file = std::fs::read(&path).unwrap();
+    let reader = DiffReader::open(&path).unwrap();
+    let meta_end = file.len() - 32 - 32 * reader.block_count() as usize;
+    // Rewrite the header as format 1 (no references) with a fresh trailer.
+    let data_start = meta_end - reader.header.data_bytes as usize;
+    let reseal = |body: Vec<u8>| dckpt::format::finish_body(body, data_start);
+    let mut v1 = file[..meta_end].to_vec();
+    v1[8] = 1;
+    let v1 = reseal(v1);
+    let p1 = dir.path().join("v1.dckpt");
+    std::fs::write(&p1, &v1).unwrap();
+    assert_eq!(DiffReader::open(&p1).unwrap().diff, reader.diff);
+    // A reference count in a v1 header, or an unknown format, is rejected.
+    for (at, byte, what) in [(76usize, 1u8, "references"), (8, 3, "format version")] {
+        let mut bad = file[..meta_end].to_vec();
+        bad[8] = if at == 8 { byte } else { 1 };
+        bad[at] = byte;
+        let p = dir.path().join("bad.dckpt");
+        std::fs::write(&p, reseal(bad)).unwrap();
+        let err = DiffReader::open(&p).unwrap_err().to_string();
+        assert!(err.contains(what), "{err}");
+    }
+}
