@@ -267,6 +267,9 @@ fn shared_dir(w: &World) -> PathBuf {
     PathBuf::from(String::from_utf8_lossy(&name[..end]).into_owned())
 }
 
+/// A scenario: the world and its directory.
+type Test = fn(&World, &Path);
+
 fn main() {
     let universe = mpi::initialize().expect("MPI init");
     let comm = universe.world();
@@ -275,7 +278,7 @@ fn main() {
     if w.rank == 0 {
         println!("mpi-tests: {} ranks in {}", w.size, root.display());
     }
-    let tests: [(&str, fn(&World, &Path)); 4] = [
+    let tests: [(&str, Test); 4] = [
         ("identical", |w, r| {
             identical(w, r);
             temporal(w, r);

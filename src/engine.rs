@@ -298,7 +298,14 @@ fn commit(
 }
 
 /// The report of a written version; the write time runs from `t1` to now.
-fn report_of(diff: &Diff, file: &[u8], logical: u64, t0: Instant, t1: Instant, gpu: Option<GpuTimings>) -> CheckpointReport {
+fn report_of(
+    diff: &Diff,
+    file: &[u8],
+    logical: u64,
+    t0: Instant,
+    t1: Instant,
+    gpu: Option<GpuTimings>,
+) -> CheckpointReport {
     CheckpointReport {
         version: diff.version,
         baseline: diff.baseline,

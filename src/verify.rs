@@ -1,10 +1,10 @@
 //! Whole-store verification: every file's checksums, every table, every
 //! reference of every chain, for every rank under a root.
 
-use crate::format::record_file;
-use crate::record::Record;
 use crate::collective::regions::subtree_digest;
 use crate::diff::ShiftRun;
+use crate::format::record_file;
+use crate::record::Record;
 use crate::restore::{Catalog, check_sources, owner_reader, resolve};
 use crate::store::list_ranks;
 use crate::{Error, Result};

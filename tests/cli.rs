@@ -138,3 +138,71 @@ fn gen_and_bench_run_end_to_end() {
     assert!(tree["ratio"].as_f64().unwrap() > 1.5, "{tree}");
     fails(&["gen", "--size", "12Q", "--out", s(&w)], "12Q");
 }
+
+/// `mpirun` with the flags CI needs (root, more ranks than cores).
+#[cfg(feature = "mpi")]
+fn mpirun(np: usize, args: &[&str]) -> Output {
+    Command::new("mpirun")
+        .args(["--oversubscribe", "-np", &np.to_string()])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .arg(env!("CARGO_BIN_EXE_dckpt"))
+        .args(args)
+        .output()
+        .expect("mpirun must be installed to test the collective CLI (apt install openmpi-bin)")
+}
+
+#[cfg(feature = "mpi")]
+#[test]
+fn collective_checkpoint_under_mpirun_then_offline_restore_verify_inspect() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("store");
+    let ranks = 3;
+    // Rank r's file at version v: a common part and a private part.
+    let file = |r: usize, v: usize| {
+        let mut d = noise(200_000, 7 + v as u64);
+        d[150_000..].copy_from_slice(&noise(50_000, 100 * r as u64 + v as u64));
+        d
+    };
+    for v in 1..=2 {
+        for r in 0..ranks {
+            std::fs::write(t.path().join(format!("in-{r}-{v}.bin")), file(r, v)).unwrap();
+        }
+        let pattern = t.path().join(format!("in-{{rank}}-{v}.bin"));
+        let v_s = v.to_string();
+        let out = mpirun(ranks, &["checkpoint", "--collective", "--dir", s(&dir), "--version", &v_s, s(&pattern)]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "mpirun failed: {stdout} {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(stdout.lines().filter(|l| l.contains("regions referenced on other ranks")).count(), ranks);
+    }
+    // Offline, no MPI: any rank's any version.
+    for r in 0..ranks {
+        for v in 1..=2 {
+            let out = t.path().join("out.bin");
+            let (r_s, v_s) = (r.to_string(), v.to_string());
+            ok(&["restore", "--dir", s(&dir), "--rank", &r_s, "--version", &v_s, "--output", s(&out)]);
+            assert!(std::fs::read(&out).unwrap() == file(r, v), "rank {r} version {v}");
+        }
+    }
+    assert!(ok(&["verify", "--dir", s(&dir)]).starts_with("ok: 3 ranks, 6 versions"));
+    let json: serde_json::Value = serde_json::from_str(&ok(&["inspect", "--dir", s(&dir), "--json"])).unwrap();
+    assert_eq!(json["ranks"].as_array().unwrap().len(), ranks);
+    assert!(json["total_cross_rank_references"].as_u64().unwrap() > 0);
+    assert!(json["ranks"][0]["stored_bytes"].as_u64().unwrap() > 0);
+    // Per version, the common 150 KB once plus 3 private 50 KB parts
+    // (local-only would store 3 x 200 KB): 600 KB for both, metadata aside.
+    let total = json["total_stored_bytes"].as_u64().unwrap();
+    assert!((600_000..660_000).contains(&total), "{total} bytes stored");
+    // A rank that cannot read its file fails the whole job with a clear line, and nothing is published.
+    std::fs::remove_file(t.path().join("in-1-2.bin")).unwrap();
+    let pattern = t.path().join("in-{rank}-2.bin");
+    let out = mpirun(ranks, &["checkpoint", "--collective", "--dir", s(&dir), "--version", "3", s(&pattern)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("in-1-2.bin") && !err.contains("panicked"), "{err}");
+    assert!(ok(&["verify", "--dir", s(&dir)]).starts_with("ok: 3 ranks, 6 versions"));
+}
+
+#[test]
+fn collective_options_need_collective() {
+    fails(&["checkpoint", "--dir", "d", "--version", "1", "--threshold", "8", "f"], "--collective");
+}

@@ -176,7 +176,12 @@ impl MixedBuffers {
 /// Checkpoints the same sequence of buffers three ways under `root` —
 /// collective (Tree + the collective step), local-only Tree, and Full — and
 /// reports stored bytes and time for each. Collective.
-pub fn mixed_workload<C: Communicator>(comm: &C, root: &Path, p: &MixedParams, copts: &CollectiveOptions) -> Result<Vec<ModeResult>> {
+pub fn mixed_workload<C: Communicator>(
+    comm: &C,
+    root: &Path,
+    p: &MixedParams,
+    copts: &CollectiveOptions,
+) -> Result<Vec<ModeResult>> {
     let rank = comm.rank() as u32;
     let mut out = Vec::new();
     for mode in ["collective", "local", "full"] {
@@ -189,12 +194,10 @@ pub fn mixed_workload<C: Communicator>(comm: &C, root: &Path, p: &MixedParams, c
         let mut bufs = MixedBuffers::new(p, rank)?;
         let mut bytes = 0u64;
         let mut seconds = 0.0;
-        let mut collective = if mode == "collective" {
-            Some(Collective::open(comm, &dir, p.size as u64, &store, copts)?)
-        } else {
-            None
-        };
-        let mut engine = if mode == "collective" { None } else { Some(Engine::open_or_create(&dir, rank, p.size as u64, &store)?) };
+        let mut collective =
+            if mode == "collective" { Some(Collective::open(comm, &dir, p.size as u64, &store, copts)?) } else { None };
+        let mut engine =
+            if mode == "collective" { None } else { Some(Engine::open_or_create(&dir, rank, p.size as u64, &store)?) };
         for v in 1..=p.versions {
             comm.barrier();
             let t = Instant::now();
@@ -214,7 +217,13 @@ pub fn mixed_workload<C: Communicator>(comm: &C, root: &Path, p: &MixedParams, c
         comm.all_reduce_into(&bytes, &mut total, SystemOperation::sum());
         comm.all_reduce_into(&bytes, &mut max, SystemOperation::max());
         comm.all_reduce_into(&bytes, &mut min, SystemOperation::min());
-        out.push(ModeResult { mode: mode.into(), total_stored_bytes: total, max_rank_bytes: max, min_rank_bytes: min, seconds });
+        out.push(ModeResult {
+            mode: mode.into(),
+            total_stored_bytes: total,
+            max_rank_bytes: max,
+            min_rank_bytes: min,
+            seconds,
+        });
     }
     Ok(out)
 }

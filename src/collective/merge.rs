@@ -116,7 +116,11 @@ fn truncate_to(set: &mut Vec<HashFreq>, threshold: usize) {
 /// store, owned by itself, sorted by digest. Beyond `threshold` regions the
 /// largest are kept (a region held by several ranks saves the more the
 /// larger it is; the rest are stored locally).
-pub fn local_set(rank: u32, regions: impl IntoIterator<Item = (Digest, u64, NodeId)>, threshold: usize) -> Vec<HashFreq> {
+pub fn local_set(
+    rank: u32,
+    regions: impl IntoIterator<Item = (Digest, u64, NodeId)>,
+    threshold: usize,
+) -> Vec<HashFreq> {
     let mut v: Vec<HashFreq> = regions
         .into_iter()
         .map(|(digest, bytes, node)| HashFreq { digest, bytes, node, count: 1, owner: rank })
@@ -202,7 +206,9 @@ mod tests {
     #[test]
     fn replicated_regions_are_stored_once_and_spread_evenly() {
         // Every one of 8 ranks holds the same 64 regions of 4 KiB.
-        let sets: Vec<Vec<HashFreq>> = (0..8).map(|r| local_set(r, (0..64).map(|i| (d(i), 4096, NodeId::new(5, i as u64))), DEFAULT_THRESHOLD)).collect();
+        let sets: Vec<Vec<HashFreq>> = (0..8)
+            .map(|r| local_set(r, (0..64).map(|i| (d(i), 4096, NodeId::new(5, i as u64))), DEFAULT_THRESHOLD))
+            .collect();
         let top = reduce_all(&sets, DEFAULT_THRESHOLD);
         assert_eq!(top.len(), 64);
         assert!(top.iter().all(|e| e.count == 8));
@@ -316,7 +322,10 @@ mod tests {
     #[test]
     fn wire_rejects_overflowing_counts() {
         let mut wire = vec![0u64; wire_words(2)];
-        assert!(!encode_wire(&[HashFreq { digest: d(1), bytes: 1, node: NodeId::leaf(0), count: 1, owner: 0 }; 3], &mut wire));
+        assert!(!encode_wire(
+            &[HashFreq { digest: d(1), bytes: 1, node: NodeId::leaf(0), count: 1, owner: 0 }; 3],
+            &mut wire
+        ));
         wire[0] = 5;
         assert_eq!(decode_wire(&wire), None);
     }

@@ -18,10 +18,10 @@
 // buffers and the user operation's access to them (see SAFETY notes).
 #![allow(unsafe_code)]
 
+use super::CollectiveOptions;
 use super::merge::{self, HashFreq, decode_wire, encode_wire, wire_words};
 use super::regions::{self, Conversion};
 use super::step;
-use super::CollectiveOptions;
 use crate::backend::BackendKind;
 use crate::engine::{CheckpointReport, Engine};
 use crate::layout::Layout;
@@ -110,7 +110,12 @@ impl<'c, C: Communicator> Collective<'c, C> {
         let engine = all_agree(comm, "open", 0, checked)?;
         // Everyone's layout and parameters: references name other ranks' chunks.
         let layout = engine.store().layout()?;
-        let mine = [layout.data_len(), u64::from(layout.chunk_size()), u64::from(store.hash.code()), u64::from(store.method.code())];
+        let mine = [
+            layout.data_len(),
+            u64::from(layout.chunk_size()),
+            u64::from(store.hash.code()),
+            u64::from(store.method.code()),
+        ];
         let mut all = vec![0u64; 4 * comm.size() as usize];
         comm.all_gather_into(&mine[..], &mut all[..]);
         let params: Vec<&[u64]> = all.chunks(4).collect();

@@ -175,9 +175,7 @@ pub fn apply(diff: &mut Diff, conv: &[Conversion]) {
     let mut shift: Vec<ShiftRun> = diff
         .shift
         .iter()
-        .flat_map(|s| {
-            if s.src_rank == me && s.src_version == version { redirect(s, conv) } else { vec![*s] }
-        })
+        .flat_map(|s| if s.src_rank == me && s.src_version == version { redirect(s, conv) } else { vec![*s] })
         .chain(refs)
         .collect();
     shift.sort_unstable_by_key(|s| s.start);
@@ -224,10 +222,17 @@ fn redirect(s: &ShiftRun, conv: &[Conversion]) -> Vec<ShiftRun> {
 
 /// Where a record entry of this version points after the conversions: an
 /// entry whose node lies inside one converted region points at the owner's
-/// copy (when that node exists in the owner's tree); one that overlaps a
-/// converted region otherwise is dropped (its bytes are no longer stored
-/// here as one piece); the rest stay.
-pub fn relocate(entry: &RecordEntry, me: u32, layout: &Layout, conv: &[Conversion], layouts: &[Layout]) -> Option<RecordEntry> {
+/// copy (when that node exists in the owner's tree), so later versions
+/// de-duplicate against it as against the rank's own history; one that
+/// overlaps a converted region otherwise is dropped (its bytes are no longer
+/// stored here as one piece); the rest stay.
+pub fn relocate(
+    entry: &RecordEntry,
+    me: u32,
+    layout: &Layout,
+    conv: &[Conversion],
+    layouts: &[Layout],
+) -> Option<RecordEntry> {
     if entry.rank != me {
         return Some(*entry);
     }

@@ -6,9 +6,9 @@
 
 use super::merge::{HashFreq, local_set};
 use super::regions::{self, Conversion, Region};
+use crate::Result;
 use crate::engine::{Engine, LocalCheckpoint, StagedCheckpoint};
 use crate::layout::Layout;
-use crate::Result;
 
 /// A rank's de-duplicated version and the regions it offers.
 #[derive(Debug)]

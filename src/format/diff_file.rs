@@ -513,7 +513,11 @@ fn decode_tables(h: &DiffHeader, meta: &[u8]) -> Result<Diff, String> {
         shift.push(s);
     }
     if flagged.len() as u64 != h.reference_count {
-        return Err(format!("{} SHIFT runs are flagged as references, the header says {}", flagged.len(), h.reference_count));
+        return Err(format!(
+            "{} SHIFT runs are flagged as references, the header says {}",
+            flagged.len(),
+            h.reference_count
+        ));
     }
     for i in flagged {
         let d = c.take(REFERENCE_ENTRY_LEN as usize, "reference table")?;

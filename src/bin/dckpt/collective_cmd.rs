@@ -3,9 +3,9 @@
 
 use crate::store_cmds::CheckpointArgs;
 use clap::Args;
+use dckpt::collective::bench::{MixedParams, SetCase, mixed_workload, reduce_timing};
 use dckpt::collective::mpi::all_agree;
 use dckpt::collective::{Collective, CollectiveOptions};
-use dckpt::collective::bench::{MixedParams, SetCase, mixed_workload, reduce_timing};
 use dckpt::generate::parse_size;
 use dckpt::{Error, Result};
 use mpi::traits::*;
