@@ -59,57 +59,112 @@ impl Loads {
 /// Merges two tuple sets (each sorted by digest, digests distinct) into at
 /// most `threshold` entries: entries in one set only keep their owner and
 /// count as unavoidable load first; shared entries then go, largest first
-/// (ties in digest order), to the less loaded of the two owners (load in bytes, ties to the lower
-/// rank); finally the entries saving the most bytes are kept. The result is
-/// sorted by digest. Linear in the inputs (plus a selection when truncating).
+/// (ties in digest order), to the less loaded of the two owners (load in
+/// bytes, ties to the lower rank); finally the entries saving the most bytes
+/// are kept. The result is sorted by digest. Linear in the inputs (plus a
+/// selection when more sharing entries than `threshold` exist).
 pub fn merge(left: &[HashFreq], right: &[HashFreq], threshold: usize) -> Vec<HashFreq> {
-    let mut out: Vec<HashFreq> = Vec::with_capacity(left.len() + right.len());
-    let mut shared: Vec<(usize, HashFreq)> = Vec::new(); // (slot in out, right side)
-    let mut load = Loads::default();
-    let (mut i, mut j) = (0, 0);
-    while i < left.len() || j < right.len() {
-        let take_left = j == right.len() || (i < left.len() && left[i].digest < right[j].digest);
-        let take_right = i == left.len() || (j < right.len() && right[j].digest < left[i].digest);
-        if take_left {
-            load.add(left[i].owner, left[i].bytes);
-            out.push(left[i]);
-            i += 1;
-        } else if take_right {
-            load.add(right[j].owner, right[j].bytes);
-            out.push(right[j]);
-            j += 1;
-        } else {
-            shared.push((out.len(), right[j]));
-            out.push(left[i]);
-            i += 1;
-            j += 1;
-        }
-    }
-    // Largest first (LPT), then digest order: better balance when sizes differ.
-    shared.sort_unstable_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.1.digest.cmp(&b.1.digest)));
-    for (slot, r) in shared {
-        let l = out[slot];
-        let pick_left = (load.get(l.owner), l.owner) <= (load.get(r.owner), r.owner);
-        let winner = if pick_left { l } else { r };
-        load.add(winner.owner, winner.bytes);
-        out[slot] = HashFreq { count: l.count + r.count, ..winner };
-    }
-    truncate_to(&mut out, threshold);
-    out
+    let mut m = Merger::default();
+    m.merge_sets(left, right, threshold);
+    std::mem::take(&mut m.out)
 }
 
-/// Keeps the `threshold` entries saving the most bytes (ties: lower digest),
-/// sorted by digest.
+/// Reusable buffers for repeated merges (the MPI user operation runs one
+/// per message): large buffers allocated afresh cost more in page faults
+/// than the merge itself.
+#[derive(Default)]
+pub struct Merger {
+    left: Vec<HashFreq>,
+    right: Vec<HashFreq>,
+    out: Vec<HashFreq>,
+    shared: Vec<(usize, HashFreq)>,
+    load: Loads,
+}
+
+impl Merger {
+    /// [`merge`] into the internal output buffer, returned.
+    pub fn merge_sets(&mut self, left: &[HashFreq], right: &[HashFreq], threshold: usize) -> &[HashFreq] {
+        let (out, shared, load) = (&mut self.out, &mut self.shared, &mut self.load);
+        out.clear();
+        shared.clear();
+        load.0.clear();
+        let (mut i, mut j) = (0, 0);
+        while i < left.len() || j < right.len() {
+            let take_left = j == right.len() || (i < left.len() && left[i].digest < right[j].digest);
+            let take_right = i == left.len() || (j < right.len() && right[j].digest < left[i].digest);
+            if take_left {
+                load.add(left[i].owner, left[i].bytes);
+                out.push(left[i]);
+                i += 1;
+            } else if take_right {
+                load.add(right[j].owner, right[j].bytes);
+                out.push(right[j]);
+                j += 1;
+            } else {
+                shared.push((out.len(), right[j]));
+                out.push(left[i]);
+                i += 1;
+                j += 1;
+            }
+        }
+        // Largest first (LPT), then digest order: better balance when sizes
+        // differ. `shared` is in digest order already, so a stable sort by
+        // size alone gives that order (and is linear when sizes are equal).
+        shared.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes));
+        for &(slot, r) in shared.iter() {
+            let l = out[slot];
+            let pick_left = (load.get(l.owner), l.owner) <= (load.get(r.owner), r.owner);
+            let winner = if pick_left { l } else { r };
+            load.add(winner.owner, winner.bytes);
+            out[slot] = HashFreq { count: l.count + r.count, ..winner };
+        }
+        truncate_to(out, threshold);
+        out
+    }
+
+    /// One step of the MPI reduction: `inout = merge(left, inout)` over wire
+    /// buffers of the same capacity. Returns `false` (leaving `inout` as it
+    /// was) if either buffer is malformed.
+    pub fn merge_wire(&mut self, left: &[u64], inout: &mut [u64], threshold: usize) -> bool {
+        let (mut l, mut r) = (std::mem::take(&mut self.left), std::mem::take(&mut self.right));
+        let ok = decode_wire_into(left, &mut l) && decode_wire_into(inout, &mut r);
+        if ok {
+            self.merge_sets(&l, &r, threshold);
+            encode_wire(&self.out, inout);
+        }
+        (self.left, self.right) = (l, r);
+        ok
+    }
+}
+
+/// Keeps the `threshold` entries saving the most bytes (ties: lower digest)
+/// of a set sorted by digest, keeping it sorted. Entries that save nothing
+/// (held by one rank) all tie, so when the savers fit they are kept with the
+/// lowest-digest others in one linear pass; only a surplus of savers needs a
+/// selection.
 fn truncate_to(set: &mut Vec<HashFreq>, threshold: usize) {
     if set.len() <= threshold {
         return;
     }
-    let by_saving = |a: &HashFreq, b: &HashFreq| b.saved().cmp(&a.saved()).then(a.digest.cmp(&b.digest));
-    if threshold > 0 {
-        set.select_nth_unstable_by(threshold - 1, by_saving);
+    let savers = set.iter().filter(|e| e.saved() > 0).count();
+    if savers >= threshold {
+        set.retain(|e| e.saved() > 0);
+        if threshold > 0 {
+            let by_saving = |a: &HashFreq, b: &HashFreq| b.saved().cmp(&a.saved()).then(a.digest.cmp(&b.digest));
+            set.select_nth_unstable_by(threshold - 1, by_saving);
+        }
+        set.truncate(threshold);
+        set.sort_unstable_by_key(|e| e.digest);
+    } else {
+        let mut others = threshold - savers;
+        set.retain(|e| {
+            let keep = e.saved() > 0 || others > 0;
+            if e.saved() == 0 && others > 0 {
+                others -= 1;
+            }
+            keep
+        });
     }
-    set.truncate(threshold);
-    set.sort_unstable_by_key(|e| e.digest);
 }
 
 /// A rank's initial tuple set: one entry per distinct region digest it would
@@ -180,19 +235,23 @@ pub fn encode_wire(set: &[HashFreq], wire: &mut [u64]) -> bool {
 /// Reads a set written by [`encode_wire`]; `None` if the count word exceeds
 /// the buffer.
 pub fn decode_wire(wire: &[u64]) -> Option<Vec<HashFreq>> {
-    let n = usize::try_from(*wire.first()?).ok()?;
-    let body = wire.get(1..wire_words(n))?;
-    Some(
-        body.chunks_exact(WIRE_ENTRY_WORDS)
-            .map(|w| HashFreq {
-                digest: Digest(u128::from(w[0]) | (u128::from(w[1]) << 64)),
-                bytes: w[2],
-                node: NodeId::from_raw(w[3]),
-                count: (w[4] >> 32) as u32,
-                owner: w[4] as u32,
-            })
-            .collect(),
-    )
+    let mut out = Vec::new();
+    decode_wire_into(wire, &mut out).then_some(out)
+}
+
+/// [`decode_wire`] into a reused vector; `false` if malformed.
+pub fn decode_wire_into(wire: &[u64], out: &mut Vec<HashFreq>) -> bool {
+    out.clear();
+    let Some(n) = wire.first().and_then(|&n| usize::try_from(n).ok()) else { return false };
+    let Some(body) = n.checked_mul(WIRE_ENTRY_WORDS).and_then(|w| wire.get(1..1 + w)) else { return false };
+    out.extend(body.chunks_exact(WIRE_ENTRY_WORDS).map(|w| HashFreq {
+        digest: Digest(u128::from(w[0]) | (u128::from(w[1]) << 64)),
+        bytes: w[2],
+        node: NodeId::from_raw(w[3]),
+        count: (w[4] >> 32) as u32,
+        owner: w[4] as u32,
+    }));
+    true
 }
 
 #[cfg(test)]

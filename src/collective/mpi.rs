@@ -194,6 +194,7 @@ pub fn reduce_sets<C: Communicator>(comm: &C, set: &[HashFreq], threshold: usize
     let mut recv = vec![0u64; words];
     let count = i32::try_from(words).unwrap_or(i32::MAX);
     let element = UserDatatype::contiguous(count, &u64::equivalent_datatype());
+    let merger = std::sync::Mutex::new(merge::Merger::default());
     let op = UserOperation::associative(move |invec, mut inoutvec| {
         // SAFETY: both buffers hold one element of `element`, i.e. `words`
         // u64 words, allocated by MPI or by `send`/`recv` below, and are
@@ -205,10 +206,9 @@ pub fn reduce_sets<C: Communicator>(comm: &C, set: &[HashFreq], threshold: usize
             )
         };
         // MPI computes inoutvec = invec (lower ranks) ∘ inoutvec (higher ranks).
-        if let (Some(l), Some(r)) = (decode_wire(left), decode_wire(right)) {
-            let m = merge::merge(&l, &r, threshold);
-            encode_wire(&m, right);
-        }
+        // A poisoned lock (a panic cannot happen here) still holds usable buffers.
+        let mut m = merger.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        m.merge_wire(left, right, threshold);
     });
     let root = comm.process_at_rank(0);
     {

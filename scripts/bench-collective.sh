@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Measures the collective step under mpirun and writes CSV + a PNG plot:
+#  - the reduction alone (MPI_Reduce with the top-K merger + MPI_Bcast) vs K
+#    and ranks, worst case (all digests unique) and best case (all shared),
+#    as in Figures 2 and 3 of Nicolae (IPDPS'13);
+#  - a mixed workload (half of each rank's buffer replicated): collective vs
+#    local-only vs Full, total and per-rank stored bytes and time.
+#
+#   scripts/bench-collective.sh [OUT_DIR]           (default docs/bench/collective)
+# Environment: RANKS ("1 2 4 8 16 32 64"), KS (2^14..2^18), CASES ("unique shared"),
+# REPEAT (3), MIXED_RANKS ("1 2 4"), MIXED_SIZE (32M), DCKPT_BIN (target/release/dckpt;
+# set it on a machine without cargo), NO_PLOT=1 to skip the plot.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-docs/bench/collective}
+ranks=${RANKS:-"1 2 4 8 16 32 64"}
+ks=${KS:-"16384 32768 65536 131072 262144"}
+cases=${CASES:-"unique shared"}
+repeat=${REPEAT:-3}
+mixed_ranks=${MIXED_RANKS:-"1 2 4"}
+mixed_size=${MIXED_SIZE:-32M}
+bin=${DCKPT_BIN:-}
+if [ -z "$bin" ]; then
+    cargo build --release --quiet --bin dckpt
+    bin=target/release/dckpt
+fi
+mkdir -p "$out"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+cores=$(nproc)
+# Oversubscribed ranks must yield the CPU while they wait, or they starve each other.
+mpirun_for() {
+    local np=$1
+    if [ "$np" -gt "$cores" ]; then
+        echo mpirun --oversubscribe --mca mpi_yield_when_idle 1 -np "$np"
+    else
+        echo mpirun --bind-to core -np "$np"
+    fi
+}
+host="$(hostname) ($cores cores), $(date -u +%Y-%m-%d)"
+
+reduce_csv="$out/reduce.csv"
+echo "ranks,threshold,case,min_seconds,median_seconds,merged_entries,wire_bytes,oversubscribed" >"$reduce_csv"
+for np in $ranks; do
+    for k in $ks; do
+        for c in $cases; do
+            line=$($(mpirun_for "$np") "$bin" bench-collective --workload reduce --threshold "$k" --case "$c" --repeat "$repeat")
+            python3 - "$line" "$np" "$cores" >>"$reduce_csv" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+over = int(sys.argv[2]) > int(sys.argv[3])
+print(f"{r['ranks']},{r['threshold']},{r['case']},{r['min_seconds']:.6f},{r['median_seconds']:.6f},{r['merged_entries']},{r['wire_bytes']},{int(over)}")
+PY
+            tail -n 1 "$reduce_csv"
+        done
+    done
+done
+
+mixed_csv="$out/mixed.csv"
+echo "ranks,mode,total_stored_bytes,max_rank_bytes,min_rank_bytes,seconds,size_per_rank,shared_fraction,change,versions" >"$mixed_csv"
+for np in $mixed_ranks; do
+    line=$($(mpirun_for "$np") "$bin" bench-collective --workload mixed --size "$mixed_size" \
+        --shared-fraction 0.5 --change 0.01 --versions 5 --dir "${TMPDIR:-/tmp}/dckpt-bench-collective")
+    python3 - "$line" >>"$mixed_csv" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1]); p = r["params"]
+for m in r["modes"]:
+    print(f"{r['ranks']},{m['mode']},{m['total_stored_bytes']},{m['max_rank_bytes']},{m['min_rank_bytes']},{m['seconds']:.4f},{p['size']},{p['shared_fraction']},{p['change']},{p['versions']}")
+PY
+done
+rm -rf "${TMPDIR:-/tmp}/dckpt-bench-collective"
+cat "$mixed_csv"
+
+[ "${NO_PLOT:-0}" = 1 ] && exit 0
+command -v gnuplot >/dev/null 2>&1 || DCKPT_APT_PACKAGES="gnuplot-nox" scripts/install-deps.sh
+python3 - "$reduce_csv" "$out" <<'PY'
+import csv, sys, collections
+rows = list(csv.DictReader(open(sys.argv[1])))
+out = sys.argv[2]
+by_k = collections.defaultdict(dict)   # case -> {(ranks, k): t}
+for r in rows:
+    by_k[r["case"]][(int(r["ranks"]), int(r["threshold"]))] = float(r["median_seconds"])
+ranks = sorted({int(r["ranks"]) for r in rows}); ks = sorted({int(r["threshold"]) for r in rows})
+for case, d in by_k.items():
+    with open(f"{out}/reduce-{case}-vs-k.dat", "w") as f:
+        f.write("K " + " ".join(f"P{p}" for p in ranks) + "\n")
+        for k in ks:
+            f.write(f"{k} " + " ".join(f"{d.get((p, k), float('nan')):.6f}" for p in ranks) + "\n")
+    with open(f"{out}/reduce-{case}-vs-p.dat", "w") as f:
+        f.write("P " + " ".join(f"K{k}" for k in ks) + "\n")
+        for p in ranks:
+            f.write(f"{p} " + " ".join(f"{d.get((p, k), float('nan')):.6f}" for k in ks) + "\n")
+PY
+ncol=$(echo $ranks | wc -w); nk=$(echo $ks | wc -w)
+gnuplot <<GP
+set terminal pngcairo size 1400,1000 font ",11" noenhanced
+set output "$out/reduce.png"
+set multiplot layout 2,2 title "dckpt collective reduction (MPI_Reduce top-K merger + MPI_Bcast), median of $repeat; $host"
+set key left top; set grid; set logscale x 2; set logscale y
+set xlabel "K (entries per rank)"; set ylabel "seconds"
+set title "worst case: all digests unique"
+plot for [i=2:$((ncol + 1))] "$out/reduce-unique-vs-k.dat" using 1:i with linespoints title columnhead(i)
+set title "best case: all digests shared"
+plot for [i=2:$((ncol + 1))] "$out/reduce-shared-vs-k.dat" using 1:i with linespoints title columnhead(i)
+set xlabel "ranks"
+set title "worst case vs ranks"
+plot for [i=2:$((nk + 1))] "$out/reduce-unique-vs-p.dat" using 1:i with linespoints title columnhead(i)
+set title "best case vs ranks"
+plot for [i=2:$((nk + 1))] "$out/reduce-shared-vs-p.dat" using 1:i with linespoints title columnhead(i)
+unset multiplot
+GP
+echo "wrote $reduce_csv, $mixed_csv and $out/reduce.png"
