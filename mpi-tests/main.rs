@@ -13,8 +13,15 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use std::path::{Path, PathBuf};
 
-/// Bytes per rank: 2 MiB and a short last chunk.
-const LEN: usize = (2 << 20) + 100;
+/// Bytes per rank: 2 MiB and a short last chunk, up to 4 ranks; beyond, a
+/// buffer growing with P² so that a replicated buffer still yields enough
+/// regions per rank for balance while each of its P − 1 references stays
+/// small next to the region (see `collective::auto_region_bytes`).
+static LEN: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
+fn len() -> usize {
+    *LEN.get().expect("set in main")
+}
 const VERSIONS: u64 = 3;
 
 fn store_opts() -> StoreOptions {
@@ -38,16 +45,16 @@ fn noise(len: usize, seed: u64) -> Vec<u8> {
 /// few rewritten 300-byte pieces and one 64 KiB block copied elsewhere (a
 /// shifted duplicate). Any rank can recompute any rank's buffer.
 fn evolve(seed: u64, version: u64) -> Vec<u8> {
-    let mut data = noise(LEN, seed);
+    let mut data = noise(len(), seed);
     for v in 2..=version {
         let edits = noise(64, seed ^ (v << 40));
         for k in 0..8 {
-            let at = (u32::from_le_bytes(edits[4 * k..4 * k + 4].try_into().unwrap()) as usize) % (LEN - 300);
-            data[at..at + 300].copy_from_slice(&noise(300, seed + v * 1000 + k as u64));
+            let at = (u32::from_le_bytes(edits[4 * k..4 * k + 4].try_into().unwrap()) as usize) % (len() - 300);
+            data[at..at + 300].copy_from_slice(&noise(300, (seed << 24) + v * 1000 + k as u64));
         }
         // Page-aligned, so the moved chunks keep their digests.
-        let from = ((v as usize * 333_333) % (LEN - 65536)) & !4095;
-        let to = ((v as usize * 777_777) % (LEN - 65536)) & !4095;
+        let from = ((v as usize * 333_333) % (len() - 65536)) & !4095;
+        let to = ((v as usize * 777_777) % (len() - 65536)) & !4095;
         data.copy_within(from..from + 65536, to);
     }
     data
@@ -71,7 +78,7 @@ fn buffer(s: Scenario, rank: i32, version: u64) -> Vec<u8> {
         Scenario::Partial => {
             let mut d = evolve(7, version);
             let private = evolve(100 + rank as u64, version);
-            d[LEN / 2..].copy_from_slice(&private[LEN / 2..]);
+            d[len() / 2..].copy_from_slice(&private[len() / 2..]);
             d
         }
     }
@@ -107,8 +114,8 @@ impl World<'_> {
 fn run(w: &World, root: &Path, s: Scenario, threshold: usize) -> Vec<CollectiveReport> {
     let opts = CollectiveOptions { threshold, ..CollectiveOptions::default() };
     let dir = root.join("collective");
-    let mut c = Collective::open(w.comm, &dir, LEN as u64, &store_opts(), &opts).expect("open");
-    let mut local = Engine::open_or_create(&root.join("local"), w.rank as u32, LEN as u64, &store_opts()).unwrap();
+    let mut c = Collective::open(w.comm, &dir, len() as u64, &store_opts(), &opts).expect("open");
+    let mut local = Engine::open_or_create(&root.join("local"), w.rank as u32, len() as u64, &store_opts()).unwrap();
     let mut reports = Vec::new();
     let (mut stored, mut local_stored) = (0u64, 0u64);
     for v in 1..=VERSIONS {
@@ -177,7 +184,7 @@ fn partial(w: &World, root: &Path) {
     let reports = run(w, root, Scenario::Partial, dckpt::collective::DEFAULT_THRESHOLD);
     let referenced = w.sum(reports.iter().map(|r| r.bytes_referenced).sum());
     // The shared half, less one copy, is referenced in the first version.
-    let expect = (w.size as u64 - 1) * (LEN as u64 / 2);
+    let expect = (w.size as u64 - 1) * (len() as u64 / 2);
     w.check(
         referenced as f64 >= 0.9 * expect as f64,
         &format!("partial sharing: {referenced} bytes referenced, expected about {expect}"),
@@ -274,9 +281,11 @@ fn main() {
     let universe = mpi::initialize().expect("MPI init");
     let comm = universe.world();
     let w = World { comm: &comm, rank: comm.rank(), size: comm.size() };
+    let p = w.size as usize;
+    LEN.get_or_init(|| (2 << 20) * (p * p).div_ceil(16).max(1) + 100);
     let root = shared_dir(&w);
     if w.rank == 0 {
-        println!("mpi-tests: {} ranks in {}", w.size, root.display());
+        println!("mpi-tests: {} ranks, {} bytes each, in {}", w.size, len(), root.display());
     }
     let tests: [(&str, Test); 4] = [
         ("identical", |w, r| {

@@ -7,11 +7,14 @@
 #    local-only vs Full, total and per-rank stored bytes and time.
 #
 #   scripts/bench-collective.sh [OUT_DIR]           (default docs/bench/collective)
+#   scripts/bench-collective.sh --plot OUT_DIR      only redraw the plot from OUT_DIR/reduce.csv
 # Environment: RANKS ("1 2 4 8 16 32 64"), KS (2^14..2^18), CASES ("unique shared"),
 # REPEAT (3), MIXED_RANKS ("1 2 4"), MIXED_SIZE (32M), DCKPT_BIN (target/release/dckpt;
 # set it on a machine without cargo), NO_PLOT=1 to skip the plot.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+plot_only=0
+if [ "${1:-}" = "--plot" ]; then plot_only=1; shift; fi
 out=${1:-docs/bench/collective}
 ranks=${RANKS:-"1 2 4 8 16 32 64"}
 ks=${KS:-"16384 32768 65536 131072 262144"}
@@ -20,7 +23,9 @@ repeat=${REPEAT:-3}
 mixed_ranks=${MIXED_RANKS:-"1 2 4"}
 mixed_size=${MIXED_SIZE:-32M}
 bin=${DCKPT_BIN:-}
-if [ -z "$bin" ]; then
+if [ "$plot_only" = 1 ]; then
+    :
+elif [ -z "$bin" ]; then
     cargo build --release --quiet --bin dckpt
     bin=target/release/dckpt
 fi
@@ -36,9 +41,11 @@ mpirun_for() {
         echo mpirun --bind-to core -np "$np"
     fi
 }
-host="$(hostname) ($cores cores), $(date -u +%Y-%m-%d)"
-
+host=${HOST_LABEL:-"$(hostname) ($cores cores), $(date -u +%Y-%m-%d)"}
 reduce_csv="$out/reduce.csv"
+mixed_csv="$out/mixed.csv"
+if [ "$plot_only" = 0 ]; then
+
 echo "ranks,threshold,case,min_seconds,median_seconds,merged_entries,wire_bytes,oversubscribed" >"$reduce_csv"
 for np in $ranks; do
     for k in $ks; do
@@ -55,7 +62,6 @@ PY
     done
 done
 
-mixed_csv="$out/mixed.csv"
 echo "ranks,mode,total_stored_bytes,max_rank_bytes,min_rank_bytes,seconds,size_per_rank,shared_fraction,change,versions" >"$mixed_csv"
 for np in $mixed_ranks; do
     line=$($(mpirun_for "$np") "$bin" bench-collective --workload mixed --size "$mixed_size" \
@@ -69,6 +75,7 @@ PY
 done
 rm -rf "${TMPDIR:-/tmp}/dckpt-bench-collective"
 cat "$mixed_csv"
+fi
 
 [ "${NO_PLOT:-0}" = 1 ] && exit 0
 command -v gnuplot >/dev/null 2>&1 || DCKPT_APT_PACKAGES="gnuplot-nox" scripts/install-deps.sh
@@ -90,11 +97,12 @@ for case, d in by_k.items():
         for p in ranks:
             f.write(f"{p} " + " ".join(f"{d.get((p, k), float('nan')):.6f}" for k in ks) + "\n")
 PY
-ncol=$(echo $ranks | wc -w); nk=$(echo $ks | wc -w)
+ncol=$(head -n 1 "$out/reduce-unique-vs-k.dat" | wc -w); ncol=$((ncol - 1))
+nk=$(head -n 1 "$out/reduce-unique-vs-p.dat" | wc -w); nk=$((nk - 1))
 gnuplot <<GP
 set terminal pngcairo size 1400,1000 font ",11" noenhanced
 set output "$out/reduce.png"
-set multiplot layout 2,2 title "dckpt collective reduction (MPI_Reduce top-K merger + MPI_Bcast), median of $repeat; $host"
+set multiplot layout 2,2 title "dckpt collective reduction (MPI_Reduce top-K merger + MPI_Bcast), median; $host"
 set key left top; set grid; set logscale x 2; set logscale y
 set xlabel "K (entries per rank)"; set ylabel "seconds"
 set title "worst case: all digests unique"

@@ -12,9 +12,14 @@ if [ "${1:-}" = "--prepare" ]; then
     cargo build --release
     test_bin=$(cargo test --release --no-run --test gpu --message-format=json 2>/dev/null |
         python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable") and "/deps/gpu-" in m["executable"]][-1])')
+    mpi_bin=$(cargo test --release --no-run --test mpi --message-format=json 2>/dev/null |
+        python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable") and "/deps/mpi-" in m["executable"]][-1])')
+    cargo build --release --examples
     mkdir -p .device
     strip -o .device/dckpt target/release/dckpt
     strip -o .device/gpu-test "$test_bin"
+    strip -o .device/mpi-test "$mpi_bin"
+    strip -o .device/collective_sim target/release/examples/collective_sim
     echo "prepared .device/: $(ls .device | tr '\n' ' ')"
     exit 0
 fi

@@ -32,14 +32,23 @@ use serde::{Deserialize, Serialize};
 pub const MAX_AUTO_REGION_BYTES: u64 = 256 * 1024;
 
 /// Regions per rank share that automatic sizing aims for: a buffer
-/// replicated on all P ranks is cut into at least `64 P` regions, so the
+/// replicated on all P ranks is cut into about `64 P` regions, so the
 /// greedy owner choice can spread it within a few percent.
 pub const AUTO_REGIONS_PER_RANK: u64 = 64;
 
-/// The region size used for `region_bytes = 0` (automatic): the smallest
-/// rank's buffer over `64 P` regions, at most [`MAX_AUTO_REGION_BYTES`].
+/// Bytes one cross-rank reference costs in a diff file (a 40-byte SHIFT
+/// entry and a 16-byte digest).
+pub const REFERENCE_BYTES: u64 = 56;
+
+/// The region size used for `region_bytes = 0` (automatic), for the smallest
+/// rank's buffer and P ranks: about `64 P` regions for balance, but large
+/// enough that the P − 1 references to a replicated region cost at most 2%
+/// of it (`50 · 56 · (P − 1)` bytes), and at most [`MAX_AUTO_REGION_BYTES`].
 pub fn auto_region_bytes(min_data_len: u64, ranks: u32) -> u64 {
-    (min_data_len / (AUTO_REGIONS_PER_RANK * u64::from(ranks.max(1)))).min(MAX_AUTO_REGION_BYTES)
+    let p = u64::from(ranks.max(1));
+    let balance = min_data_len / (AUTO_REGIONS_PER_RANK * p);
+    let metadata = 50 * REFERENCE_BYTES * (p - 1);
+    balance.max(metadata).min(MAX_AUTO_REGION_BYTES)
 }
 
 /// Settings of the collective step.
