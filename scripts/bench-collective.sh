@@ -109,8 +109,8 @@ set title "worst case: all digests unique"
 plot for [i=2:$((ncol + 1))] "$out/reduce-unique-vs-k.dat" using 1:i with linespoints title columnhead(i)
 set title "best case: all digests shared"
 plot for [i=2:$((ncol + 1))] "$out/reduce-shared-vs-k.dat" using 1:i with linespoints title columnhead(i)
-set xlabel "ranks"
-set title "worst case vs ranks"
+set xlabel "ranks"; unset logscale y; set yrange [0:*]
+set title "worst case vs ranks (log2 x, linear y: a straight line is logarithmic growth)"
 plot for [i=2:$((nk + 1))] "$out/reduce-unique-vs-p.dat" using 1:i with linespoints title columnhead(i)
 set title "best case vs ranks"
 plot for [i=2:$((nk + 1))] "$out/reduce-shared-vs-p.dat" using 1:i with linespoints title columnhead(i)

@@ -11,8 +11,9 @@
 //! `MPI_Reduce` to rank 0 with a non-commutative user operation applying
 //! [`merge`] (MPI keeps the rank order, and only rank 0 computes the final
 //! set, so the bracketing cannot make ranks disagree), then `MPI_Bcast` of
-//! the result: `2⌈log2 P⌉` message steps of at most `40K + 8` bytes and
-//! `⌈log2 P⌉` merges on the critical path.
+//! the result as plain words (which MPI may pipeline): `⌈log2 P⌉` merges
+//! and message steps of at most `40K + 8` bytes on the reduction's critical
+//! path, plus the broadcast.
 
 // The only unsafe code outside the CUDA backend: MPI views of the wire
 // buffers and the user operation's access to them (see SAFETY notes).
@@ -222,11 +223,9 @@ pub fn reduce_sets<C: Communicator>(comm: &C, set: &[HashFreq], threshold: usize
             root.reduce_into(&sv, &op);
         }
     }
-    {
-        // SAFETY: as above, for `recv`.
-        let mut bv = unsafe { MutView::with_count_and_datatype(&mut recv[..], 1, &element) };
-        root.broadcast_into(&mut bv);
-    }
+    // The broadcast applies no operation, so it may cut the set into
+    // segments and pipeline them: send it as plain words.
+    root.broadcast_into(&mut recv[..]);
     decode_wire(&recv).unwrap_or_default()
 }
 
