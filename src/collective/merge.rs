@@ -110,7 +110,7 @@ impl Merger {
         // Largest first (LPT), then digest order: better balance when sizes
         // differ. `shared` is in digest order already, so a stable sort by
         // size alone gives that order (and is linear when sizes are equal).
-        shared.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes));
+        shared.sort_by_key(|s| std::cmp::Reverse(s.1.bytes));
         for &(slot, r) in shared.iter() {
             let l = out[slot];
             let pick_left = (load.get(l.owner), l.owner) <= (load.get(r.owner), r.owner);
