@@ -5,6 +5,10 @@
 //! scenario and the rank.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed setup step is a failed test
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use common::noise;
 use dckpt::collective::{Collective, CollectiveOptions, CollectiveReport};
 use dckpt::format::diff_file::DiffReader;
 use dckpt::{Engine, HashAlgo, Method, StoreOptions};
@@ -26,19 +30,6 @@ const VERSIONS: u64 = 3;
 
 fn store_opts() -> StoreOptions {
     StoreOptions { chunk_size: 128, method: Method::Tree, hash: HashAlgo::Murmur3, ..StoreOptions::default() }
-}
-
-/// Deterministic pseudo-random bytes.
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
 }
 
 /// A buffer seeded by `seed` at `version`: random bytes, then per version a

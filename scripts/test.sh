@@ -19,7 +19,8 @@ cargo test --release
 # and more ranks than cores unless oversubscribed (CI has 2 cores).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpi_test=$(cargo test --release --test mpi --no-run --message-format=json 2>/dev/null |
-    grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4)
+    grep -o '"executable":"[^"]*/deps/mpi-[^"]*"' | tail -1 | cut -d'"' -f4)
+[ -x "$mpi_test" ] || { echo "scripts/test.sh: the mpi test binary was not found" >&2; exit 1; }
 for np in 1 2 3 4; do
     echo "mpi-tests: mpirun -np $np"
     timeout 600 mpirun --oversubscribe -np "$np" "$mpi_test"
