@@ -10,6 +10,7 @@
 mod common;
 
 use common::noise;
+use dckpt::backend::cuda::GpuInput;
 use dckpt::collective::regions::max_region_level;
 use dckpt::collective::{reduce_all, step};
 use dckpt::format::diff_file::DiffReader;
@@ -26,12 +27,15 @@ fn opts(method: Method, chunk_size: u32, hash: HashAlgo) -> StoreOptions {
 /// rank now references on other ranks.
 fn collective_version(engines: &mut [Engine], version: u64, data: &[Vec<u8>], max_level: u32, k: usize) -> Vec<u64> {
     let layouts: Vec<Layout> = engines.iter().map(|e| e.store().layout().unwrap()).collect();
-    let offers: Vec<step::Offer> =
-        engines.iter().zip(data).map(|(e, d)| step::offer(e, version, d, max_level, k).unwrap()).collect();
+    let offers: Vec<step::Offer> = engines
+        .iter_mut()
+        .zip(data)
+        .map(|(e, d)| step::offer(e, version, GpuInput::Host(d), max_level, k).unwrap())
+        .collect();
     let sets: Vec<_> = offers.iter().map(|o| o.set.clone()).collect();
     let merged = reduce_all(&sets, k);
     let mut staged = Vec::new();
-    for ((e, o), d) in engines.iter().zip(offers).zip(data) {
+    for ((e, o), d) in engines.iter_mut().zip(offers).zip(data) {
         staged.push(step::settle(e, o, &merged, &layouts, d).unwrap());
     }
     // Publish only once every rank has written (as the MPI layer does).

@@ -129,6 +129,8 @@ pub struct MixedParams {
 pub struct ModeResult {
     /// collective, local or full.
     pub mode: String,
+    /// cpu or cuda.
+    pub backend: String,
     /// Bytes of every file of every rank.
     pub total_stored_bytes: u64,
     /// The largest rank's bytes.
@@ -174,8 +176,8 @@ impl MixedBuffers {
 }
 
 /// Checkpoints the same sequence of buffers three ways under `root` —
-/// collective (Tree + the collective step), local-only Tree, and Full — and
-/// reports stored bytes and time for each. Collective.
+/// collective (Tree + the collective step), local-only Tree, and Full, all on
+/// `copts.backend` — and reports stored bytes and time for each. Collective.
 pub fn mixed_workload<C: Communicator>(
     comm: &C,
     root: &Path,
@@ -196,8 +198,13 @@ pub fn mixed_workload<C: Communicator>(
         let mut seconds = 0.0;
         let mut collective =
             if mode == "collective" { Some(Collective::open(comm, &dir, p.size as u64, &store, copts)?) } else { None };
-        let mut engine =
-            if mode == "collective" { None } else { Some(Engine::open_or_create(&dir, rank, p.size as u64, &store)?) };
+        let mut engine = if mode == "collective" {
+            None
+        } else {
+            // The same backend and GPU as the collective mode uses.
+            let device = comm.split_shared(0).rank().max(0) as usize % crate::backend::cuda::device_count().max(1);
+            Some(Engine::open_on_device(&dir, rank, p.size as u64, &store, copts.backend, device)?)
+        };
         for v in 1..=p.versions {
             comm.barrier();
             let t = Instant::now();
@@ -217,8 +224,14 @@ pub fn mixed_workload<C: Communicator>(
         comm.all_reduce_into(&bytes, &mut total, SystemOperation::sum());
         comm.all_reduce_into(&bytes, &mut max, SystemOperation::max());
         comm.all_reduce_into(&bytes, &mut min, SystemOperation::min());
+        let backend = match (&collective, &engine) {
+            (Some(c), _) => c.engine().backend(),
+            (_, Some(e)) => e.backend(),
+            _ => crate::backend::BackendKind::Cpu,
+        };
         out.push(ModeResult {
             mode: mode.into(),
+            backend: format!("{backend:?}").to_lowercase(),
             total_stored_bytes: total,
             max_rank_bytes: max,
             min_rank_bytes: min,

@@ -25,6 +25,7 @@ pub use merge::{DEFAULT_THRESHOLD, HashFreq, local_set, merge, reduce_all};
 #[cfg(feature = "mpi")]
 pub use mpi::{Collective, CollectiveReport};
 
+use crate::backend::BackendKind;
 use serde::{Deserialize, Serialize};
 
 /// Largest region offered to the reduction when sized automatically
@@ -61,10 +62,13 @@ pub struct CollectiveOptions {
     /// power-of-two number of chunks (one chunk at least); 0 sizes it
     /// automatically ([`auto_region_bytes`]). All ranks must use the same.
     pub region_bytes: u64,
+    /// Where each rank de-duplicates: `auto` (CUDA when a device is usable,
+    /// ranks of a node spread over its GPUs), `cpu` or `cuda`.
+    pub backend: BackendKind,
 }
 
 impl Default for CollectiveOptions {
     fn default() -> Self {
-        CollectiveOptions { threshold: DEFAULT_THRESHOLD, region_bytes: 0 }
+        CollectiveOptions { threshold: DEFAULT_THRESHOLD, region_bytes: 0, backend: BackendKind::Auto }
     }
 }

@@ -24,6 +24,7 @@ use super::merge::{self, HashFreq, decode_wire, encode_wire, wire_words};
 use super::regions::{self, Conversion};
 use super::step;
 use crate::backend::BackendKind;
+use crate::backend::cuda::GpuInput;
 use crate::engine::{CheckpointReport, Engine};
 use crate::layout::Layout;
 use crate::store::StoreOptions;
@@ -106,7 +107,14 @@ impl<'c, C: Communicator> Collective<'c, C> {
         } else if opts.threshold == 0 || wire_words(opts.threshold) > i32::MAX as usize {
             Err(Error::InvalidOption(format!("threshold {} is outside 1..=2^28", opts.threshold)))
         } else {
-            Engine::open_with_backend(root, rank, data_len, store, BackendKind::Cpu)
+            // Ranks of one node spread over its GPUs (local rank modulo devices).
+            let local_rank = comm.split_shared(0).rank().max(0) as usize;
+            let devices = crate::backend::cuda::device_count().max(1);
+            let backend = match opts.backend {
+                BackendKind::Auto if store.hash == crate::HashAlgo::Sha1 => BackendKind::Cpu,
+                other => other,
+            };
+            Engine::open_on_device(root, rank, data_len, store, backend, local_rank % devices)
         };
         let engine = all_agree(comm, "open", 0, checked)?;
         // Everyone's layout and parameters: references name other ranks' chunks.
@@ -140,21 +148,40 @@ impl<'c, C: Communicator> Collective<'c, C> {
         &self.engine
     }
 
-    /// Takes collective checkpoint `version` of `data`. Collective: every rank
-    /// calls it with the same version. On error nothing becomes visible on
-    /// any rank (except if publishing the manifest itself fails on a rank
-    /// after the others published; that rank's error says so).
+    /// Takes collective checkpoint `version` of `data` (host memory).
+    /// Collective: every rank calls it with the same version. On error
+    /// nothing becomes visible on any rank (except if publishing the manifest
+    /// itself fails on a rank after the others published; that rank's error
+    /// says so).
     pub fn checkpoint(&mut self, version: u64, data: &[u8]) -> Result<CollectiveReport> {
+        self.checkpoint_input(version, GpuInput::Host(data))
+    }
+
+    /// As [`Collective::checkpoint`], of a device buffer the application
+    /// owns (CUDA backend).
+    pub fn checkpoint_device(
+        &mut self,
+        version: u64,
+        data: &cudarc::driver::CudaSlice<u8>,
+    ) -> Result<CollectiveReport> {
+        self.checkpoint_input(version, GpuInput::Device(data))
+    }
+
+    fn checkpoint_input(&mut self, version: u64, input: GpuInput<'_>) -> Result<CollectiveReport> {
         let t0 = Instant::now();
         let me = self.engine.store().manifest().rank;
-        let offer = step::offer(&self.engine, version, data, self.max_level, self.opts.threshold);
-        let offer = all_agree(self.comm, "de-duplication", version, offer)?;
+        let offer = step::offer(&mut self.engine, version, input, self.max_level, self.opts.threshold);
+        let offer = self.agree_or_abandon("de-duplication", version, offer)?;
         let t1 = Instant::now();
         let offered = offer.regions.len();
         let merged = self.reduce(&offer.set);
         let t2 = Instant::now();
-        let settled = step::settle(&self.engine, offer, &merged, &self.layouts, data);
-        let (staged, conv) = all_agree(self.comm, "writing", version, settled)?;
+        let host: &[u8] = match input {
+            GpuInput::Host(d) => d,
+            GpuInput::Device(_) => &[],
+        };
+        let settled = step::settle(&mut self.engine, offer, &merged, &self.layouts, host);
+        let (staged, conv) = self.agree_or_abandon("writing", version, settled)?;
         let checkpoint = self.engine.publish(staged)?;
         Ok(CollectiveReport {
             rank: me,
@@ -168,6 +195,18 @@ impl<'c, C: Communicator> Collective<'c, C> {
             reduce_seconds: (t2 - t1).as_secs_f64(),
             total_seconds: t0.elapsed().as_secs_f64(),
         })
+    }
+
+    /// [`all_agree`], rolling this rank's engine back when the step failed
+    /// anywhere (here or on another rank).
+    fn agree_or_abandon<T>(&mut self, step: &str, version: u64, local: Result<T>) -> Result<T> {
+        let agreed = all_agree(self.comm, step, version, local);
+        if agreed.is_err() {
+            // The step's error is what the caller needs; a failed rollback
+            // leaves only GPU state that the next checkpoint resets anyway.
+            let _ = self.engine.abandon();
+        }
+        agreed
     }
 
     /// The reduction alone: every rank's set in, the merged set out (the

@@ -78,9 +78,70 @@ pub fn subtree_digest(hash: HashAlgo, chunk_size: u32, bytes: &[u8]) -> Digest {
     level.first().copied().unwrap_or_default()
 }
 
-/// The regions of `diff`'s FIRST runs, with their digests over `data` (the
-/// whole protected buffer).
-pub fn first_regions(diff: &Diff, data: &[u8], max_level: u32) -> Vec<Region> {
+/// Where the bytes of a diff's FIRST chunks can be read: the whole
+/// protected buffer (CPU), or only the FIRST runs' bytes concatenated in run
+/// order (what a GPU diff carries).
+pub struct FirstBytes<'a> {
+    layout: Layout,
+    data: &'a [u8],
+    /// `(first chunk, end chunk, offset in data)` per FIRST run; empty = whole buffer.
+    runs: Vec<(u64, u64, u64)>,
+}
+
+impl<'a> FirstBytes<'a> {
+    /// The whole buffer.
+    pub fn whole(layout: Layout, data: &'a [u8]) -> Self {
+        FirstBytes { layout, data, runs: Vec::new() }
+    }
+
+    /// `diff`'s FIRST runs' bytes, concatenated in run order.
+    pub fn gathered(diff: &Diff, first_data: &'a [u8]) -> Self {
+        let mut at = 0;
+        let runs = diff
+            .first
+            .iter()
+            .map(|r| {
+                let b = diff.layout.chunk_bytes(r.start..r.start + r.count);
+                let entry = (r.start, r.start + r.count, at);
+                at += b.end - b.start;
+                entry
+            })
+            .collect();
+        FirstBytes { layout: diff.layout, data: first_data, runs }
+    }
+
+    /// The bytes of chunks `range`, which must lie inside one FIRST run.
+    pub fn get(&self, range: Range<u64>) -> &'a [u8] {
+        let b = self.layout.chunk_bytes(range.clone());
+        if self.runs.is_empty() {
+            return &self.data[b.start as usize..b.end as usize];
+        }
+        let k = self.runs.partition_point(|r| r.1 <= range.start);
+        let (start, _, off) = self.runs[k];
+        let base = self.layout.chunk_bytes(start..start).start;
+        let from = (off + b.start - base) as usize;
+        &self.data[from..from + (b.end - b.start) as usize]
+    }
+
+    /// The bytes of `runs` (inside the FIRST runs) concatenated in order.
+    pub fn gather(&self, runs: &[FirstRun]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for r in runs {
+            let mut at = r.start;
+            while at < r.start + r.count {
+                // Cut at the end of the source run holding `at`.
+                let k = self.runs.partition_point(|x| x.1 <= at);
+                let end = self.runs.get(k).map_or(r.start + r.count, |x| x.1).min(r.start + r.count);
+                out.extend_from_slice(self.get(at..end));
+                at = end;
+            }
+        }
+        out
+    }
+}
+
+/// The regions of `diff`'s FIRST runs, with their digests over `bytes`.
+pub fn first_regions(diff: &Diff, bytes: &FirstBytes<'_>, max_level: u32) -> Vec<Region> {
     let layout = diff.layout;
     let nodes: Vec<NodeId> =
         diff.first.iter().flat_map(|r| node_cover(&layout, r.start..r.start + r.count, max_level)).collect();
@@ -91,7 +152,7 @@ pub fn first_regions(diff: &Diff, data: &[u8], max_level: u32) -> Vec<Region> {
             let c = layout.node_chunks(node);
             let b = layout.node_bytes(node);
             Region {
-                digest: node_digest(diff.hash, &layout, node, data),
+                digest: subtree_digest(diff.hash, layout.chunk_size(), bytes.get(c.clone())),
                 node,
                 start: c.start,
                 count: c.end - c.start,
@@ -276,6 +337,40 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn gathered_first_bytes_read_like_the_whole_buffer() {
+        use crate::diff::RegionEncoding;
+        let data: Vec<u8> = (0..(50 * 64 + 7)).map(|i| (i * 13 % 251) as u8).collect();
+        let layout = Layout::new(data.len() as u64, 64).unwrap();
+        let first =
+            vec![FirstRun { start: 2, count: 5 }, FirstRun { start: 10, count: 1 }, FirstRun { start: 40, count: 11 }];
+        let diff = Diff {
+            version: 1,
+            rank: 0,
+            layout,
+            hash: HashAlgo::Murmur3,
+            method: crate::Method::Tree,
+            baseline: true,
+            dense: false,
+            first: first.clone(),
+            shift: Vec::new(),
+            encoding: RegionEncoding::Table,
+        };
+        let mut gathered = vec![0u8; diff.data_bytes() as usize];
+        diff.gather_into(&data, &mut gathered);
+        let (whole, part) = (FirstBytes::whole(layout, &data), FirstBytes::gathered(&diff, &gathered));
+        for r in &first {
+            for a in r.start..r.start + r.count {
+                for b in a + 1..=r.start + r.count {
+                    assert_eq!(whole.get(a..b), part.get(a..b), "chunks {a}..{b}");
+                }
+            }
+        }
+        let sub = [FirstRun { start: 3, count: 2 }, FirstRun { start: 40, count: 1 }, FirstRun { start: 45, count: 6 }];
+        assert_eq!(part.gather(&sub), whole.gather(&sub));
+        assert_eq!(part.gather(&first), gathered);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 use super::merge::{HashFreq, local_set};
 use super::regions::{self, Conversion, Region};
 use crate::Result;
+use crate::backend::cuda::GpuInput;
 use crate::engine::{Engine, LocalCheckpoint, StagedCheckpoint};
 use crate::layout::Layout;
 
@@ -21,30 +22,38 @@ pub struct Offer {
     pub set: Vec<HashFreq>,
 }
 
-/// De-duplicates `data` locally and builds the rank's tuple set.
-pub fn offer(engine: &Engine, version: u64, data: &[u8], max_level: u32, threshold: usize) -> Result<Offer> {
-    let local = engine.deduplicate_local(version, data)?;
-    let rank = local.outcome.diff.rank;
-    let regions = regions::first_regions(&local.outcome.diff, data, max_level);
+/// De-duplicates `input` locally (CPU or GPU) and builds the rank's tuple set.
+pub fn offer(
+    engine: &mut Engine,
+    version: u64,
+    input: GpuInput<'_>,
+    max_level: u32,
+    threshold: usize,
+) -> Result<Offer> {
+    let local = engine.deduplicate_local(version, input)?;
+    let host: &[u8] = match input {
+        GpuInput::Host(d) => d,
+        GpuInput::Device(_) => &[],
+    };
+    let rank = local.diff().rank;
+    let regions = regions::first_regions(local.diff(), &local.first_bytes(host), max_level);
     let set = local_set(rank, regions.iter().map(|r| (r.digest, r.bytes, r.node)), threshold);
     Ok(Offer { local, regions, set })
 }
 
-/// Applies the merged set: the regions other ranks own become references,
-/// the record entries follow them, and the files are written (still
-/// invisible). `layouts[r]` is rank `r`'s layout.
+/// Applies the merged set: the regions other ranks own become references
+/// (and the record follows), then the files are written, still invisible.
+/// `layouts[r]` is rank `r`'s layout; `data` is the protected buffer (CPU;
+/// the GPU ignores it).
 pub fn settle(
-    engine: &Engine,
+    engine: &mut Engine,
     offer: Offer,
     merged: &[HashFreq],
     layouts: &[Layout],
     data: &[u8],
 ) -> Result<(StagedCheckpoint, Vec<Conversion>)> {
     let Offer { mut local, regions, .. } = offer;
-    let me = local.outcome.diff.rank;
-    let layout = local.outcome.diff.layout;
-    let conv = regions::conversions(me, &regions, merged, layouts);
-    regions::apply(&mut local.outcome.diff, &conv);
-    local.outcome.pending.remap_entries(|e| regions::relocate(e, me, &layout, &conv, layouts));
+    let conv = regions::conversions(local.diff().rank, &regions, merged, layouts);
+    local.give_away(&conv, layouts);
     Ok((engine.stage(local, data)?, conv))
 }

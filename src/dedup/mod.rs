@@ -149,6 +149,11 @@ impl Pending {
         self.inserts.len()
     }
 
+    /// The record entries this checkpoint adds, sorted by digest.
+    pub fn entries(&self) -> Vec<(Digest, RecordEntry)> {
+        self.inserts.sorted_entries()
+    }
+
     /// Rewrites (or drops, on `None`) the record entries this checkpoint adds.
     pub fn remap_entries(&mut self, f: impl Fn(&RecordEntry) -> Option<RecordEntry> + Sync) {
         self.inserts.remap(f);

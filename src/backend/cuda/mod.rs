@@ -37,6 +37,14 @@ pub fn available() -> bool {
     libs && CudaContext::device_count().is_ok_and(|n| n > 0)
 }
 
+/// Number of CUDA devices (0 when the driver or libnvrtc is missing).
+pub fn device_count() -> usize {
+    if !available() {
+        return 0;
+    }
+    CudaContext::device_count().map_or(0, |n| usize::try_from(n).unwrap_or(0))
+}
+
 /// The kernels of `dedup.cu`.
 pub(crate) struct Kernels {
     pub leaf_pass: [CudaFunction; 3],
@@ -60,6 +68,7 @@ pub(crate) struct Kernels {
     pub write_bitmap: CudaFunction,
     pub commit_leaves: CudaFunction,
     pub table_rollback: CudaFunction,
+    pub table_remove: CudaFunction,
     pub table_rehash: CudaFunction,
     pub insert_entries: CudaFunction,
     pub scatter: CudaFunction,
@@ -124,6 +133,7 @@ impl Gpu {
             write_bitmap: f("write_bitmap")?,
             commit_leaves: f("commit_leaves")?,
             table_rollback: f("table_rollback")?,
+            table_remove: f("table_remove")?,
             table_rehash: f("table_rehash")?,
             insert_entries: f("insert_entries")?,
             scatter: f("scatter")?,

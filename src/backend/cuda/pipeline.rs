@@ -513,6 +513,27 @@ impl GpuDedup {
         Ok(())
     }
 
+    /// Removes `digests` from the record if the pending checkpoint inserted
+    /// them (a collective checkpoint gave their regions to other ranks).
+    pub fn forget(&mut self, digests: &[Digest]) -> Result<()> {
+        let Some(version) = self.pending else { return Ok(()) };
+        if digests.is_empty() {
+            return Ok(());
+        }
+        let st = self.gpu.stream.clone();
+        let klo: Vec<u64> = digests.iter().map(|d| d.0 as u64).collect();
+        let khi: Vec<u64> = digests.iter().map(|d| (d.0 >> 64) as u64).collect();
+        let (klo, khi) = (st.clone_htod(&klo).map_err(cuda_err)?, st.clone_htod(&khi).map_err(cuda_err)?);
+        let t = self.table.args(&self.gpu);
+        let count = digests.len() as u64;
+        let mut b = st.launch_builder(&self.gpu.k.table_remove);
+        b.arg(&count).arg(&klo).arg(&khi).arg(&version).arg(&t);
+        // SAFETY: arguments match the kernel's signature; buffers outlive the launch (synchronized below).
+        unsafe { b.launch(self.grid_stride()) }.map_err(cuda_err)?;
+        self.read_table_stats()?;
+        Ok(())
+    }
+
     /// Makes the last checkpoint's state permanent (after its file is durable).
     pub fn commit(&mut self) -> Result<()> {
         let dense = std::mem::take(&mut self.pending_dense);

@@ -43,6 +43,9 @@ pub struct BenchCollectiveArgs {
     /// mixed: chunk size.
     #[arg(long, default_value_t = 128)]
     chunk_size: u32,
+    /// mixed: auto, cpu or cuda (every mode uses it; ranks spread over a node's GPUs).
+    #[arg(long, default_value = "auto")]
+    backend: dckpt::backend::BackendKind,
     /// mixed: directory for the three stores (shared by the ranks).
     #[arg(long, default_value = "bench-data/collective")]
     dir: PathBuf,
@@ -56,21 +59,24 @@ fn with_mpi(body: impl FnOnce(&mpi::topology::SimpleCommunicator) -> Result<()>)
     let world = universe.world();
     let rank = world.rank();
     let result = body(&world);
-    drop(universe);
-    match result {
-        Ok(()) => Ok(ExitCode::SUCCESS),
+    // Report before MPI_Finalize: once one rank exits with an error, mpirun
+    // may kill the others, and a message printed after finalizing is lost.
+    let code = match &result {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("dckpt: error: rank {rank}: {e}");
-            Ok(ExitCode::FAILURE)
+            ExitCode::FAILURE
         }
-    }
+    };
+    drop(universe);
+    Ok(code)
 }
 
 /// `mpirun -np P dckpt checkpoint --collective ... FILE` (`{rank}` in FILE is
 /// each rank's number).
 pub fn checkpoint(a: CheckpointArgs) -> Result<ExitCode> {
     let store = a.store_options();
-    let copts = CollectiveOptions { threshold: a.threshold, region_bytes: a.region_bytes };
+    let copts = CollectiveOptions { threshold: a.threshold, region_bytes: a.region_bytes, backend: a.backend };
     with_mpi(|world| {
         let rank = world.rank();
         let file = PathBuf::from(a.file.to_string_lossy().replace("{rank}", &rank.to_string()));
@@ -112,7 +118,8 @@ pub fn bench(a: BenchCollectiveArgs) -> Result<ExitCode> {
                     std::fs::remove_dir_all(&a.dir).map_err(|e| Error::io(&a.dir, e))?;
                 }
                 world.barrier();
-                let copts = CollectiveOptions { threshold: a.threshold, ..CollectiveOptions::default() };
+                let copts =
+                    CollectiveOptions { threshold: a.threshold, backend: a.backend, ..CollectiveOptions::default() };
                 let modes = mixed_workload(world, &a.dir, &p, &copts)?;
                 serde_json::json!({ "workload": "mixed", "ranks": world.size(), "params": p, "modes": modes })
             }

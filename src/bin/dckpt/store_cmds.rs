@@ -33,7 +33,7 @@ pub struct CheckpointArgs {
     max_chain: Option<u64>,
     /// auto, cpu or cuda (auto = CUDA when a device is found).
     #[arg(long, default_value = "auto")]
-    backend: BackendKind,
+    pub backend: BackendKind,
     /// Collective checkpoint of every rank of an `mpirun` job (CPU backend;
     /// the rank is the MPI rank, `{rank}` in FILE is replaced by it).
     #[arg(long)]

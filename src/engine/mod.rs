@@ -1,12 +1,16 @@
 //! The single-rank checkpoint engine: de-duplicate (on the CPU or the GPU),
 //! serialize, commit, and only then remember. Reopening a store continues
-//! its history.
+//! its history. [`staged`] splits a checkpoint into steps for the collective
+//! layer.
+
+mod staged;
+
+pub use staged::{LocalCheckpoint, StagedCheckpoint};
 
 use crate::backend::BackendKind;
 use crate::backend::cuda::{Gpu, GpuDedup, GpuInput, GpuTimings};
-use crate::dedup::{DedupInput, DedupState, Outcome, Pending};
+use crate::dedup::{DedupInput, DedupState};
 use crate::diff::{ChunkCounts, Diff};
-use crate::format::manifest::VersionEntry;
 use crate::format::{diff_file::encode_diff, record_file};
 use crate::hash::Digest;
 use crate::record::RecordEntry;
@@ -45,32 +49,6 @@ pub struct CheckpointReport {
     pub gpu: Option<GpuTimings>,
 }
 
-/// One version de-duplicated on this rank and not yet written: the first
-/// step of a collective checkpoint, whose layer may rewrite the diff (regions
-/// other ranks store) and the record entries before [`Engine::stage`].
-#[derive(Debug)]
-pub struct LocalCheckpoint {
-    /// The diff and the state changes it implies.
-    pub outcome: Outcome,
-    started: Instant,
-}
-
-/// A version whose files are durable but not yet listed in the manifest
-/// (invisible until [`Engine::publish`]).
-#[derive(Debug)]
-pub struct StagedCheckpoint {
-    entry: VersionEntry,
-    pending: Pending,
-    report: CheckpointReport,
-}
-
-impl StagedCheckpoint {
-    /// What the checkpoint will report once published.
-    pub fn report(&self) -> &CheckpointReport {
-        &self.report
-    }
-}
-
 /// Where de-duplication runs, with its state.
 enum Worker {
     Cpu(DedupState),
@@ -104,6 +82,19 @@ impl Engine {
         opts: &StoreOptions,
         backend: BackendKind,
     ) -> Result<Self> {
+        Self::open_on_device(root, rank, data_len, opts, backend, 0)
+    }
+
+    /// As [`Engine::open_with_backend`], on CUDA device `device` (several
+    /// ranks of a node spread over its GPUs).
+    pub fn open_on_device(
+        root: &Path,
+        rank: u32,
+        data_len: u64,
+        opts: &StoreOptions,
+        backend: BackendKind,
+        device: usize,
+    ) -> Result<Self> {
         let store = Store::open_or_create(root, rank, data_len, opts)?;
         let layout = store.layout()?;
         let mut state = DedupState::new(layout, opts.hash, rank);
@@ -131,7 +122,7 @@ impl Engine {
         };
         let worker = match resolved {
             BackendKind::Cuda => {
-                let gpu = Gpu::open(0)?;
+                let gpu = Gpu::open(device)?;
                 let mut dev = GpuDedup::new(gpu, layout, opts.hash, opts.method, rank)?;
                 dev.load_state(state.previous.as_deref(), &state.record.sorted_entries())?;
                 Worker::Cuda(Box::new(dev))
@@ -186,52 +177,6 @@ impl Engine {
         data: &cudarc::driver::CudaSlice<u8>,
     ) -> Result<CheckpointReport> {
         self.checkpoint_input(version, GpuInput::Device(data))
-    }
-
-    /// Step 1 of a staged checkpoint (CPU backend): de-duplicates `data`
-    /// against this rank's history without writing or remembering anything.
-    pub fn deduplicate_local(&self, version: u64, data: &[u8]) -> Result<LocalCheckpoint> {
-        self.check_version(version)?;
-        let baseline = self.next_is_baseline();
-        let started = Instant::now();
-        let Worker::Cpu(state) = &self.worker else {
-            return Err(Error::InvalidOption(
-                "collective checkpoints run on the CPU backend for now (the GPU record holds no owner rank)".into(),
-            ));
-        };
-        let outcome = self.opts.method.deduplicator().deduplicate(state, &DedupInput { data, version, baseline })?;
-        Ok(LocalCheckpoint { outcome, started })
-    }
-
-    /// Step 2: serializes the (possibly rewritten) diff and durably writes
-    /// its files, still invisible.
-    pub fn stage(&self, local: LocalCheckpoint, data: &[u8]) -> Result<StagedCheckpoint> {
-        let LocalCheckpoint { outcome, started } = local;
-        let file = encode_diff(&outcome.diff, data);
-        let entries = outcome.pending_entries();
-        let rec = record_file::encode(outcome.diff.rank, outcome.diff.version, &entries);
-        let t1 = Instant::now();
-        let diff = &outcome.diff;
-        let entry = self.store.write_files(diff.version, diff.baseline, &file, &rec, entries.len() as u64)?;
-        let report = report_of(diff, &file, data.len() as u64, started, t1, None);
-        Ok(StagedCheckpoint { entry, pending: outcome.pending, report })
-    }
-
-    /// Step 3: lists a staged version in the manifest and remembers it.
-    pub fn publish(&mut self, staged: StagedCheckpoint) -> Result<CheckpointReport> {
-        let StagedCheckpoint { entry, pending, report } = staged;
-        let Worker::Cpu(state) = &mut self.worker else {
-            return Err(Error::InvalidOption("staged checkpoints run on the CPU backend".into()));
-        };
-        let t = Instant::now();
-        self.store.publish(entry)?;
-        state.commit(pending);
-        self.record_len = state.record.len() as u64;
-        Ok(CheckpointReport {
-            record_entries: self.record_len,
-            write_seconds: report.write_seconds + t.elapsed().as_secs_f64(),
-            ..report
-        })
     }
 
     /// The engine's options.

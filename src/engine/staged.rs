@@ -1,0 +1,209 @@
+//! A checkpoint in steps, for the collective layer: de-duplicate locally
+//! ([`Engine::deduplicate_local`]), give regions to other ranks
+//! ([`LocalCheckpoint::give_away`]), write the files without listing them
+//! ([`Engine::stage`]), and list them once every rank has written
+//! ([`Engine::publish`]) — or give up ([`Engine::abandon`]). Both backends.
+
+use super::{CheckpointReport, Engine, Worker, report_of};
+use crate::backend::cuda::{GpuInput, GpuTimings};
+use crate::collective::regions::{self, Conversion, FirstBytes};
+use crate::dedup::{DedupInput, Pending, record_entries};
+use crate::diff::Diff;
+use crate::format::manifest::VersionEntry;
+use crate::format::{encode_meta, finish_body, record_file};
+use crate::hash::Digest;
+use crate::layout::Layout;
+use crate::record::RecordEntry;
+use crate::{Error, Result};
+use std::collections::HashSet;
+use std::time::Instant;
+
+/// One version de-duplicated on this rank and not yet written.
+#[derive(Debug)]
+pub struct LocalCheckpoint {
+    diff: Diff,
+    state: LocalState,
+    started: Instant,
+}
+
+#[derive(Debug)]
+enum LocalState {
+    /// CPU: the record and leaf changes to apply once published.
+    Cpu(Pending),
+    /// GPU: the FIRST bytes the device produced; the device holds the
+    /// pending record. `forget` lists the digests to drop from it,
+    /// `entries` the record segment to write.
+    Gpu {
+        first_data: Vec<u8>,
+        dense: bool,
+        forget: Vec<Digest>,
+        entries: Option<Vec<(Digest, RecordEntry)>>,
+        timings: GpuTimings,
+    },
+}
+
+impl LocalCheckpoint {
+    /// The diff as it stands.
+    pub fn diff(&self) -> &Diff {
+        &self.diff
+    }
+
+    /// Where this diff's FIRST bytes are: `data` (the protected buffer, CPU)
+    /// or the device's output (GPU; `data` is not used).
+    pub fn first_bytes<'a>(&'a self, data: &'a [u8]) -> FirstBytes<'a> {
+        match &self.state {
+            LocalState::Cpu(_) => FirstBytes::whole(self.diff.layout, data),
+            LocalState::Gpu { first_data, .. } => FirstBytes::gathered(&self.diff, first_data),
+        }
+    }
+
+    /// Turns the converted regions into references to their owners
+    /// (`layouts[r]` is rank r's layout). CPU: the record entries move to
+    /// the owners' copies, so later versions reference them. GPU: the
+    /// device record cannot name another rank, so it forgets those digests
+    /// instead (the bytes are found again by the next collective step if
+    /// they recur).
+    pub fn give_away(&mut self, conv: &[Conversion], layouts: &[Layout]) {
+        if conv.is_empty() {
+            return;
+        }
+        let me = self.diff.rank;
+        let layout = self.diff.layout;
+        match &mut self.state {
+            LocalState::Cpu(pending) => {
+                regions::apply(&mut self.diff, conv);
+                pending.remap_entries(|e| regions::relocate(e, me, &layout, conv, layouts));
+            }
+            LocalState::Gpu { first_data, dense, forget, entries, .. } => {
+                let before = self.diff.clone();
+                regions::apply(&mut self.diff, conv);
+                let kept = FirstBytes::gathered(&before, first_data).gather(&self.diff.first);
+                if !*dense {
+                    let now = record_entries(&self.diff, &kept);
+                    let keep: HashSet<Digest> = now.iter().map(|(d, _)| *d).collect();
+                    forget.extend(
+                        record_entries(&before, first_data).into_iter().map(|(d, _)| d).filter(|d| !keep.contains(d)),
+                    );
+                    *entries = Some(now);
+                }
+                *first_data = kept;
+            }
+        }
+    }
+}
+
+/// A version whose files are durable but not yet listed in the manifest
+/// (invisible until [`Engine::publish`]).
+#[derive(Debug)]
+pub struct StagedCheckpoint {
+    entry: VersionEntry,
+    pending: Option<Pending>,
+    report: CheckpointReport,
+}
+
+impl StagedCheckpoint {
+    /// What the checkpoint will report once published.
+    pub fn report(&self) -> &CheckpointReport {
+        &self.report
+    }
+}
+
+impl Engine {
+    /// Step 1: de-duplicates `input` against this rank's history without
+    /// writing or remembering anything (the GPU keeps its pending state until
+    /// [`Engine::publish`] or [`Engine::abandon`]).
+    pub fn deduplicate_local(&mut self, version: u64, input: GpuInput<'_>) -> Result<LocalCheckpoint> {
+        self.check_version(version)?;
+        let baseline = self.next_is_baseline();
+        let started = Instant::now();
+        match &mut self.worker {
+            Worker::Cpu(state) => {
+                let GpuInput::Host(data) = input else {
+                    return Err(Error::InvalidOption("device buffers need the CUDA backend".into()));
+                };
+                let outcome =
+                    self.opts.method.deduplicator().deduplicate(state, &DedupInput { data, version, baseline })?;
+                Ok(LocalCheckpoint { diff: outcome.diff, state: LocalState::Cpu(outcome.pending), started })
+            }
+            Worker::Cuda(dev) => {
+                let cp = dev.checkpoint(version, input, baseline)?;
+                let end = cp.data_start + cp.diff.data_bytes() as usize;
+                let first_data = cp.file[cp.data_start..end].to_vec();
+                let dense = cp.diff.dense;
+                let state =
+                    LocalState::Gpu { first_data, dense, forget: Vec::new(), entries: None, timings: cp.timings };
+                Ok(LocalCheckpoint { diff: cp.diff, state, started })
+            }
+        }
+    }
+
+    /// Step 2: serializes the (possibly rewritten) diff and durably writes
+    /// its files, still invisible. `data` is the protected buffer (CPU; the
+    /// GPU carries its own bytes and ignores it).
+    pub fn stage(&mut self, local: LocalCheckpoint, data: &[u8]) -> Result<StagedCheckpoint> {
+        let LocalCheckpoint { diff, state, started } = local;
+        let logical = diff.layout.data_len();
+        let (file, entries, pending, gpu) = match state {
+            LocalState::Cpu(pending) => {
+                let file = crate::format::encode_diff(&diff, data);
+                let entries = pending.entries();
+                (file, entries, Some(pending), None)
+            }
+            LocalState::Gpu { first_data, dense, forget, entries, timings } => {
+                if let Worker::Cuda(dev) = &mut self.worker {
+                    dev.forget(&forget)?;
+                }
+                let entries = match entries {
+                    Some(e) => e,
+                    None if dense => Vec::new(),
+                    None => record_entries(&diff, &first_data),
+                };
+                let mut body = encode_meta(&diff);
+                let data_start = body.len();
+                body.extend_from_slice(&first_data);
+                (finish_body(body, data_start), entries, None, Some(timings))
+            }
+        };
+        let rec = record_file::encode(diff.rank, diff.version, &entries);
+        let t1 = Instant::now();
+        let entry = self.store.write_files(diff.version, diff.baseline, &file, &rec, entries.len() as u64)?;
+        let report = report_of(&diff, &file, logical, started, t1, gpu);
+        Ok(StagedCheckpoint { entry, pending, report })
+    }
+
+    /// Step 3: lists a staged version in the manifest and remembers it.
+    pub fn publish(&mut self, staged: StagedCheckpoint) -> Result<CheckpointReport> {
+        let StagedCheckpoint { entry, pending, report } = staged;
+        let t = Instant::now();
+        if let Err(e) = self.store.publish(entry) {
+            self.abandon()?;
+            return Err(e);
+        }
+        match (&mut self.worker, pending) {
+            (Worker::Cpu(state), Some(p)) => {
+                state.commit(p);
+                self.record_len = state.record.len() as u64;
+            }
+            (Worker::Cuda(dev), _) => {
+                dev.commit()?;
+                self.record_len = dev.record_entries();
+            }
+            _ => return Err(Error::InvalidOption("a staged checkpoint went to another backend".into())),
+        }
+        Ok(CheckpointReport {
+            record_entries: self.record_len,
+            write_seconds: report.write_seconds + t.elapsed().as_secs_f64(),
+            ..report
+        })
+    }
+
+    /// Gives up a local or staged checkpoint (another rank failed): the
+    /// engine's state is as before it (the GPU's pending record is rolled
+    /// back; written but unlisted files are overwritten by the next attempt).
+    pub fn abandon(&mut self) -> Result<()> {
+        match &mut self.worker {
+            Worker::Cpu(_) => Ok(()),
+            Worker::Cuda(dev) => dev.rollback(),
+        }
+    }
+}
