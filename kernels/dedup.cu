@@ -75,8 +75,15 @@ __device__ __forceinline__ void store_dig(u64* d, u64 i, dig128 x) {
 }
 
 __device__ __forceinline__ u64 node_id(u32 level, u64 index) { return ((u64)level << INDEX_BITS) | index; }
+// A record slot's node may name another rank (a collective checkpoint gave
+// the region to it): bits [OWNER_SHIFT, INDEX_BITS) hold owner + 1 (0 = this
+// rank), so indices are limited to OWNER_SHIFT bits.
+#define OWNER_SHIFT 40
 __device__ __forceinline__ u64 node_first_chunk(u64 raw) {
-    return (raw & ((1ull << INDEX_BITS) - 1)) << (raw >> INDEX_BITS);
+    return (raw & ((1ull << OWNER_SHIFT) - 1)) << (raw >> INDEX_BITS);
+}
+__device__ __forceinline__ u32 node_owner_plus1(u64 raw) {
+    return (u32)((raw >> OWNER_SHIFT) & ((1ull << (INDEX_BITS - OWNER_SHIFT)) - 1));
 }
 
 // ---------------------------------------------------------------- table ----
@@ -169,6 +176,19 @@ extern "C" __global__ void table_remove(u64 count, const u64* klo, const u64* kh
             atomicCAS(&t.slots[s].flags, SLOT_FULL, SLOT_DEAD) == SLOT_FULL) {
             atomicAdd(t.count, (u64)-1ll);
         }
+    }
+}
+
+// Points the listed digests inserted by `version` at another rank's copy
+// (`node` packs the owner, see node_owner_plus1).
+extern "C" __global__ void table_relocate(u64 count, const u64* klo, const u64* khi, const u64* node, u32 version,
+                                          Table t) {
+    for (u64 k = blockIdx.x * (u64)blockDim.x + threadIdx.x; k < count; k += (u64)gridDim.x * blockDim.x) {
+        dig128 d;
+        d.lo = klo[k];
+        d.hi = khi[k];
+        long long s = table_find(t, d);
+        if (s >= 0 && t.slots[s].ver == version) t.slots[s].node = node[k];
     }
 }
 
@@ -499,7 +519,9 @@ extern "C" __global__ void root_info(const u64* counters, const u64* roots, cons
         kind[r] = k;
         count[r] = end - start;
         if (k == L_SHIFT) {
-            src_ver[r] = lv.sver[node];
+            // The owner (+1, 0 = this rank) rides in the high word, so runs
+            // coalesce only within one rank's file.
+            src_ver[r] = (u64)lv.sver[node] | ((u64)node_owner_plus1(lv.snode[node]) << 32);
             src_start[r] = node_first_chunk(lv.snode[node]);
         } else {
             src_ver[r] = 0;
@@ -553,8 +575,9 @@ extern "C" __global__ void emit_runs(const u64* counters, const u64* roots, cons
                 u64 o = shift_base + 40 * j;
                 put64(out, o, roots[r]);
                 put64(out, o + 16, src_start[r]);
-                put64(out, o + 24, src_ver[r]);
-                put32(out, o + 32, rank);
+                u32 owner1 = (u32)(src_ver[r] >> 32);
+                put64(out, o + 24, src_ver[r] & 0xffffffffull);
+                put32(out, o + 32, owner1 ? owner1 - 1 : rank);
                 put32(out, o + 36, 0u);
             }
             if (last) run_end[counters[2] + j] = end;  // SHIFT ends after the FIRST ends

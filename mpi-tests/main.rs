@@ -199,12 +199,10 @@ fn small_threshold(w: &World, root: &Path) {
     w.check((w.size == 1) == (w.sum(referenced as u64) == 0), "K = 8: the top entries must still be shared");
 }
 
-/// Later versions point at bytes other ranks stored in earlier versions
-/// (CPU backend: the GPU record cannot name another rank, so it forgets
-/// given-away regions instead).
+/// Later versions point at bytes other ranks stored in earlier versions.
 fn temporal(w: &World, root: &Path) {
     let dir = root.join("collective");
-    if w.size == 1 || BACKEND.get() == Some(&BackendKind::Cuda) {
+    if w.size == 1 {
         return;
     }
     let mut temporal = 0u64;

@@ -8,7 +8,7 @@
 #
 #   scripts/bench-collective.sh [OUT_DIR]           (default docs/bench/collective)
 #   scripts/bench-collective.sh --plot OUT_DIR      only redraw the plot from OUT_DIR/reduce.csv
-# Environment: RANKS ("1 2 4 8 16 32 64"), KS (2^14..2^18), CASES ("unique shared"),
+# Environment (empty = skip that part): RANKS ("1 2 4 8 16 32 64"), KS (2^14..2^18), CASES ("unique shared"),
 # REPEAT (3), MIXED_RANKS ("1 2 4"), MIXED_SIZE (32M), MIXED_BACKEND (cpu; auto|cuda), DCKPT_BIN (target/release/dckpt;
 # set it on a machine without cargo), NO_PLOT=1 to skip the plot.
 set -euo pipefail
@@ -16,11 +16,11 @@ cd "$(dirname "$0")/.."
 plot_only=0
 if [ "${1:-}" = "--plot" ]; then plot_only=1; shift; fi
 out=${1:-docs/bench/collective}
-ranks=${RANKS:-"1 2 4 8 16 32 64"}
+ranks=${RANKS-"1 2 4 8 16 32 64"}
 ks=${KS:-"16384 32768 65536 131072 262144"}
 cases=${CASES:-"unique shared"}
 repeat=${REPEAT:-3}
-mixed_ranks=${MIXED_RANKS:-"1 2 4"}
+mixed_ranks=${MIXED_RANKS-"1 2 4"}
 mixed_size=${MIXED_SIZE:-32M}
 bin=${DCKPT_BIN:-}
 if [ "$plot_only" = 1 ]; then

@@ -15,7 +15,6 @@ use crate::hash::Digest;
 use crate::layout::Layout;
 use crate::record::RecordEntry;
 use crate::{Error, Result};
-use std::collections::HashSet;
 use std::time::Instant;
 
 /// One version de-duplicated on this rank and not yet written.
@@ -31,11 +30,13 @@ enum LocalState {
     /// CPU: the record and leaf changes to apply once published.
     Cpu(Pending),
     /// GPU: the FIRST bytes the device produced; the device holds the
-    /// pending record. `forget` lists the digests to drop from it,
-    /// `entries` the record segment to write.
+    /// pending record. `moved` are entries to point at other ranks' copies,
+    /// `forget` digests to drop from it, `entries` the record segment to
+    /// write (when regions were given away).
     Gpu {
         first_data: Vec<u8>,
         dense: bool,
+        moved: Vec<(Digest, RecordEntry)>,
         forget: Vec<Digest>,
         entries: Option<Vec<(Digest, RecordEntry)>>,
         timings: GpuTimings,
@@ -58,11 +59,9 @@ impl LocalCheckpoint {
     }
 
     /// Turns the converted regions into references to their owners
-    /// (`layouts[r]` is rank r's layout). CPU: the record entries move to
-    /// the owners' copies, so later versions reference them. GPU: the
-    /// device record cannot name another rank, so it forgets those digests
-    /// instead (the bytes are found again by the next collective step if
-    /// they recur).
+    /// (`layouts[r]` is rank r's layout); the record entries move to the
+    /// owners' copies (on the GPU, in the device table), so later versions
+    /// reference them. Both backends write the same files.
     pub fn give_away(&mut self, conv: &[Conversion], layouts: &[Layout]) {
         if conv.is_empty() {
             return;
@@ -74,16 +73,26 @@ impl LocalCheckpoint {
                 regions::apply(&mut self.diff, conv);
                 pending.remap_entries(|e| regions::relocate(e, me, &layout, conv, layouts));
             }
-            LocalState::Gpu { first_data, dense, forget, entries, .. } => {
+            LocalState::Gpu { first_data, dense, moved, forget, entries, .. } => {
                 let before = self.diff.clone();
                 regions::apply(&mut self.diff, conv);
                 let kept = FirstBytes::gathered(&before, first_data).gather(&self.diff.first);
                 if !*dense {
-                    let now = record_entries(&self.diff, &kept);
-                    let keep: HashSet<Digest> = now.iter().map(|(d, _)| *d).collect();
-                    forget.extend(
-                        record_entries(&before, first_data).into_iter().map(|(d, _)| d).filter(|d| !keep.contains(d)),
-                    );
+                    // What the device inserted for this version (the same
+                    // entries the CPU's pending record holds), moved like the
+                    // CPU moves them.
+                    let inserted = record_entries(&before, first_data);
+                    let mut now = Vec::with_capacity(inserted.len());
+                    for (d, e) in inserted {
+                        match regions::relocate(&e, me, &layout, conv, layouts) {
+                            Some(m) if m == e => now.push((d, e)),
+                            Some(m) => {
+                                moved.push((d, m));
+                                now.push((d, m));
+                            }
+                            None => forget.push(d),
+                        }
+                    }
                     *entries = Some(now);
                 }
                 *first_data = kept;
@@ -130,8 +139,14 @@ impl Engine {
                 let end = cp.data_start + cp.diff.data_bytes() as usize;
                 let first_data = cp.file[cp.data_start..end].to_vec();
                 let dense = cp.diff.dense;
-                let state =
-                    LocalState::Gpu { first_data, dense, forget: Vec::new(), entries: None, timings: cp.timings };
+                let state = LocalState::Gpu {
+                    first_data,
+                    dense,
+                    moved: Vec::new(),
+                    forget: Vec::new(),
+                    entries: None,
+                    timings: cp.timings,
+                };
                 Ok(LocalCheckpoint { diff: cp.diff, state, started })
             }
         }
@@ -149,9 +164,10 @@ impl Engine {
                 let entries = pending.entries();
                 (file, entries, Some(pending), None)
             }
-            LocalState::Gpu { first_data, dense, forget, entries, timings } => {
+            LocalState::Gpu { first_data, dense, moved, forget, entries, timings } => {
                 if let Worker::Cuda(dev) = &mut self.worker {
                     dev.forget(&forget)?;
+                    dev.relocate(&moved)?;
                 }
                 let entries = match entries {
                     Some(e) => e,

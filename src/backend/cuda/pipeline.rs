@@ -45,6 +45,28 @@ pub struct GpuCheckpoint {
     pub data_start: usize,
 }
 
+/// Bits of a node index in a device record slot; the bits above it (below
+/// the level) hold the owner rank + 1 of entries that point at another
+/// rank's copy (kernels/dedup.cu, `node_owner_plus1`).
+const OWNER_SHIFT: u32 = 40;
+
+/// A record entry's node as a device slot holds it: this rank's nodes as
+/// is, another rank's with `owner + 1` packed above the index.
+fn pack_node(e: &RecordEntry, me: u32) -> Result<u64> {
+    let index = e.node.index();
+    if index >> OWNER_SHIFT != 0 {
+        return Err(Error::Gpu(format!("node index {index} exceeds the GPU record's {OWNER_SHIFT} bits")));
+    }
+    if e.rank == me {
+        return Ok(e.node.raw());
+    }
+    let owner = u64::from(e.rank) + 1;
+    if owner >> (58 - OWNER_SHIFT) != 0 {
+        return Err(Error::Gpu(format!("rank {} exceeds what the GPU record can name", e.rank)));
+    }
+    Ok(e.node.raw() | (owner << OWNER_SHIFT))
+}
+
 /// Kernel codes of the digest algorithms.
 fn algo_code(hash: HashAlgo) -> Result<i32> {
     match hash {
@@ -179,6 +201,9 @@ impl GpuDedup {
     pub fn new(gpu: Arc<Gpu>, layout: Layout, hash: HashAlgo, method: Method, rank: u32) -> Result<Self> {
         algo_code(hash)?;
         let n = layout.chunks();
+        if n >> OWNER_SHIFT != 0 {
+            return Err(Error::Gpu(format!("{n} chunks exceed the GPU record's limit of 2^{OWNER_SHIFT}")));
+        }
         let mut level_off = Vec::new();
         let mut level_len = Vec::new();
         let mut total = 0u64;
@@ -294,7 +319,7 @@ impl GpuDedup {
         let klo: Vec<u64> = entries.iter().map(|(d, _)| d.0 as u64).collect();
         let khi: Vec<u64> = entries.iter().map(|(d, _)| (d.0 >> 64) as u64).collect();
         let ver: Vec<u32> = entries.iter().map(|(_, e)| e.version).collect();
-        let node: Vec<u64> = entries.iter().map(|(_, e)| e.node.raw()).collect();
+        let node: Vec<u64> = entries.iter().map(|(_, e)| pack_node(e, self.rank)).collect::<Result<_>>()?;
         let (klo, khi) = (st.clone_htod(&klo).map_err(cuda_err)?, st.clone_htod(&khi).map_err(cuda_err)?);
         let (ver, node) = (st.clone_htod(&ver).map_err(cuda_err)?, st.clone_htod(&node).map_err(cuda_err)?);
         let t = self.table.args(&self.gpu);
@@ -528,6 +553,29 @@ impl GpuDedup {
         let count = digests.len() as u64;
         let mut b = st.launch_builder(&self.gpu.k.table_remove);
         b.arg(&count).arg(&klo).arg(&khi).arg(&version).arg(&t);
+        // SAFETY: arguments match the kernel's signature; buffers outlive the launch (synchronized below).
+        unsafe { b.launch(self.grid_stride()) }.map_err(cuda_err)?;
+        self.read_table_stats()?;
+        Ok(())
+    }
+
+    /// Points record entries the pending checkpoint inserted at other ranks'
+    /// copies (a collective checkpoint gave their regions away).
+    pub fn relocate(&mut self, moved: &[(Digest, RecordEntry)]) -> Result<()> {
+        let Some(version) = self.pending else { return Ok(()) };
+        if moved.is_empty() {
+            return Ok(());
+        }
+        let st = self.gpu.stream.clone();
+        let klo: Vec<u64> = moved.iter().map(|(d, _)| d.0 as u64).collect();
+        let khi: Vec<u64> = moved.iter().map(|(d, _)| (d.0 >> 64) as u64).collect();
+        let node: Vec<u64> = moved.iter().map(|(_, e)| pack_node(e, self.rank)).collect::<Result<_>>()?;
+        let (klo, khi) = (st.clone_htod(&klo).map_err(cuda_err)?, st.clone_htod(&khi).map_err(cuda_err)?);
+        let node = st.clone_htod(&node).map_err(cuda_err)?;
+        let t = self.table.args(&self.gpu);
+        let count = moved.len() as u64;
+        let mut b = st.launch_builder(&self.gpu.k.table_relocate);
+        b.arg(&count).arg(&klo).arg(&khi).arg(&node).arg(&version).arg(&t);
         // SAFETY: arguments match the kernel's signature; buffers outlive the launch (synchronized below).
         unsafe { b.launch(self.grid_stride()) }.map_err(cuda_err)?;
         self.read_table_stats()?;
