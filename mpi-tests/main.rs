@@ -244,6 +244,29 @@ fn missing_owner(w: &World, root: &Path) {
     println!("  missing owner file: {err}");
 }
 
+/// Ranks that disagree on a parameter all get the same clear error, and
+/// nothing is written.
+fn disagreement(w: &World, root: &Path) {
+    if w.size == 1 {
+        return;
+    }
+    let mut store = store_opts();
+    let mut opts = CollectiveOptions::default();
+    if w.rank == w.size - 1 {
+        store.chunk_size = 64;
+    }
+    let err = Collective::open(w.comm, root, len() as u64, &store, &opts).err().map(|e| e.to_string());
+    w.check(err.as_deref().is_some_and(|e| e.contains("disagree")), &format!("chunk size mismatch: {err:?}"));
+    store.chunk_size = 128;
+    if w.rank == 0 {
+        opts.threshold = 1000;
+    }
+    let err = Collective::open(w.comm, root, len() as u64, &store, &opts).err().map(|e| e.to_string());
+    w.check(err.as_deref().is_some_and(|e| e.contains("disagree")), &format!("threshold mismatch: {err:?}"));
+    let listed = dckpt::store::Store::open(root, w.rank as u32).map(|s| s.manifest().versions.len()).unwrap_or(0);
+    w.check(listed == 0, "a version was listed after failed opens");
+}
+
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {
@@ -288,7 +311,7 @@ fn main() {
     if w.rank == 0 {
         println!("mpi-tests: backend auto (set DCKPT_MPI_TEST_BACKEND=cpu|cuda to choose)");
     }
-    let tests: [(&str, Test); 4] = [
+    let tests: [(&str, Test); 5] = [
         ("identical", |w, r| {
             identical(w, r);
             temporal(w, r);
@@ -297,6 +320,7 @@ fn main() {
         ("disjoint", disjoint),
         ("partial", partial),
         ("small-threshold", small_threshold),
+        ("disagreement", disagreement),
     ];
     for (name, test) in tests {
         test(&w, &root.join(name));

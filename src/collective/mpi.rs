@@ -119,18 +119,23 @@ impl<'c, C: Communicator> Collective<'c, C> {
         let engine = all_agree(comm, "open", 0, checked)?;
         // Everyone's layout and parameters: references name other ranks' chunks.
         let layout = engine.store().layout()?;
+        // The wire capacity depends on K and the regions on their size limit:
+        // every rank must use the same, or the reduction would mismatch.
         let mine = [
             layout.data_len(),
             u64::from(layout.chunk_size()),
             u64::from(store.hash.code()),
             u64::from(store.method.code()),
+            opts.threshold as u64,
+            opts.region_bytes,
         ];
-        let mut all = vec![0u64; 4 * comm.size() as usize];
+        let mut all = vec![0u64; mine.len() * comm.size() as usize];
         comm.all_gather_into(&mine[..], &mut all[..]);
-        let params: Vec<&[u64]> = all.chunks(4).collect();
+        let params: Vec<&[u64]> = all.chunks(mine.len()).collect();
         if params.iter().any(|p| p[1..] != mine[1..]) {
             return Err(Error::InvalidOption(
-                "ranks disagree on the chunk size, hash or method of a collective checkpoint".into(),
+                "ranks disagree on the chunk size, hash, method, threshold or region size of a collective checkpoint"
+                    .into(),
             ));
         }
         let layouts = params.iter().map(|p| Layout::new(p[0], p[1] as u32)).collect::<Result<Vec<_>>>()?;

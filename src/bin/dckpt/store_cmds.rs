@@ -16,8 +16,8 @@ pub struct CheckpointArgs {
     /// Version number (larger than every committed one).
     #[arg(long)]
     pub version: u64,
-    /// Rank.
-    #[arg(long, default_value_t = 0)]
+    /// Rank (with --collective, the MPI rank is used instead).
+    #[arg(long, default_value_t = 0, conflicts_with = "collective")]
     rank: u32,
     /// tree, list, basic or full.
     #[arg(long, default_value = "tree")]
