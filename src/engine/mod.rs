@@ -9,11 +9,9 @@ pub use staged::{LocalCheckpoint, StagedCheckpoint};
 
 use crate::backend::BackendKind;
 use crate::backend::cuda::{Gpu, GpuDedup, GpuInput, GpuTimings};
-use crate::dedup::{DedupInput, DedupState};
+use crate::dedup::DedupState;
 use crate::diff::{ChunkCounts, Diff};
-use crate::format::{diff_file::encode_diff, record_file};
-use crate::hash::Digest;
-use crate::record::RecordEntry;
+use crate::format::record_file;
 use crate::restore;
 use crate::store::{Store, StoreOptions};
 use crate::{Error, Result};
@@ -184,62 +182,23 @@ impl Engine {
         &self.opts
     }
 
+    /// A single-rank checkpoint is the staged steps back to back.
     fn checkpoint_input(&mut self, version: u64, input: GpuInput<'_>) -> Result<CheckpointReport> {
-        self.check_version(version)?;
-        let baseline = self.next_is_baseline();
-        let t0 = Instant::now();
-        match &mut self.worker {
-            Worker::Cpu(state) => {
-                let GpuInput::Host(data) = input else {
-                    return Err(Error::InvalidOption("device buffers need the CUDA backend".into()));
-                };
-                let outcome =
-                    self.opts.method.deduplicator().deduplicate(state, &DedupInput { data, version, baseline })?;
-                let file = encode_diff(&outcome.diff, data);
-                let entries = outcome.pending_entries();
-                let t1 = Instant::now();
-                let report = commit(&mut self.store, &outcome.diff, &file, &entries, data.len() as u64, t0, t1, None)?;
-                state.commit(outcome.pending);
-                self.record_len = state.record.len() as u64;
-                Ok(CheckpointReport { record_entries: self.record_len, ..report })
+        let local = self.deduplicate_local(version, input)?;
+        let data = match input {
+            GpuInput::Host(d) => d,
+            GpuInput::Device(_) => &[],
+        };
+        let staged = match self.stage(local, data) {
+            Ok(s) => s,
+            Err(e) => {
+                // The files are not listed; the GPU's pending state goes too.
+                self.abandon()?;
+                return Err(e);
             }
-            Worker::Cuda(dev) => {
-                let cp = dev.checkpoint(version, input, baseline)?;
-                let first_data = &cp.file[cp.data_start..cp.data_start + cp.diff.data_bytes() as usize];
-                let entries = crate::dedup::record_entries(&cp.diff, first_data);
-                let t1 = Instant::now();
-                let len = cp.diff.layout.data_len();
-                match commit(&mut self.store, &cp.diff, &cp.file, &entries, len, t0, t1, Some(cp.timings)) {
-                    Ok(report) => {
-                        dev.commit()?;
-                        self.record_len = dev.record_entries();
-                        Ok(CheckpointReport { record_entries: self.record_len, ..report })
-                    }
-                    Err(e) => {
-                        dev.rollback()?;
-                        Err(e)
-                    }
-                }
-            }
-        }
+        };
+        self.publish(staged)
     }
-}
-
-/// Writes a version's files and reports on it.
-#[allow(clippy::too_many_arguments)]
-fn commit(
-    store: &mut Store,
-    diff: &Diff,
-    file: &[u8],
-    entries: &[(Digest, RecordEntry)],
-    logical: u64,
-    t0: Instant,
-    t1: Instant,
-    gpu: Option<GpuTimings>,
-) -> Result<CheckpointReport> {
-    let rec = record_file::encode(diff.rank, diff.version, entries);
-    store.commit(diff.version, diff.baseline, file, &rec, entries.len() as u64)?;
-    Ok(report_of(diff, file, logical, t0, t1, gpu))
 }
 
 /// The report of a written version; the write time runs from `t1` to now.

@@ -29,12 +29,14 @@ pub struct LocalCheckpoint {
 enum LocalState {
     /// CPU: the record and leaf changes to apply once published.
     Cpu(Pending),
-    /// GPU: the FIRST bytes the device produced; the device holds the
-    /// pending record. `moved` are entries to point at other ranks' copies,
-    /// `forget` digests to drop from it, `entries` the record segment to
-    /// write (when regions were given away).
+    /// GPU: the file the device produced (rewritten on the host when
+    /// regions are given away), its FIRST data at `data_start`; the device
+    /// holds the pending record. `moved` are entries to point at other
+    /// ranks' copies, `forget` digests to drop from it, `entries` the record
+    /// segment to write (when regions were given away).
     Gpu {
-        first_data: Vec<u8>,
+        file: Vec<u8>,
+        data_start: usize,
         dense: bool,
         moved: Vec<(Digest, RecordEntry)>,
         forget: Vec<Digest>,
@@ -54,7 +56,9 @@ impl LocalCheckpoint {
     pub fn first_bytes<'a>(&'a self, data: &'a [u8]) -> FirstBytes<'a> {
         match &self.state {
             LocalState::Cpu(_) => FirstBytes::whole(self.diff.layout, data),
-            LocalState::Gpu { first_data, .. } => FirstBytes::gathered(&self.diff, first_data),
+            LocalState::Gpu { file, data_start, .. } => {
+                FirstBytes::gathered(&self.diff, &file[*data_start..*data_start + self.diff.data_bytes() as usize])
+            }
         }
     }
 
@@ -73,9 +77,10 @@ impl LocalCheckpoint {
                 regions::apply(&mut self.diff, conv);
                 pending.remap_entries(|e| regions::relocate(e, me, &layout, conv, layouts));
             }
-            LocalState::Gpu { first_data, dense, moved, forget, entries, .. } => {
+            LocalState::Gpu { file, data_start, dense, moved, forget, entries, .. } => {
                 let before = self.diff.clone();
                 regions::apply(&mut self.diff, conv);
+                let first_data = &file[*data_start..*data_start + before.data_bytes() as usize];
                 let kept = FirstBytes::gathered(&before, first_data).gather(&self.diff.first);
                 if !*dense {
                     // What the device inserted for this version (the same
@@ -95,7 +100,10 @@ impl LocalCheckpoint {
                     }
                     *entries = Some(now);
                 }
-                *first_data = kept;
+                let mut body = encode_meta(&self.diff);
+                *data_start = body.len();
+                body.extend_from_slice(&kept);
+                *file = finish_body(body, *data_start);
             }
         }
     }
@@ -136,12 +144,10 @@ impl Engine {
             }
             Worker::Cuda(dev) => {
                 let cp = dev.checkpoint(version, input, baseline)?;
-                let end = cp.data_start + cp.diff.data_bytes() as usize;
-                let first_data = cp.file[cp.data_start..end].to_vec();
-                let dense = cp.diff.dense;
                 let state = LocalState::Gpu {
-                    first_data,
-                    dense,
+                    file: cp.file,
+                    data_start: cp.data_start,
+                    dense: cp.diff.dense,
                     moved: Vec::new(),
                     forget: Vec::new(),
                     entries: None,
@@ -164,7 +170,7 @@ impl Engine {
                 let entries = pending.entries();
                 (file, entries, Some(pending), None)
             }
-            LocalState::Gpu { first_data, dense, moved, forget, entries, timings } => {
+            LocalState::Gpu { file, data_start, dense, moved, forget, entries, timings } => {
                 if let Worker::Cuda(dev) = &mut self.worker {
                     dev.forget(&forget)?;
                     dev.relocate(&moved)?;
@@ -172,12 +178,9 @@ impl Engine {
                 let entries = match entries {
                     Some(e) => e,
                     None if dense => Vec::new(),
-                    None => record_entries(&diff, &first_data),
+                    None => record_entries(&diff, &file[data_start..data_start + diff.data_bytes() as usize]),
                 };
-                let mut body = encode_meta(&diff);
-                let data_start = body.len();
-                body.extend_from_slice(&first_data);
-                (finish_body(body, data_start), entries, None, Some(timings))
+                (file, entries, None, Some(timings))
             }
         };
         let rec = record_file::encode(diff.rank, diff.version, &entries);
