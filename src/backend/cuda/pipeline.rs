@@ -316,11 +316,9 @@ impl GpuDedup {
             return Ok(());
         }
         self.ensure_table(entries.len() as u64)?;
-        let klo: Vec<u64> = entries.iter().map(|(d, _)| d.0 as u64).collect();
-        let khi: Vec<u64> = entries.iter().map(|(d, _)| (d.0 >> 64) as u64).collect();
+        let (klo, khi) = self.upload_digests(entries.iter().map(|(d, _)| *d))?;
         let ver: Vec<u32> = entries.iter().map(|(_, e)| e.version).collect();
         let node: Vec<u64> = entries.iter().map(|(_, e)| pack_node(e, self.rank)).collect::<Result<_>>()?;
-        let (klo, khi) = (st.clone_htod(&klo).map_err(cuda_err)?, st.clone_htod(&khi).map_err(cuda_err)?);
         let (ver, node) = (st.clone_htod(&ver).map_err(cuda_err)?, st.clone_htod(&node).map_err(cuda_err)?);
         let t = self.table.args(&self.gpu);
         let count = entries.len() as u64;
@@ -538,6 +536,17 @@ impl GpuDedup {
         Ok(())
     }
 
+    /// Copies digests to the device as (low words, high words).
+    fn upload_digests(
+        &self,
+        digests: impl Iterator<Item = Digest> + Clone,
+    ) -> Result<(CudaSlice<u64>, CudaSlice<u64>)> {
+        let st = &self.gpu.stream;
+        let klo: Vec<u64> = digests.clone().map(|d| d.0 as u64).collect();
+        let khi: Vec<u64> = digests.map(|d| (d.0 >> 64) as u64).collect();
+        Ok((st.clone_htod(&klo).map_err(cuda_err)?, st.clone_htod(&khi).map_err(cuda_err)?))
+    }
+
     /// Removes `digests` from the record if the pending checkpoint inserted
     /// them (a collective checkpoint gave their regions to other ranks).
     pub fn forget(&mut self, digests: &[Digest]) -> Result<()> {
@@ -546,9 +555,7 @@ impl GpuDedup {
             return Ok(());
         }
         let st = self.gpu.stream.clone();
-        let klo: Vec<u64> = digests.iter().map(|d| d.0 as u64).collect();
-        let khi: Vec<u64> = digests.iter().map(|d| (d.0 >> 64) as u64).collect();
-        let (klo, khi) = (st.clone_htod(&klo).map_err(cuda_err)?, st.clone_htod(&khi).map_err(cuda_err)?);
+        let (klo, khi) = self.upload_digests(digests.iter().copied())?;
         let t = self.table.args(&self.gpu);
         let count = digests.len() as u64;
         let mut b = st.launch_builder(&self.gpu.k.table_remove);
@@ -567,10 +574,8 @@ impl GpuDedup {
             return Ok(());
         }
         let st = self.gpu.stream.clone();
-        let klo: Vec<u64> = moved.iter().map(|(d, _)| d.0 as u64).collect();
-        let khi: Vec<u64> = moved.iter().map(|(d, _)| (d.0 >> 64) as u64).collect();
+        let (klo, khi) = self.upload_digests(moved.iter().map(|(d, _)| *d))?;
         let node: Vec<u64> = moved.iter().map(|(_, e)| pack_node(e, self.rank)).collect::<Result<_>>()?;
-        let (klo, khi) = (st.clone_htod(&klo).map_err(cuda_err)?, st.clone_htod(&khi).map_err(cuda_err)?);
         let node = st.clone_htod(&node).map_err(cuda_err)?;
         let t = self.table.args(&self.gpu);
         let count = moved.len() as u64;
