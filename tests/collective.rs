@@ -206,3 +206,50 @@ fn format_v1_files_still_read_and_bad_reference_tables_are_rejected() {
         assert!(err.contains(what), "{err}");
     }
 }
+
+#[test]
+fn v2_reference_tables_round_trip_and_malformed_ones_are_rejected() {
+    use dckpt::diff::{Diff, FirstRun, RegionEncoding, ShiftRun};
+    use dckpt::format::{decode_body, encode_body};
+    let layout = Layout::new(64 * 10, 64).unwrap();
+    let data = noise(640, 5);
+    let reference = |start, src_rank, digest| ShiftRun {
+        start,
+        count: 2,
+        src_version: 3,
+        src_rank,
+        src_start: 4,
+        reference: Some(dckpt::Digest(digest)),
+    };
+    let diff = Diff {
+        version: 3,
+        rank: 1,
+        layout,
+        hash: HashAlgo::Murmur3,
+        method: Method::Tree,
+        baseline: false,
+        dense: false,
+        first: vec![FirstRun { start: 0, count: 2 }],
+        shift: vec![
+            reference(2, 0, 0xabc),
+            ShiftRun { start: 4, count: 1, src_version: 2, src_rank: 1, src_start: 0, reference: None },
+            reference(6, 2, 0xdef),
+        ],
+        encoding: RegionEncoding::Table,
+    };
+    let body = encode_body(&diff, &data);
+    let (header, back, _) = decode_body(&body).unwrap();
+    assert_eq!((header.reference_count, back), (2, diff.clone()));
+    // SHIFT entry k's flags word is at 96 + 16·F + 40·k + 36.
+    let flags_at = |k: usize| 96 + 16 + 40 * k + 36;
+    let mut bad = body.clone();
+    bad[flags_at(1)] = 2; // an unknown flag bit
+    assert!(decode_body(&bad).unwrap_err().contains("unknown flags"));
+    let mut bad = body.clone();
+    bad[flags_at(1)] = 1; // three flagged runs, two digests
+    assert!(decode_body(&bad).is_err());
+    // A reference to this very rank is not a cross-rank reference.
+    let mut own = diff.clone();
+    own.shift[0].src_rank = 1;
+    assert!(decode_body(&encode_body(&own, &data)).unwrap_err().contains("another rank"));
+}
