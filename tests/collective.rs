@@ -253,3 +253,21 @@ fn v2_reference_tables_round_trip_and_malformed_ones_are_rejected() {
     own.shift[0].src_rank = 1;
     assert!(decode_body(&encode_body(&own, &data)).unwrap_err().contains("another rank"));
 }
+
+#[test]
+fn a_forced_baseline_references_nothing_older() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = opts(Method::Tree, 64, HashAlgo::Murmur3);
+    let mut e = Engine::open_or_create(dir.path(), 0, 4096, &o).unwrap();
+    let mut data = noise(4096, 1);
+    assert!(e.checkpoint(1, &data).unwrap().baseline);
+    data[100] ^= 1;
+    assert!(!e.checkpoint(2, &data).unwrap().baseline);
+    // What a collective checkpoint does after another rank failed to publish.
+    e.force_baseline();
+    data[200] ^= 1;
+    assert!(e.checkpoint(3, &data).unwrap().baseline);
+    data[300] ^= 1;
+    assert!(!e.checkpoint(4, &data).unwrap().baseline, "only the next version is forced");
+    assert_eq!(dckpt::restore::restore_version(dir.path(), 0, 4).unwrap(), data);
+}

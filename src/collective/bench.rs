@@ -8,7 +8,7 @@
 //!   replicated on every rank, collective vs local-only vs Full.
 
 use super::merge::{HashFreq, local_set};
-use super::mpi::reduce_sets;
+use super::mpi::{all_agree, reduce_sets};
 use super::{Collective, CollectiveOptions};
 use crate::engine::Engine;
 use crate::generate::{Shape, Workload};
@@ -185,6 +185,10 @@ pub fn mixed_workload<C: Communicator>(
     copts: &CollectiveOptions,
 ) -> Result<Vec<ModeResult>> {
     let rank = comm.rank() as u32;
+    if !(0.0..=1.0).contains(&p.shared_fraction) || !(0.0..=1.0).contains(&p.change) || p.size == 0 {
+        // Every rank has the same parameters, so every rank returns here.
+        return Err(Error::InvalidOption("shared fraction and change must be in 0..=1, the size positive".into()));
+    }
     let mut out = Vec::new();
     for mode in ["collective", "local", "full"] {
         let dir = root.join(mode);
@@ -203,14 +207,15 @@ pub fn mixed_workload<C: Communicator>(
         } else {
             // The same backend and GPU as the collective mode uses.
             let device = comm.split_shared(0).rank().max(0) as usize % crate::backend::cuda::device_count().max(1);
-            Some(Engine::open_on_device(&dir, rank, p.size as u64, &store, copts.backend, device)?)
+            let opened = Engine::open_on_device(&dir, rank, p.size as u64, &store, copts.backend, device);
+            Some(all_agree(comm, "open", 0, opened)?)
         };
         for v in 1..=p.versions {
             comm.barrier();
             let t = Instant::now();
             let file_bytes = match (&mut collective, &mut engine) {
                 (Some(c), _) => c.checkpoint(v, &bufs.buf)?.checkpoint.file_bytes,
-                (_, Some(e)) => e.checkpoint(v, &bufs.buf)?.file_bytes,
+                (_, Some(e)) => all_agree(comm, "checkpoint", v, e.checkpoint(v, &bufs.buf))?.file_bytes,
                 _ => 0,
             };
             let mine = t.elapsed().as_secs_f64();

@@ -79,9 +79,16 @@ pub struct Merger {
     out: Vec<HashFreq>,
     shared: Vec<(usize, HashFreq)>,
     load: Loads,
+    /// Wire sets naming an owner at or beyond this are rejected (0: no bound).
+    ranks: u32,
 }
 
 impl Merger {
+    /// A merger for wire sets of a communicator of `ranks` ranks.
+    pub fn for_ranks(ranks: u32) -> Self {
+        Merger { ranks, ..Merger::default() }
+    }
+
     /// [`merge`] into the internal output buffer, returned.
     pub fn merge_sets(&mut self, left: &[HashFreq], right: &[HashFreq], threshold: usize) -> &[HashFreq] {
         let (out, shared, load) = (&mut self.out, &mut self.shared, &mut self.load);
@@ -127,7 +134,8 @@ impl Merger {
     /// was) if either buffer is malformed.
     pub fn merge_wire(&mut self, left: &[u64], inout: &mut [u64], threshold: usize) -> bool {
         let (mut l, mut r) = (std::mem::take(&mut self.left), std::mem::take(&mut self.right));
-        let ok = decode_wire_into(left, &mut l) && decode_wire_into(inout, &mut r);
+        let owners_ok = |set: &[HashFreq]| self.ranks == 0 || set.iter().all(|e| e.owner < self.ranks);
+        let ok = decode_wire_into(left, &mut l) && decode_wire_into(inout, &mut r) && owners_ok(&l) && owners_ok(&r);
         if ok {
             self.merge_sets(&l, &r, threshold);
             encode_wire(&self.out, inout);
@@ -210,9 +218,14 @@ pub fn reduce_all(sets: &[Vec<HashFreq>], threshold: usize) -> Vec<HashFreq> {
 /// u64 words per wire entry: digest (2), bytes, node, count << 32 | owner.
 pub const WIRE_ENTRY_WORDS: usize = 5;
 
-/// Words of a wire buffer holding up to `threshold` entries (a count word first).
+/// The largest threshold K: its wire buffer (`1 + 5K` words) is one MPI
+/// element whose count must fit in an `i32`.
+pub const MAX_THRESHOLD: usize = (i32::MAX as usize - 1) / WIRE_ENTRY_WORDS;
+
+/// Words of a wire buffer holding up to `threshold` entries (a count word
+/// first); saturates for thresholds beyond any buffer.
 pub fn wire_words(threshold: usize) -> usize {
-    1 + threshold * WIRE_ENTRY_WORDS
+    threshold.saturating_mul(WIRE_ENTRY_WORDS).saturating_add(1)
 }
 
 /// Writes `set` into `wire` (of [`wire_words`] capacity for at least `set.len()`).

@@ -99,16 +99,17 @@ impl<'c, C: Communicator> Collective<'c, C> {
         opts: &CollectiveOptions,
     ) -> Result<Self> {
         let rank = u32::try_from(comm.rank()).map_err(|_| Error::InvalidOption("negative MPI rank".into()))?;
+        // A collective call every rank makes, before anything can fail.
+        let local_rank = comm.split_shared(0).rank().max(0) as usize;
         let checked = if !store.method.uses_record() {
             Err(Error::InvalidOption(format!(
                 "collective checkpoints need a method with a record (tree or list), not {}",
                 store.method
             )))
-        } else if opts.threshold == 0 || wire_words(opts.threshold) > i32::MAX as usize {
-            Err(Error::InvalidOption(format!("threshold {} is outside 1..=2^28", opts.threshold)))
+        } else if !(1..=merge::MAX_THRESHOLD).contains(&opts.threshold) {
+            Err(Error::InvalidOption(format!("threshold {} is outside 1..={}", opts.threshold, merge::MAX_THRESHOLD)))
         } else {
             // Ranks of one node spread over its GPUs (local rank modulo devices).
-            let local_rank = comm.split_shared(0).rank().max(0) as usize;
             let devices = crate::backend::cuda::device_count().max(1);
             let backend = match opts.backend {
                 BackendKind::Auto if store.hash == crate::HashAlgo::Sha1 => BackendKind::Cpu,
@@ -187,7 +188,25 @@ impl<'c, C: Communicator> Collective<'c, C> {
         };
         let settled = step::settle(&mut self.engine, offer, &merged, &self.layouts, host);
         let (staged, conv) = self.agree_or_abandon("writing", version, settled)?;
-        let checkpoint = self.engine.publish(staged)?;
+        // Every rank's files are durable; publishing is one manifest write per
+        // rank. If it fails somewhere, the ranks that did publish hold a
+        // version referencing an unlisted one: they report it, and their next
+        // version is a baseline so the damage does not spread.
+        let published = self.engine.publish(staged);
+        let ok = published.is_ok();
+        let checkpoint = match all_agree(self.comm, "publishing", version, published) {
+            Ok(c) => c,
+            Err(e) => {
+                if ok {
+                    self.engine.force_baseline();
+                    return Err(Error::Collective(format!(
+                        "{e}; version {version} of this rank may reference versions that were not published \
+                         (`dckpt verify` names them), and the next version is a baseline"
+                    )));
+                }
+                return Err(e);
+            }
+        };
         Ok(CollectiveReport {
             rank: me,
             ranks: self.layouts.len() as u32,
@@ -231,19 +250,24 @@ pub fn reduce_sets<C: Communicator>(comm: &C, set: &[HashFreq], threshold: usize
     let mine = set.len().min(threshold) as u64;
     let mut total = 0u64;
     comm.all_reduce_into(&mine, &mut total, SystemOperation::sum());
-    let threshold = threshold.min(usize::try_from(total).unwrap_or(usize::MAX)).max(1);
+    // Every rank computes the same capacity (the same K, the same total).
+    let threshold = threshold.min(usize::try_from(total).unwrap_or(usize::MAX)).clamp(1, merge::MAX_THRESHOLD);
     let words = wire_words(threshold);
     let mut send = vec![0u64; words];
     // A longer set is cut (callers build it with `local_set`, which keeps the largest regions).
     encode_wire(&set[..set.len().min(threshold)], &mut send);
     let mut recv = vec![0u64; words];
+    // MAX_THRESHOLD keeps `words` within an MPI count.
     let count = i32::try_from(words).unwrap_or(i32::MAX);
     let element = UserDatatype::contiguous(count, &u64::equivalent_datatype());
-    let merger = std::sync::Mutex::new(merge::Merger::default());
+    let merger = std::sync::Mutex::new(merge::Merger::for_ranks(comm.size().max(1) as u32));
     let op = UserOperation::associative(move |invec, mut inoutvec| {
         // SAFETY: both buffers hold one element of `element`, i.e. `words`
         // u64 words, allocated by MPI or by `send`/`recv` below, and are
         // distinct (MPI passes separate input and in-out buffers).
+        if invec.len() != 1 || inoutvec.len() != 1 {
+            return; // not the one-element call this operation is used with
+        }
         let (left, right) = unsafe {
             (
                 std::slice::from_raw_parts(invec.as_ptr() as *const u64, words),

@@ -59,6 +59,8 @@ pub struct Engine {
     worker: Worker,
     opts: StoreOptions,
     record_len: u64,
+    /// The next version must be a baseline (set after a failed collective publish).
+    force_baseline: bool,
 }
 
 impl Engine {
@@ -127,7 +129,7 @@ impl Engine {
             }
             _ => Worker::Cpu(state),
         };
-        Ok(Engine { store, worker, opts: opts.clone(), record_len })
+        Ok(Engine { store, worker, opts: opts.clone(), record_len, force_baseline: false })
     }
 
     /// The underlying store.
@@ -145,6 +147,9 @@ impl Engine {
 
     /// Whether the next checkpoint must be a baseline.
     fn next_is_baseline(&self) -> bool {
+        if self.force_baseline {
+            return true;
+        }
         let m = self.store.manifest();
         let Some(latest) = m.latest() else { return true };
         let chain_len = m.chain(latest.version).map_or(0, <[_]>::len) as u64;
@@ -175,6 +180,13 @@ impl Engine {
         data: &cudarc::driver::CudaSlice<u8>,
     ) -> Result<CheckpointReport> {
         self.checkpoint_input(version, GpuInput::Device(data))
+    }
+
+    /// Makes the next version a baseline: it references nothing older and
+    /// the record restarts (after a version that may reference data that was
+    /// never published, so later versions do not).
+    pub fn force_baseline(&mut self) {
+        self.force_baseline = true;
     }
 
     /// The engine's options.

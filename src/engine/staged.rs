@@ -198,6 +198,9 @@ impl Engine {
             self.abandon()?;
             return Err(e);
         }
+        if report.baseline {
+            self.force_baseline = false;
+        }
         match (&mut self.worker, pending) {
             (Worker::Cpu(state), Some(p)) => {
                 state.commit(p);

@@ -20,8 +20,9 @@ pub struct BenchCollectiveArgs {
     #[arg(long, default_value = "reduce", value_parser = ["reduce", "mixed"])]
     workload: String,
     /// K: entries per rank (reduce) or the threshold (mixed).
-    #[arg(long, default_value_t = dckpt::collective::DEFAULT_THRESHOLD)]
-    threshold: usize,
+    #[arg(long, default_value_t = dckpt::collective::DEFAULT_THRESHOLD as u32,
+          value_parser = clap::value_parser!(u32).range(1..=dckpt::collective::merge::MAX_THRESHOLD as i64))]
+    threshold: u32,
     /// reduce: unique (worst case) or shared (best case).
     #[arg(long, default_value = "unique")]
     case: SetCase,
@@ -114,16 +115,21 @@ pub fn bench(a: BenchCollectiveArgs) -> Result<ExitCode> {
                     versions: a.versions,
                     chunk_size: a.chunk_size,
                 };
-                if world.rank() == 0 && a.dir.exists() {
-                    std::fs::remove_dir_all(&a.dir).map_err(|e| Error::io(&a.dir, e))?;
-                }
-                world.barrier();
-                let copts =
-                    CollectiveOptions { threshold: a.threshold, backend: a.backend, ..CollectiveOptions::default() };
+                let cleared = if world.rank() == 0 && a.dir.exists() {
+                    std::fs::remove_dir_all(&a.dir).map_err(|e| Error::io(&a.dir, e))
+                } else {
+                    Ok(())
+                };
+                all_agree(world, "clearing the directory", 0, cleared)?;
+                let copts = CollectiveOptions {
+                    threshold: a.threshold as usize,
+                    backend: a.backend,
+                    ..CollectiveOptions::default()
+                };
                 let modes = mixed_workload(world, &a.dir, &p, &copts)?;
                 serde_json::json!({ "workload": "mixed", "ranks": world.size(), "params": p, "modes": modes })
             }
-            _ => serde_json::to_value(reduce_timing(world, a.threshold, a.case, a.repeat))
+            _ => serde_json::to_value(reduce_timing(world, a.threshold as usize, a.case, a.repeat))
                 .map_err(|e| Error::InvalidOption(e.to_string()))?,
         };
         if world.rank() == 0 {
