@@ -10,6 +10,9 @@
 #ifdef DCKPT_HOST_TEST
 #define __device__
 #define __forceinline__ inline
+#define DCKPT_CONST static const
+#else
+#define DCKPT_CONST __device__ __constant__
 #endif
 
 typedef unsigned long long u64;
@@ -159,11 +162,7 @@ __device__ dig128 murmur3_x64_128_aligned16(const u8* data, u32 len, u32 seed) {
 #define XP64_4 0x85EBCA77C2B2AE63ull
 #define XP64_5 0x27D4EB2F165667C5ull
 
-#ifdef DCKPT_HOST_TEST
-static const u8 XXH3_SECRET[192] = {
-#else
-__device__ __constant__ u8 XXH3_SECRET[192] = {
-#endif
+DCKPT_CONST u8 XXH3_SECRET[192] = {
     0xb8, 0xfe, 0x6c, 0x39, 0x23, 0xa4, 0x4b, 0xbe, 0x7c, 0x01, 0x81, 0x2c, 0xf7, 0x21, 0xad, 0x1c,
     0xde, 0xd4, 0x6d, 0xe9, 0x83, 0x90, 0x97, 0xdb, 0x72, 0x40, 0xa4, 0xa4, 0xb7, 0xb3, 0x67, 0x1f,
     0xcb, 0x79, 0xe6, 0x4e, 0xcc, 0xc0, 0xe5, 0x78, 0x82, 0x5a, 0xd0, 0x7d, 0xcc, 0xff, 0x72, 0x21,
@@ -354,19 +353,11 @@ __device__ dig128 xxh3_128(const u8* in, u32 len, u64 seed) {
 #define B3_ROOT 8u
 #define B3_KEYED 16u
 
-#ifdef DCKPT_HOST_TEST
-static const u32 B3_IV[8] = {
-#else
-__device__ __constant__ u32 B3_IV[8] = {
-#endif
+DCKPT_CONST u32 B3_IV[8] = {
     0x6A09E667u, 0xBB67AE85u, 0x3C6EF372u, 0xA54FF53Au, 0x510E527Fu, 0x9B05688Cu, 0x1F83D9ABu, 0x5BE0CD19u};
 
 // "dckpt merkle inner node key v1.." as little-endian words.
-#ifdef DCKPT_HOST_TEST
-static const u32 B3_NODE_KEY[8] = {
-#else
-__device__ __constant__ u32 B3_NODE_KEY[8] = {
-#endif
+DCKPT_CONST u32 B3_NODE_KEY[8] = {
     0x706b6364u, 0x656d2074u, 0x656c6b72u, 0x6e6e6920u, 0x6e207265u, 0x2065646fu, 0x2079656bu, 0x2e2e3176u};
 
 #define B3_G(a, b, c, d, x, y)   \

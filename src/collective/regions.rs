@@ -60,16 +60,10 @@ fn node_cover(layout: &Layout, chunks: Range<u64>, max_level: u32) -> Vec<NodeId
     out
 }
 
-/// The digest of `node` computed from the buffer's bytes: leaves, then pairs
-/// level by level with the odd last node carried up (the tree's rule, which an
-/// aligned subtree shares).
-pub fn node_digest(hash: HashAlgo, layout: &Layout, node: NodeId, data: &[u8]) -> Digest {
-    let b = layout.node_bytes(node);
-    subtree_digest(hash, layout.chunk_size(), &data[b.start as usize..b.end as usize])
-}
-
-/// The digest of the subtree over `bytes` cut into `chunk_size` chunks (a
-/// region's digest, recomputed by `verify` from the owner's copy).
+/// The digest of the subtree over `bytes` cut into `chunk_size` chunks:
+/// leaves, then pairs level by level with the odd last node carried up (the
+/// tree's rule, which an aligned subtree shares). A region's digest; `verify`
+/// recomputes it from the owner's copy.
 pub fn subtree_digest(hash: HashAlgo, chunk_size: u32, bytes: &[u8]) -> Digest {
     let mut level: Vec<Digest> = bytes.chunks(chunk_size as usize).map(|c| hash.leaf(c)).collect();
     while level.len() > 1 {
@@ -384,7 +378,9 @@ mod tests {
             let mut k = 0;
             loop {
                 for (i, d) in level.iter().enumerate() {
-                    assert_eq!(node_digest(hash, &layout, NodeId::new(k, i as u64), &data), *d, "node ({k}, {i})");
+                    let b = layout.node_bytes(NodeId::new(k, i as u64));
+                    let bytes = &data[b.start as usize..b.end as usize];
+                    assert_eq!(subtree_digest(hash, 32, bytes), *d, "node ({k}, {i})");
                 }
                 if level.len() == 1 {
                     break;
