@@ -95,12 +95,115 @@ pub enum Error {
         /// What is missing.
         reason: String,
     },
+    /// Another process holds the store's writer lock.
+    #[error("{dir} is in use by another writer{holder}; one writer per rank store at a time")]
+    Locked {
+        /// The rank directory whose lock is held.
+        dir: PathBuf,
+        /// `" (pid N)"` when the holder wrote its pid, else empty.
+        holder: String,
+    },
+    /// A path dckpt refuses to write through (a symbolic link, a device, a store's own file).
+    #[error("{path}: refusing to write: {reason}")]
+    UnsafePath {
+        /// The path asked for.
+        path: PathBuf,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// A store directory is in a state that needs `dckpt repair` (or a person) first.
+    #[error("{dir}: {reason}")]
+    NeedsRepair {
+        /// The rank directory.
+        dir: PathBuf,
+        /// What is wrong and what to do.
+        reason: String,
+    },
+    /// The store has no room left (ENOSPC or a quota).
+    #[error("{path}: no space left on the device holding the store")]
+    NoSpace {
+        /// The file being written.
+        path: PathBuf,
+    },
+    /// An internal invariant failed (a bug: please report it).
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// Stable numeric codes of the error kinds (the C ABI returns them; never
+/// renumbered, new kinds get new numbers). 0 means success.
+#[repr(i32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum ErrorKind {
+    /// [`Error::Io`].
+    Io = 1,
+    /// [`Error::Corrupt`].
+    Corrupt = 2,
+    /// [`Error::MissingVersion`].
+    MissingVersion = 3,
+    /// [`Error::NoStore`].
+    NoStore = 4,
+    /// [`Error::Mismatch`].
+    Mismatch = 5,
+    /// [`Error::VersionNotNewer`].
+    VersionNotNewer = 6,
+    /// [`Error::InvalidOption`].
+    InvalidOption = 7,
+    /// [`Error::Gpu`].
+    Gpu = 8,
+    /// [`Error::Collective`].
+    Collective = 9,
+    /// [`Error::OwnerUnavailable`].
+    OwnerUnavailable = 10,
+    /// [`Error::BrokenReference`].
+    BrokenReference = 11,
+    /// [`Error::Locked`].
+    Locked = 12,
+    /// [`Error::UnsafePath`].
+    UnsafePath = 13,
+    /// [`Error::NeedsRepair`].
+    NeedsRepair = 14,
+    /// [`Error::NoSpace`].
+    NoSpace = 15,
+    /// [`Error::Internal`].
+    Internal = 99,
 }
 
 impl Error {
-    /// Wraps an `std::io::Error` with the path it concerned.
+    /// Wraps an `std::io::Error` with the path it concerned (a full disk
+    /// becomes [`Error::NoSpace`]).
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        if source.kind() == std::io::ErrorKind::StorageFull || source.raw_os_error() == Some(28) {
+            return Error::NoSpace { path: path.into() };
+        }
         Error::Io { path: path.into(), source }
+    }
+
+    /// The error's kind, with its stable numeric code (`kind() as i32`).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Io { .. } => ErrorKind::Io,
+            Error::Corrupt { .. } => ErrorKind::Corrupt,
+            Error::MissingVersion { .. } => ErrorKind::MissingVersion,
+            Error::NoStore { .. } => ErrorKind::NoStore,
+            Error::Mismatch { .. } => ErrorKind::Mismatch,
+            Error::VersionNotNewer { .. } => ErrorKind::VersionNotNewer,
+            Error::InvalidOption(_) => ErrorKind::InvalidOption,
+            Error::Gpu(_) => ErrorKind::Gpu,
+            Error::Collective(_) => ErrorKind::Collective,
+            Error::OwnerUnavailable { .. } => ErrorKind::OwnerUnavailable,
+            Error::BrokenReference { .. } => ErrorKind::BrokenReference,
+            Error::Locked { .. } => ErrorKind::Locked,
+            Error::UnsafePath { .. } => ErrorKind::UnsafePath,
+            Error::NeedsRepair { .. } => ErrorKind::NeedsRepair,
+            Error::NoSpace { .. } => ErrorKind::NoSpace,
+            Error::Internal(_) => ErrorKind::Internal,
+        }
+    }
+
+    /// The stable numeric code of [`Error::kind`].
+    pub fn code(&self) -> i32 {
+        self.kind() as i32
     }
 
     /// A corrupt-file error.

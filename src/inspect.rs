@@ -58,6 +58,9 @@ pub struct RankStats {
     pub data_bytes: u64,
     /// Collective cross-rank references in its files.
     pub cross_rank_references: usize,
+    /// Every byte of every file in the rank's directory (manifest, lock,
+    /// leftovers included): what the rank costs on disk.
+    pub bytes_on_disk: u64,
     /// SHIFT chunks pointing at other ranks' bytes.
     pub cross_rank_chunks: u64,
 }
@@ -76,6 +79,24 @@ pub struct StoreStats {
     pub total_cross_rank_references: usize,
     /// Largest rank's stored bytes over the mean (1.0 = perfectly even).
     pub max_over_mean: f64,
+    /// Every byte of every file under the root (diff files, manifests,
+    /// locks, commit records, leftovers): what the store costs on disk.
+    pub bytes_on_disk: u64,
+    /// Bytes on disk that are not committed diff files (the overhead over `total_stored_bytes`).
+    pub overhead_bytes: u64,
+}
+
+/// Sum of the sizes of every regular file below `dir` (links not followed).
+pub fn bytes_on_disk(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => bytes_on_disk(&e.path()),
+            Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
+            _ => 0,
+        })
+        .sum()
 }
 
 /// Versions, per-rank totals and balance of the store under `root`.
@@ -94,13 +115,19 @@ pub fn store_stats(root: &Path) -> Result<StoreStats> {
             r.cross_rank_chunks += v.cross_rank_chunks;
         }
     }
+    for r in &mut ranks {
+        r.bytes_on_disk = bytes_on_disk(&crate::store::rank_dir(root, r.rank));
+    }
     let total: u64 = ranks.iter().map(|r| r.stored_bytes).sum();
+    let on_disk = bytes_on_disk(root);
     let max = ranks.iter().map(|r| r.stored_bytes).max().unwrap_or(0);
     let mean = total as f64 / ranks.len().max(1) as f64;
     Ok(StoreStats {
         total_cross_rank_references: ranks.iter().map(|r| r.cross_rank_references).sum(),
         total_stored_bytes: total,
         max_over_mean: if mean > 0.0 { max as f64 / mean } else { 1.0 },
+        bytes_on_disk: on_disk,
+        overhead_bytes: on_disk.saturating_sub(total),
         versions,
         ranks,
     })
@@ -116,7 +143,17 @@ pub fn inspect_store(root: &Path) -> Result<Vec<VersionStats>> {
     let mut catalog = Catalog::new(root);
     let mut out = Vec::new();
     for rank in ranks {
-        let versions: Vec<u64> = catalog.store(rank)?.manifest().versions.iter().map(|v| v.version).collect();
+        let versions: Vec<u64> = match catalog.store(rank) {
+            Ok(s) => s.manifest().versions.iter().map(|v| v.version).collect(),
+            // A directory a killed first checkpoint left: no versions.
+            Err(Error::NoStore { .. })
+                if crate::store::diff_files_present(&crate::store::rank_dir(root, rank))
+                    .is_ok_and(|v| v.is_empty()) =>
+            {
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         for v in versions {
             let r = catalog.reader(rank, v)?;
             let d = &r.diff;

@@ -16,12 +16,14 @@
 //! | [`dedup`] | the methods Full, Basic, List and Tree (the CPU engine) |
 //! | [`diff`] | the in-memory result of one de-duplication |
 //! | [`format`] | the on-disk diff file and manifest codecs (bounds-checked) |
-//! | [`store`] | a rank's directory: atomic commits, manifest, record segments |
+//! | [`store`] | a rank's directory: writer lock, atomic commits, manifest, collective commit records |
+//! | [`repair`] | `dckpt repair`: remove what no committed version needs, delist what no longer restores |
 //! | [`engine`] | checkpoint = dedup + write + commit, keeping the state between versions |
 //! | [`restore`] | chain resolution and byte-exact reconstruction |
 //! | [`verify`] | whole-store integrity and reference checks |
 //! | [`inspect`] | per-version statistics |
 //! | [`bench`] | the in-memory method benchmark behind `dckpt bench` |
+//! | [`bench_e2e`] | `dckpt bench --e2e`: what the application waits for, through the store |
 //! | [`generate`] | synthetic evolving workloads (clustered / scattered edits) |
 //!
 //! ```
@@ -39,6 +41,7 @@
 
 pub mod backend;
 pub mod bench;
+pub mod bench_e2e;
 pub mod collective;
 pub mod dedup;
 pub mod diff;
@@ -50,12 +53,13 @@ pub mod hash;
 pub mod inspect;
 pub mod layout;
 pub mod record;
+pub mod repair;
 pub mod restore;
 pub mod store;
 pub mod verify;
 
 pub use dedup::Method;
 pub use engine::Engine;
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use hash::{Digest, HashAlgo};
 pub use store::StoreOptions;

@@ -9,11 +9,13 @@
 //! each block is read and verified once. Each file is opened at most once.
 
 use crate::format::diff_file::DiffReader;
+use crate::hash::{Digest, subtree_digest};
 use crate::layout::Layout;
+use crate::store::commits::CommitLog;
 use crate::store::{Store, hex};
 use crate::{Error, Result};
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
@@ -28,31 +30,56 @@ pub struct RestoreStats {
     pub data_len: u64,
 }
 
-/// Opens stores and diff files on demand, each at most once.
+/// Most diff files a [`Catalog`] keeps open at once (older ones are closed
+/// and reopened on demand), so restores and `verify` work under small
+/// `ulimit -n` on stores of thousands of files.
+pub const MAX_OPEN_FILES: usize = 32;
+
+/// Opens stores and diff files on demand, parsing each at most once and
+/// keeping at most [`MAX_OPEN_FILES`] file handles open.
 pub struct Catalog {
     root: PathBuf,
+    commits: Option<CommitLog>,
     stores: HashMap<u32, Store>,
     readers: HashMap<(u32, u64), DiffReader>,
+    /// Readers holding an open file, least recently used first.
+    open: VecDeque<(u32, u64)>,
 }
 
 impl Catalog {
     /// A catalog over the store root `root`.
     pub fn new(root: &Path) -> Self {
-        Catalog { root: root.to_path_buf(), stores: HashMap::new(), readers: HashMap::new() }
+        Catalog {
+            root: root.to_path_buf(),
+            commits: None,
+            stores: HashMap::new(),
+            readers: HashMap::new(),
+            open: VecDeque::new(),
+        }
     }
 
-    /// The store of `rank`.
+    /// The store root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The store of `rank` (its manifest rolled forward from the commit records).
     pub fn store(&mut self, rank: u32) -> Result<&Store> {
+        if self.commits.is_none() {
+            self.commits = Some(CommitLog::load(&self.root)?);
+        }
+        let log = self.commits.as_ref().ok_or_else(|| Error::Internal("commit log".into()))?;
         match self.stores.entry(rank) {
             Entry::Occupied(o) => Ok(o.into_mut()),
-            Entry::Vacant(v) => Ok(v.insert(Store::open(&self.root, rank)?)),
+            Entry::Vacant(v) => Ok(v.insert(Store::open_with(&self.root, rank, log)?)),
         }
     }
 
     /// The verified-metadata reader of `(rank, version)`; the version must be
-    /// complete in that rank's manifest and match it.
+    /// committed for that rank and its file must match the committed entry.
     pub fn reader(&mut self, rank: u32, version: u64) -> Result<&DiffReader> {
-        if !self.readers.contains_key(&(rank, version)) {
+        let key = (rank, version);
+        if !self.readers.contains_key(&key) {
             let store = self.store(rank)?;
             let entry = store.manifest().get(version).cloned().ok_or_else(|| Error::MissingVersion {
                 dir: store.root().to_path_buf(),
@@ -61,20 +88,41 @@ impl Catalog {
             })?;
             let path = store.diff_path(version);
             let layout = store.layout()?;
+            let (hash, method) = (store.manifest().hash, store.manifest().method);
             let reader = DiffReader::open(&path)?;
             let h = &reader.header;
             if h.rank != rank || h.version != version {
                 return Err(Error::corrupt(&path, format!("file holds rank {} version {}", h.rank, h.version)));
             }
-            if reader.diff.layout != layout || h.hash != store.manifest().hash || h.method != store.manifest().method {
+            if reader.diff.layout != layout || h.hash != hash || h.method != method {
                 return Err(Error::corrupt(&path, "parameters differ from the manifest's"));
             }
             if reader.file_len() != entry.file_len || hex(&reader.trailer()) != entry.trailer {
-                return Err(Error::corrupt(&path, "length or checksum differs from the manifest's"));
+                return Err(Error::corrupt(&path, "length or checksum differs from the committed entry's"));
             }
-            self.readers.insert((rank, version), reader);
+            self.readers.insert(key, reader);
         }
-        self.readers.get(&(rank, version)).ok_or_else(|| Error::InvalidOption("reader cache".into()))
+        self.touch(key);
+        self.readers.get(&key).ok_or_else(|| Error::Internal("reader cache".into()))
+    }
+
+    /// Marks `key` most recently used; closes the files of the least
+    /// recently used readers beyond [`MAX_OPEN_FILES`].
+    fn touch(&mut self, key: (u32, u64)) {
+        if self.open.back() == Some(&key) {
+            return;
+        }
+        if let Some(i) = self.open.iter().position(|k| *k == key) {
+            self.open.remove(i);
+        }
+        self.open.push_back(key);
+        while self.open.len() > MAX_OPEN_FILES {
+            if let Some(old) = self.open.pop_front()
+                && let Some(r) = self.readers.get(&old)
+            {
+                r.release_file();
+            }
+        }
     }
 
     /// Number of diff files opened so far.
@@ -99,11 +147,59 @@ pub struct Source {
     pub src: u64,
 }
 
-/// A run of a diff: `(start, count, Some((rank, version, source start)) for SHIFT)`.
-type Run = (u64, u64, Option<(u32, u64, u64)>);
+/// A cross-rank reference a restore followed: the owner's chunks
+/// `src..src + count` must hash to `digest` (the region's Merkle digest).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UsedReference {
+    /// First destination chunk of the reference.
+    pub dst: u64,
+    /// Chunks it covers.
+    pub count: u64,
+    /// The owner.
+    pub owner: u32,
+    /// The owner's version.
+    pub version: u64,
+    /// First chunk in the owner's numbering.
+    pub src: u64,
+    /// The region digest the reference carries.
+    pub digest: Digest,
+    /// Whether every chunk of it was restored from it (then the restored
+    /// bytes are hashed; otherwise the owner's bytes are read again).
+    pub whole: bool,
+    /// The file holding the reference.
+    pub path: PathBuf,
+}
+
+/// A run of a diff as the walk sees it.
+#[derive(Clone, Copy)]
+struct Run {
+    start: u64,
+    count: u64,
+    /// `(rank, version, source start)` for SHIFT runs.
+    src: Option<(u32, u64, u64)>,
+    /// The region digest of a cross-rank reference.
+    reference: Option<Digest>,
+}
+
+/// Every chunk of a version resolved to its stored bytes, and the
+/// cross-rank references that were followed.
+#[derive(Clone, Debug)]
+pub struct Resolution {
+    /// The version's layout.
+    pub layout: Layout,
+    /// Pieces sorted by destination chunk.
+    pub sources: Vec<Source>,
+    /// Cross-rank references followed.
+    pub references: Vec<UsedReference>,
+}
 
 /// Resolves every chunk of `(rank, version)` to the stored bytes that hold it.
 pub fn resolve(catalog: &mut Catalog, rank: u32, version: u64) -> Result<(Layout, Vec<Source>)> {
+    resolve_all(catalog, rank, version).map(|r| (r.layout, r.sources))
+}
+
+/// [`resolve`], also listing the cross-rank references followed.
+pub fn resolve_all(catalog: &mut Catalog, rank: u32, version: u64) -> Result<Resolution> {
     let store = catalog.store(rank)?;
     let layout = store.layout()?;
     let chain: Vec<u64> = store
@@ -115,42 +211,51 @@ pub fn resolve(catalog: &mut Catalog, rank: u32, version: u64) -> Result<(Layout
         .collect();
     let mut unresolved: Vec<Range<u64>> = std::iter::once(0..layout.chunks()).collect();
     let mut sources = Vec::new();
+    let mut references = Vec::new();
     for &v in chain.iter().rev() {
         if unresolved.is_empty() {
             break;
         }
-        let diff = &catalog.reader(rank, v)?.diff;
+        let reader = catalog.reader(rank, v)?;
+        let diff = &reader.diff;
         let mut runs: Vec<Run> = diff
             .first
             .iter()
-            .map(|r| (r.start, r.count, None))
-            .chain(diff.shift.iter().map(|s| (s.start, s.count, Some((s.src_rank, s.src_version, s.src_start)))))
+            .map(|r| Run { start: r.start, count: r.count, src: None, reference: None })
+            .chain(diff.shift.iter().map(|s| Run {
+                start: s.start,
+                count: s.count,
+                src: Some((s.src_rank, s.src_version, s.src_start)),
+                reference: s.reference,
+            }))
             .collect();
-        runs.sort_unstable_by_key(|r| r.0);
+        runs.sort_unstable_by_key(|r| r.start);
+        let mut claimed = vec![0u64; runs.len()];
         let mut still = Vec::new();
         let mut k = 0;
         for gap in unresolved {
             let mut at = gap.start;
-            while k < runs.len() && runs[k].0 + runs[k].1 <= at {
+            while k < runs.len() && runs[k].start + runs[k].count <= at {
                 k += 1;
             }
             let mut j = k;
             while at < gap.end {
                 match runs.get(j) {
-                    Some(&(start, count, src)) if start < gap.end => {
-                        if start > at {
-                            still.push(at..start);
-                            at = start;
+                    Some(run) if run.start < gap.end => {
+                        if run.start > at {
+                            still.push(at..run.start);
+                            at = run.start;
                         }
-                        let end = (start + count).min(gap.end);
-                        let (srank, sver, sstart) = src.unwrap_or((rank, v, start));
+                        let end = (run.start + run.count).min(gap.end);
+                        let (srank, sver, sstart) = run.src.unwrap_or((rank, v, run.start));
                         sources.push(Source {
                             dst: at,
                             count: end - at,
                             rank: srank,
                             version: sver,
-                            src: sstart + (at - start),
+                            src: sstart + (at - run.start),
                         });
+                        claimed[j] += end - at;
                         at = end;
                         j += 1;
                     }
@@ -162,6 +267,20 @@ pub fn resolve(catalog: &mut Catalog, rank: u32, version: u64) -> Result<(Layout
             }
             k = j.saturating_sub(1);
         }
+        for (run, &c) in runs.iter().zip(&claimed) {
+            if let (Some(digest), Some((owner, ver, src)), true) = (run.reference, run.src, c > 0) {
+                references.push(UsedReference {
+                    dst: run.start,
+                    count: run.count,
+                    owner,
+                    version: ver,
+                    src,
+                    digest,
+                    whole: c == run.count,
+                    path: reader.path().to_path_buf(),
+                });
+            }
+        }
         unresolved = still;
     }
     if let Some(gap) = unresolved.first() {
@@ -172,7 +291,45 @@ pub fn resolve(catalog: &mut Catalog, rank: u32, version: u64) -> Result<(Layout
         ));
     }
     sources.sort_unstable_by_key(|s| s.dst);
-    Ok((layout, sources))
+    Ok(Resolution { layout, sources, references })
+}
+
+/// Checks each followed cross-rank reference against its region digest:
+/// restored bytes that came wholly from it are hashed in `out`, the others
+/// are read from the owner again. A mismatch is an error, never other bytes.
+pub fn check_references(
+    catalog: &mut Catalog,
+    rank: u32,
+    layout: &Layout,
+    refs: &[UsedReference],
+    out: Option<&[u8]>,
+) -> Result<()> {
+    let (hash, cs) = {
+        let m = catalog.store(rank)?.manifest();
+        (m.hash, m.chunk_size)
+    };
+    for r in refs {
+        let digest = match out.filter(|_| r.whole) {
+            Some(out) => {
+                let b = layout.chunk_bytes(r.dst..r.dst + r.count);
+                subtree_digest(hash, cs, &out[b.start as usize..b.end as usize])
+            }
+            None => {
+                let owner = owner_reader(catalog, rank, r.owner, r.version)?;
+                subtree_digest(hash, cs, &owner.read_chunks(r.src..r.src + r.count)?)
+            }
+        };
+        if digest != r.digest {
+            return Err(Error::BrokenReference {
+                path: r.path.clone(),
+                reason: format!(
+                    "chunks {}..+{} reference bytes of rank {} version {} that do not match the region's digest",
+                    r.dst, r.count, r.owner, r.version
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// One byte copy: `len` bytes at `data_off` of a file's FIRST data go to `dst_off`.
@@ -191,10 +348,28 @@ pub fn restore_version(root: &Path, rank: u32, version: u64) -> Result<Vec<u8>> 
 /// Restores `(rank, version)` and reports what it read.
 pub fn restore_with_stats(root: &Path, rank: u32, version: u64) -> Result<(Vec<u8>, RestoreStats)> {
     let mut catalog = Catalog::new(root);
-    let (layout, sources) = resolve(&mut catalog, rank, version)?;
+    restore_in(&mut catalog, rank, version).map(|(out, stats, _)| (out, stats))
+}
+
+/// Restores `(rank, version)` into the file `out`, safely: never through a
+/// symbolic link, onto a device node other than a character device, or onto
+/// a file of the store itself ([`crate::store::write_output`]).
+pub fn restore_to_file(root: &Path, rank: u32, version: u64, out: &Path) -> Result<RestoreStats> {
+    let (data, stats) = restore_with_stats(root, rank, version)?;
+    crate::store::write_output(out, &data, root)?;
+    Ok(stats)
+}
+
+/// Restores `(rank, version)` through `catalog`; also returns the resolution
+/// (what a reopening writer rebuilds its record from).
+pub fn restore_in(catalog: &mut Catalog, rank: u32, version: u64) -> Result<(Vec<u8>, RestoreStats, Resolution)> {
+    let res = resolve_all(catalog, rank, version)?;
+    let layout = res.layout;
     let mut out = vec![0u8; layout.data_len() as usize];
-    let bytes_read = fill(&mut catalog, rank, &layout, &sources, &mut out)?;
-    Ok((out, RestoreStats { files_opened: catalog.files_opened(), bytes_read, data_len: layout.data_len() }))
+    let bytes_read = fill(catalog, rank, &layout, &res.sources, &mut out)?;
+    check_references(catalog, rank, &layout, &res.references, Some(&out))?;
+    let stats = RestoreStats { files_opened: catalog.files_opened(), bytes_read, data_len: layout.data_len() };
+    Ok((out, stats, res))
 }
 
 /// Byte copies per file, in no particular order.
@@ -212,7 +387,7 @@ pub fn owner_reader(catalog: &mut Catalog, rank: u32, owner: u32, version: u64) 
     if owner == rank {
         return catalog.reader(owner, version);
     }
-    let path = crate::store::rank_dir(&catalog.root, owner).join(format!("v{version:012}.dckpt"));
+    let path = crate::store::rank_dir(&catalog.root, owner).join(crate::store::diff_file_name(version));
     match catalog.reader(owner, version) {
         Ok(_) => catalog.reader(owner, version),
         Err(e) => {
@@ -339,7 +514,10 @@ pub struct Staged {
 /// Stages `(rank, version)` for a restore elsewhere (the GPU).
 pub fn stage_version(root: &Path, rank: u32, version: u64) -> Result<(Layout, Staged, RestoreStats)> {
     let mut catalog = Catalog::new(root);
-    let (layout, sources) = resolve(&mut catalog, rank, version)?;
+    let res = resolve_all(&mut catalog, rank, version)?;
+    // References are checked against the owners' bytes before any is used.
+    check_references(&mut catalog, rank, &res.layout, &res.references, None)?;
+    let (layout, sources) = (res.layout, res.sources);
     let mut per_file = plan_copies(&mut catalog, rank, &layout, &sources)?;
     let mut keys: Vec<(u32, u64)> = per_file.keys().copied().collect();
     keys.sort_unstable();

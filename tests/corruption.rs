@@ -97,19 +97,18 @@ fn unknown_versions_and_ranks_are_clear_errors() {
 }
 
 #[test]
-fn damaged_manifest_and_record_segments_are_reported() {
+fn a_foreign_file_and_a_damaged_manifest_are_reported() {
     let (dir, _) = small_store(Method::Tree);
+    let (other, _) = small_store(Method::List);
     let store = Store::open(dir.path(), 0).unwrap();
-    let rec = store.record_path(2);
-    let good = std::fs::read(&rec).unwrap();
-    let mut bad = good.clone();
-    bad[40] ^= 0xff;
-    std::fs::write(&rec, &bad).unwrap();
-    assert!(problems(dir.path()).iter().any(|p| p.contains("v000000000002.rec")));
-    // A new process cannot continue from a damaged record: it says so.
-    let e = dckpt::Engine::open_or_create(dir.path(), 0, 1500, &opts(Method::Tree, 32)).err().expect("must fail");
-    assert!(e.to_string().contains("v000000000002.rec"), "{e}");
-    std::fs::write(&rec, &good).unwrap();
+    let mine = store.diff_path(2);
+    let good = std::fs::read(&mine).unwrap();
+    // Same rank, same version, another store: valid on its own, not the committed file.
+    std::fs::copy(Store::open(other.path(), 0).unwrap().diff_path(2), &mine).unwrap();
+    assert!(problems(dir.path()).iter().any(|p| p.contains("v000000000002.dckpt")));
+    let e = dckpt::restore::restore_version(dir.path(), 0, 3).unwrap_err();
+    assert!(e.to_string().contains("v000000000002.dckpt"), "{e}");
+    std::fs::write(&mine, &good).unwrap();
     let manifest = store.dir().join("MANIFEST");
     let text = std::fs::read_to_string(&manifest).unwrap();
     std::fs::write(&manifest, text.replace("\"version\": 3", "\"version\": 4")).unwrap();

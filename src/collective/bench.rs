@@ -88,7 +88,7 @@ pub fn reduce_timing<C: Communicator>(comm: &C, threshold: usize, case: SetCase,
     for i in 0..=repeat {
         comm.barrier();
         let t = Instant::now();
-        merged = reduce_sets(comm, &set, threshold).len();
+        merged = reduce_sets(comm, &set, threshold).map_or(0, |m| m.len());
         let mine = t.elapsed().as_secs_f64();
         let mut slowest = 0.0f64;
         comm.all_reduce_into(&mine, &mut slowest, SystemOperation::max());

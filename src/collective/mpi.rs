@@ -25,9 +25,10 @@ use super::regions::{self, Conversion};
 use super::step;
 use crate::backend::BackendKind;
 use crate::backend::cuda::GpuInput;
-use crate::engine::{CheckpointReport, Engine};
+use crate::engine::{CheckpointReport, Engine, StagedCheckpoint};
 use crate::layout::Layout;
 use crate::store::StoreOptions;
+use crate::store::commits::{CommitRecord, RankEntry};
 use crate::{Error, Result};
 use ::mpi::collective::{SystemOperation, UserOperation};
 use ::mpi::datatype::{MutView, UserDatatype, View};
@@ -155,10 +156,9 @@ impl<'c, C: Communicator> Collective<'c, C> {
     }
 
     /// Takes collective checkpoint `version` of `data` (host memory).
-    /// Collective: every rank calls it with the same version. On error
-    /// nothing becomes visible on any rank (except if publishing the manifest
-    /// itself fails on a rank after the others published; that rank's error
-    /// says so).
+    /// Collective: every rank calls it with the same version. The version is
+    /// committed on every rank at once (rank 0's commit record) or on none;
+    /// on error nothing is visible anywhere.
     pub fn checkpoint(&mut self, version: u64, data: &[u8]) -> Result<CollectiveReport> {
         self.checkpoint_input(version, GpuInput::Host(data))
     }
@@ -180,33 +180,27 @@ impl<'c, C: Communicator> Collective<'c, C> {
         let offer = self.agree_or_abandon("de-duplication", version, offer)?;
         let t1 = Instant::now();
         let offered = offer.regions.len();
-        let merged = self.reduce(&offer.set);
+        let merged = match self.reduce(&offer.set) {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = self.engine.abandon();
+                return Err(e);
+            }
+        };
         let t2 = Instant::now();
         let host: &[u8] = match input {
             GpuInput::Host(d) => d,
             GpuInput::Device(_) => &[],
         };
         let settled = step::settle(&mut self.engine, offer, &merged, &self.layouts, host);
-        let (staged, conv) = self.agree_or_abandon("writing", version, settled)?;
-        // Every rank's files are durable; publishing is one manifest write per
-        // rank. If it fails somewhere, the ranks that did publish hold a
-        // version referencing an unlisted one: they report it, and their next
-        // version is a baseline so the damage does not spread.
-        let published = self.engine.publish(staged);
-        let ok = published.is_ok();
-        let checkpoint = match all_agree(self.comm, "publishing", version, published) {
-            Ok(c) => c,
-            Err(e) => {
-                if ok {
-                    self.engine.force_baseline();
-                    return Err(Error::Collective(format!(
-                        "{e}; version {version} of this rank may reference versions that were not published \
-                         (`dckpt verify` names them), and the next version is a baseline"
-                    )));
-                }
-                return Err(e);
-            }
-        };
+        let (staged, conv) = self.commit_record(version, settled)?;
+        // Committed everywhere: this rank's manifest only caches the record.
+        let (checkpoint, unlisted) = self.engine.adopt(staged)?;
+        if let Some(e) = unlisted {
+            eprintln!(
+                "dckpt: warning: rank {me}: version {version} is committed, but its manifest entry was not written ({e}); the next open lists it"
+            );
+        }
         Ok(CollectiveReport {
             rank: me,
             ranks: self.layouts.len() as u32,
@@ -219,6 +213,79 @@ impl<'c, C: Communicator> Collective<'c, C> {
             reduce_seconds: (t2 - t1).as_secs_f64(),
             total_seconds: t0.elapsed().as_secs_f64(),
         })
+    }
+
+    /// The commit: every rank reports its written file (an `MPI_Allgather`
+    /// of its status, length and trailer); if all succeeded, rank 0 writes
+    /// the version's commit record, the one durable act that makes it
+    /// visible on every rank, and every rank learns the outcome. On any
+    /// failure every rank abandons the version and nothing is visible.
+    fn commit_record(
+        &mut self,
+        version: u64,
+        settled: Result<(StagedCheckpoint, Vec<Conversion>)>,
+    ) -> Result<(StagedCheckpoint, Vec<Conversion>)> {
+        const WORDS: usize = 8;
+        let mut mine = [FAILED, version, 0, 0, 0, 0, 0, 0];
+        if let Ok((staged, _)) = &settled {
+            let e = staged.entry();
+            let trailer: Vec<u8> = (0..e.trailer.len() / 2)
+                .filter_map(|i| u8::from_str_radix(e.trailer.get(2 * i..2 * i + 2)?, 16).ok())
+                .collect();
+            if trailer.len() == 32 {
+                mine[0] = OK;
+                mine[2] = u64::from(e.baseline);
+                mine[3] = e.file_len;
+                for (w, c) in mine[4..].iter_mut().zip(trailer.chunks_exact(8)) {
+                    *w = u64::from_le_bytes(c.try_into().unwrap_or_default());
+                }
+            }
+        }
+        let mut all = vec![0u64; WORDS * self.comm.size() as usize];
+        self.comm.all_gather_into(&mine[..], &mut all[..]);
+        let failed: Vec<usize> = all.chunks(WORDS).enumerate().filter(|(_, w)| w[0] != OK).map(|(r, _)| r).collect();
+        let local = settled.and_then(|v| {
+            if !failed.is_empty() {
+                return Err(Error::Collective(format!(
+                    "writing failed on rank(s) {failed:?}; version {version} was not committed"
+                )));
+            }
+            if all.chunks(WORDS).any(|w| w[1] != version) {
+                let versions: Vec<u64> = all.chunks(WORDS).map(|w| w[1]).collect();
+                return Err(Error::Collective(format!("ranks asked for different versions {versions:?}")));
+            }
+            Ok(v)
+        });
+        let written = match (&local, self.comm.rank()) {
+            (Ok(_), 0) => {
+                let entries = all
+                    .chunks(WORDS)
+                    .enumerate()
+                    .map(|(r, w)| RankEntry {
+                        rank: r as u32,
+                        baseline: w[2] != 0,
+                        file_len: w[3],
+                        trailer: crate::store::hex(&w[4..].iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()),
+                    })
+                    .collect();
+                let record = CommitRecord { version, ranks: self.comm.size() as u32, entries };
+                record.write(self.engine.store().root())
+            }
+            _ => Ok(()),
+        };
+        let outcome = match local {
+            Ok(v) => all_agree(self.comm, "the commit record", version, written.map(|()| v)),
+            Err(e) => {
+                // Keep the collective sequence identical on every rank.
+                let _ =
+                    all_agree(self.comm, "the commit record", version, Err::<(), _>(Error::Collective(String::new())));
+                Err(e)
+            }
+        };
+        if outcome.is_err() {
+            let _ = self.engine.abandon();
+        }
+        outcome
     }
 
     /// [`all_agree`], rolling this rank's engine back when the step failed
@@ -235,7 +302,7 @@ impl<'c, C: Communicator> Collective<'c, C> {
 
     /// The reduction alone: every rank's set in, the merged set out (the
     /// same on every rank). Collective.
-    pub fn reduce(&self, set: &[HashFreq]) -> Vec<HashFreq> {
+    pub fn reduce(&self, set: &[HashFreq]) -> Result<Vec<HashFreq>> {
         reduce_sets(self.comm, set, self.opts.threshold)
     }
 }
@@ -244,7 +311,7 @@ impl<'c, C: Communicator> Collective<'c, C> {
 /// entries) with the top-K merger: `MPI_Reduce` to rank 0 with a
 /// non-commutative user operation over one fixed-capacity element per rank,
 /// then `MPI_Bcast`. Every rank returns the same set. Collective.
-pub fn reduce_sets<C: Communicator>(comm: &C, set: &[HashFreq], threshold: usize) -> Vec<HashFreq> {
+pub fn reduce_sets<C: Communicator>(comm: &C, set: &[HashFreq], threshold: usize) -> Result<Vec<HashFreq>> {
     // No partial result can hold more than every set together: size the
     // messages for that when it is below K (small checkpoints stay cheap).
     let mine = set.len().min(threshold) as u64;
@@ -277,7 +344,11 @@ pub fn reduce_sets<C: Communicator>(comm: &C, set: &[HashFreq], threshold: usize
         // MPI computes inoutvec = invec (lower ranks) ∘ inoutvec (higher ranks).
         // A poisoned lock (a panic cannot happen here) still holds usable buffers.
         let mut m = merger.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        m.merge_wire(left, right, threshold);
+        if !m.merge_wire(left, right, threshold) {
+            // Poison the partial result: every later merge fails too, and
+            // every rank decodes the broadcast as a failure.
+            right[0] = u64::MAX;
+        }
     });
     let root = comm.process_at_rank(0);
     {
@@ -294,7 +365,12 @@ pub fn reduce_sets<C: Communicator>(comm: &C, set: &[HashFreq], threshold: usize
     // The broadcast applies no operation, so it may cut the set into
     // segments and pipeline them: send it as plain words.
     root.broadcast_into(&mut recv[..]);
-    decode_wire(&recv).unwrap_or_default()
+    // Every rank received the same words, so every rank fails or none does.
+    decode_wire(&recv).ok_or_else(|| {
+        Error::Collective(
+            "the reduction's merge failed (a malformed or inconsistent tuple set); nothing was written".into(),
+        )
+    })
 }
 
 /// Makes every rank see the same outcome of a step: if any rank failed,

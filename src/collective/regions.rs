@@ -12,7 +12,7 @@
 
 use super::HashFreq;
 use crate::diff::{Diff, FirstRun, ShiftRun};
-use crate::hash::{Digest, HashAlgo};
+use crate::hash::Digest;
 use crate::layout::{Layout, NodeId};
 use crate::record::RecordEntry;
 use rayon::prelude::*;
@@ -60,17 +60,7 @@ fn node_cover(layout: &Layout, chunks: Range<u64>, max_level: u32) -> Vec<NodeId
     out
 }
 
-/// The digest of the subtree over `bytes` cut into `chunk_size` chunks:
-/// leaves, then pairs level by level with the odd last node carried up (the
-/// tree's rule, which an aligned subtree shares). A region's digest; `verify`
-/// recomputes it from the owner's copy.
-pub fn subtree_digest(hash: HashAlgo, chunk_size: u32, bytes: &[u8]) -> Digest {
-    let mut level: Vec<Digest> = bytes.chunks(chunk_size as usize).map(|c| hash.leaf(c)).collect();
-    while level.len() > 1 {
-        level = level.chunks(2).map(|p| if let [l, r] = p { hash.node(*l, *r) } else { p[0] }).collect();
-    }
-    level.first().copied().unwrap_or_default()
-}
+pub use crate::hash::subtree_digest;
 
 /// Where the bytes of a diff's FIRST chunks can be read: the whole
 /// protected buffer (CPU), or only the FIRST runs' bytes concatenated in run
@@ -309,6 +299,7 @@ pub fn relocate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::HashAlgo;
     use crate::layout::Layout;
 
     #[test]

@@ -3,17 +3,17 @@
 //! its history. [`staged`] splits a checkpoint into steps for the collective
 //! layer.
 
+mod rebuild;
 mod staged;
 
+pub use rebuild::{Rebuilt, rebuild_state};
 pub use staged::{LocalCheckpoint, StagedCheckpoint};
 
 use crate::backend::BackendKind;
 use crate::backend::cuda::{Gpu, GpuDedup, GpuInput, GpuTimings};
 use crate::dedup::DedupState;
 use crate::diff::{ChunkCounts, Diff};
-use crate::format::record_file;
-use crate::restore;
-use crate::store::{Store, StoreOptions};
+use crate::store::{OpenNotes, Store, StoreOptions};
 use crate::{Error, Result};
 use std::path::Path;
 use std::time::Instant;
@@ -53,22 +53,48 @@ enum Worker {
     Cuda(Box<GpuDedup>),
 }
 
-/// A rank's checkpointing engine over a [`Store`].
+/// What opening an engine found and cost (a restart's view).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct OpenReport {
+    /// The latest committed version the state was rebuilt from.
+    pub latest: Option<u64>,
+    /// Seconds restoring (and verifying) it.
+    pub restore_seconds: f64,
+    /// Seconds rebuilding the de-duplication state from it (and loading it
+    /// onto the GPU).
+    pub rebuild_seconds: f64,
+    /// Seconds of the whole open.
+    pub total_seconds: f64,
+    /// Record entries after the rebuild.
+    pub record_entries: u64,
+    /// Files of unfinished writes removed.
+    pub removed_files: usize,
+    /// Collective versions rolled forward into the manifest.
+    pub rolled_forward: Vec<u64>,
+    /// One line each: what the application should know (a damaged latest
+    /// version that makes the next checkpoint a baseline, ...).
+    pub warnings: Vec<String>,
+}
+
+/// A rank's checkpointing engine over a [`Store`]: the one writer of the
+/// rank's directory (it holds the store's lock while it lives).
 pub struct Engine {
     store: Store,
     worker: Worker,
     opts: StoreOptions,
     record_len: u64,
-    /// The next version must be a baseline (set after a failed collective publish).
+    /// The next version must be a baseline (no history could be rebuilt).
     force_baseline: bool,
+    opened: OpenReport,
 }
 
 impl Engine {
     /// Opens (or creates) the store of `rank` under `root` for a buffer of
     /// `data_len` bytes, de-duplicating on the CPU. An existing store
-    /// continues its history: the record is reloaded from the segments of the
-    /// current chain and the previous leaves are re-hashed from a restore of
-    /// the latest version.
+    /// continues its history: the state is rebuilt from a restore of the
+    /// latest committed version ([`rebuild_state`]); if that version cannot
+    /// be restored, the next checkpoint is a baseline and
+    /// [`OpenReport::warnings`] says why.
     pub fn open_or_create(root: &Path, rank: u32, data_len: u64, opts: &StoreOptions) -> Result<Self> {
         Self::open_with_backend(root, rank, data_len, opts, BackendKind::Cpu)
     }
@@ -95,24 +121,31 @@ impl Engine {
         backend: BackendKind,
         device: usize,
     ) -> Result<Self> {
-        let store = Store::open_or_create(root, rank, data_len, opts)?;
+        let t0 = Instant::now();
+        let (store, notes) = Store::open_writer(root, rank, data_len, opts)?;
+        let OpenNotes { removed, rolled_forward, .. } = notes;
         let layout = store.layout()?;
-        let mut state = DedupState::new(layout, opts.hash, rank);
-        if let Some(latest) = store.manifest().latest().map(|v| v.version) {
-            if opts.method.uses_record() {
-                let chain = store.manifest().chain(latest).unwrap_or(&[]).to_vec();
-                for v in chain {
-                    let path = store.record_path(v.version);
-                    let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
-                    record_file::decode_into(&bytes, &path, rank, v.version, &mut state.record)?;
+        let latest = store.manifest().latest().map(|v| v.version);
+        let mut opened = OpenReport { latest, removed_files: removed.len(), rolled_forward, ..OpenReport::default() };
+        let mut force_baseline = false;
+        let state = match latest {
+            None => DedupState::new(layout, opts.hash, rank),
+            Some(v) => match rebuild_state(store.root(), rank, v, layout, opts) {
+                Ok(r) => {
+                    opened.restore_seconds = r.restore_seconds;
+                    opened.rebuild_seconds = r.rebuild_seconds;
+                    r.state
                 }
-            }
-            if opts.method.uses_previous() {
-                let data = restore::restore_version(root, rank, latest)?;
-                let leaves = crate::dedup::hash_leaves(&data, layout, opts.hash, None);
-                state.previous = Some(leaves.into_iter().map(|(_, d)| d).collect());
-            }
-        }
+                Err(e) => {
+                    opened.warnings.push(format!(
+                        "rank {rank}: the latest version {v} cannot be restored ({e}); the next checkpoint is a \
+                         baseline (older versions stay restorable; `dckpt repair` removes what nothing needs)"
+                    ));
+                    force_baseline = true;
+                    DedupState::new(layout, opts.hash, rank)
+                }
+            },
+        };
         let record_len = state.record.len() as u64;
         // `auto` keeps SHA-1 stores on the CPU (the GPU has no SHA-1 kernel);
         // an explicit `cuda` gets the GPU backend's clear refusal instead.
@@ -122,14 +155,23 @@ impl Engine {
         };
         let worker = match resolved {
             BackendKind::Cuda => {
+                let t = Instant::now();
                 let gpu = Gpu::open(device)?;
                 let mut dev = GpuDedup::new(gpu, layout, opts.hash, opts.method, rank)?;
                 dev.load_state(state.previous.as_deref(), &state.record.sorted_entries())?;
+                opened.rebuild_seconds += t.elapsed().as_secs_f64();
                 Worker::Cuda(Box::new(dev))
             }
             _ => Worker::Cpu(state),
         };
-        Ok(Engine { store, worker, opts: opts.clone(), record_len, force_baseline: false })
+        opened.record_entries = record_len;
+        opened.total_seconds = t0.elapsed().as_secs_f64();
+        Ok(Engine { store, worker, opts: opts.clone(), record_len, force_baseline, opened })
+    }
+
+    /// What opening found and cost (timings, clean-up, warnings).
+    pub fn open_report(&self) -> &OpenReport {
+        &self.opened
     }
 
     /// The underlying store.
@@ -183,8 +225,7 @@ impl Engine {
     }
 
     /// Makes the next version a baseline: it references nothing older and
-    /// the record restarts (after a version that may reference data that was
-    /// never published, so later versions do not).
+    /// the record restarts.
     pub fn force_baseline(&mut self) {
         self.force_baseline = true;
     }

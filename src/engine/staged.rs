@@ -10,7 +10,7 @@ use crate::collective::regions::{self, Conversion, FirstBytes};
 use crate::dedup::{DedupInput, Pending, record_entries};
 use crate::diff::Diff;
 use crate::format::manifest::VersionEntry;
-use crate::format::{encode_meta, finish_body, record_file};
+use crate::format::{encode_meta, finish_body};
 use crate::hash::Digest;
 use crate::layout::Layout;
 use crate::record::RecordEntry;
@@ -32,15 +32,13 @@ enum LocalState {
     /// GPU: the file the device produced (rewritten on the host when
     /// regions are given away), its FIRST data at `data_start`; the device
     /// holds the pending record. `moved` are entries to point at other
-    /// ranks' copies, `forget` digests to drop from it, `entries` the record
-    /// segment to write (when regions were given away).
+    /// ranks' copies, `forget` digests to drop from it.
     Gpu {
         file: Vec<u8>,
         data_start: usize,
         dense: bool,
         moved: Vec<(Digest, RecordEntry)>,
         forget: Vec<Digest>,
-        entries: Option<Vec<(Digest, RecordEntry)>>,
         timings: GpuTimings,
     },
 }
@@ -77,7 +75,7 @@ impl LocalCheckpoint {
                 regions::apply(&mut self.diff, conv);
                 pending.remap_entries(|e| regions::relocate(e, me, &layout, conv, layouts));
             }
-            LocalState::Gpu { file, data_start, dense, moved, forget, entries, .. } => {
+            LocalState::Gpu { file, data_start, dense, moved, forget, .. } => {
                 let before = self.diff.clone();
                 regions::apply(&mut self.diff, conv);
                 let first_data = &file[*data_start..*data_start + before.data_bytes() as usize];
@@ -86,19 +84,13 @@ impl LocalCheckpoint {
                     // What the device inserted for this version (the same
                     // entries the CPU's pending record holds), moved like the
                     // CPU moves them.
-                    let inserted = record_entries(&before, first_data);
-                    let mut now = Vec::with_capacity(inserted.len());
-                    for (d, e) in inserted {
+                    for (d, e) in record_entries(&before, first_data) {
                         match regions::relocate(&e, me, &layout, conv, layouts) {
-                            Some(m) if m == e => now.push((d, e)),
-                            Some(m) => {
-                                moved.push((d, m));
-                                now.push((d, m));
-                            }
+                            Some(m) if m == e => {}
+                            Some(m) => moved.push((d, m)),
                             None => forget.push(d),
                         }
                     }
-                    *entries = Some(now);
                 }
                 let mut body = encode_meta(&self.diff);
                 *data_start = body.len();
@@ -122,6 +114,11 @@ impl StagedCheckpoint {
     /// What the checkpoint will report once published.
     pub fn report(&self) -> &CheckpointReport {
         &self.report
+    }
+
+    /// The written file's entry (what a collective commit record lists for this rank).
+    pub fn entry(&self) -> &VersionEntry {
+        &self.entry
     }
 }
 
@@ -150,7 +147,6 @@ impl Engine {
                     dense: cp.diff.dense,
                     moved: Vec::new(),
                     forget: Vec::new(),
-                    entries: None,
                     timings: cp.timings,
                 };
                 Ok(LocalCheckpoint { diff: cp.diff, state, started })
@@ -164,40 +160,46 @@ impl Engine {
     pub fn stage(&mut self, local: LocalCheckpoint, data: &[u8]) -> Result<StagedCheckpoint> {
         let LocalCheckpoint { diff, state, started } = local;
         let logical = diff.layout.data_len();
-        let (file, entries, pending, gpu) = match state {
-            LocalState::Cpu(pending) => {
-                let file = crate::format::encode_diff(&diff, data);
-                let entries = pending.entries();
-                (file, entries, Some(pending), None)
-            }
-            LocalState::Gpu { file, data_start, dense, moved, forget, entries, timings } => {
+        let (file, pending, gpu) = match state {
+            LocalState::Cpu(pending) => (crate::format::encode_diff(&diff, data), Some(pending), None),
+            LocalState::Gpu { file, moved, forget, timings, .. } => {
                 if let Worker::Cuda(dev) = &mut self.worker {
                     dev.forget(&forget)?;
                     dev.relocate(&moved)?;
                 }
-                let entries = match entries {
-                    Some(e) => e,
-                    None if dense => Vec::new(),
-                    None => record_entries(&diff, &file[data_start..data_start + diff.data_bytes() as usize]),
-                };
-                (file, entries, None, Some(timings))
+                (file, None, Some(timings))
             }
         };
-        let rec = record_file::encode(diff.rank, diff.version, &entries);
         let t1 = Instant::now();
-        let entry = self.store.write_files(diff.version, diff.baseline, &file, &rec, entries.len() as u64)?;
+        let entry = self.store.write_files(diff.version, diff.baseline, &file)?;
         let report = report_of(&diff, &file, logical, started, t1, gpu);
         Ok(StagedCheckpoint { entry, pending, report })
     }
 
-    /// Step 3: lists a staged version in the manifest and remembers it.
+    /// Step 3 (single rank): lists a staged version in the manifest — the
+    /// commit point — and remembers it. On error nothing is committed.
     pub fn publish(&mut self, staged: StagedCheckpoint) -> Result<CheckpointReport> {
-        let StagedCheckpoint { entry, pending, report } = staged;
         let t = Instant::now();
-        if let Err(e) = self.store.publish(entry) {
+        if let Err(e) = self.store.publish(staged.entry.clone()) {
             self.abandon()?;
             return Err(e);
         }
+        self.remember(staged, t)
+    }
+
+    /// Step 3 (collective): the version's commit record is durable, so the
+    /// version is committed; lists it in this rank's manifest (a cache of
+    /// the record) and remembers it. A failed manifest write is returned
+    /// beside the report: the version stays committed, and the next writer
+    /// to open the store lists it.
+    pub fn adopt(&mut self, staged: StagedCheckpoint) -> Result<(CheckpointReport, Option<Error>)> {
+        let t = Instant::now();
+        let listed = self.store.adopt(staged.entry.clone()).err();
+        Ok((self.remember(staged, t)?, listed))
+    }
+
+    fn remember(&mut self, staged: StagedCheckpoint, t: Instant) -> Result<CheckpointReport> {
+        let StagedCheckpoint { pending, report, .. } = staged;
         if report.baseline {
             self.force_baseline = false;
         }
@@ -210,7 +212,7 @@ impl Engine {
                 dev.commit()?;
                 self.record_len = dev.record_entries();
             }
-            _ => return Err(Error::InvalidOption("a staged checkpoint went to another backend".into())),
+            _ => return Err(Error::Internal("a staged checkpoint went to another backend".into())),
         }
         Ok(CheckpointReport {
             record_entries: self.record_len,

@@ -19,6 +19,7 @@ use std::fs::File;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 /// File magic.
 pub const MAGIC: [u8; 8] = *b"DCKPTDIF";
@@ -311,7 +312,9 @@ pub fn finish_body(mut body: Vec<u8>, data_start: usize) -> Vec<u8> {
 #[derive(Debug)]
 pub struct DiffReader {
     path: PathBuf,
-    file: File,
+    /// Open while in use; [`DiffReader::release_file`] closes it (the
+    /// restore catalog bounds open files) and the next read reopens it.
+    file: Mutex<Option<File>>,
     /// The header.
     pub header: DiffHeader,
     /// The decoded regions.
@@ -377,7 +380,7 @@ impl DiffReader {
         }
         Ok(DiffReader {
             path: path.to_path_buf(),
-            file,
+            file: Mutex::new(Some(file)),
             header,
             diff,
             first_data_offsets,
@@ -386,6 +389,28 @@ impl DiffReader {
             trailer,
             file_len,
         })
+    }
+
+    /// Reads `buf.len()` bytes at `offset`, reopening the file if it was released.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        let mut guard = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if guard.is_none() {
+            let f = File::open(&self.path).map_err(|e| Error::io(&self.path, e))?;
+            let len = f.metadata().map_err(|e| Error::io(&self.path, e))?.len();
+            if len != self.file_len {
+                return Err(Error::corrupt(&self.path, "the file changed while it was being read"));
+            }
+            *guard = Some(f);
+        }
+        match guard.as_ref() {
+            Some(f) => f.read_exact_at(buf, offset).map_err(|e| Error::io(&self.path, e)),
+            None => Err(Error::Internal("diff file handle".into())),
+        }
+    }
+
+    /// Closes the file handle (metadata stays; the next read reopens it).
+    pub fn release_file(&self) {
+        *self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
     }
 
     /// The file's path.
@@ -451,7 +476,7 @@ impl DiffReader {
         let start = blocks.start * bs;
         let end = (blocks.end * bs).min(self.header.data_bytes);
         let mut buf = vec![0u8; (end - start) as usize];
-        self.file.read_exact_at(&mut buf, self.data_start + start).map_err(|e| Error::io(&self.path, e))?;
+        self.read_at(&mut buf, self.data_start + start)?;
         let bad = buf
             .par_chunks(bs as usize)
             .enumerate()

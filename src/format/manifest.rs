@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 const TAG: &str = "dckpt-manifest";
-const MANIFEST_FORMAT: u32 = 1;
+/// Format written. Format 1 (which also named per-version record segments,
+/// no longer used) is still read: its extra field is ignored.
+const MANIFEST_FORMAT: u32 = 2;
 
 /// One complete version.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -21,8 +23,6 @@ pub struct VersionEntry {
     pub file_len: u64,
     /// Hex of the diff file's trailer.
     pub trailer: String,
-    /// Record entries its record segment holds.
-    pub record_entries: u64,
 }
 
 /// A rank's store parameters and complete versions, oldest first.
@@ -61,7 +61,7 @@ impl Manifest {
         if words.next() != Some(TAG) {
             return Err(corrupt("not a dckpt manifest".into()));
         }
-        if words.next() != Some("1") {
+        if !matches!(words.next(), Some("1" | "2")) {
             return Err(corrupt("unsupported manifest format".into()));
         }
         let sum = words.next().ok_or_else(|| corrupt("manifest checksum missing".into()))?;
@@ -102,13 +102,7 @@ mod tests {
     use super::*;
 
     fn sample() -> Manifest {
-        let v = |version, baseline| VersionEntry {
-            version,
-            baseline,
-            file_len: 10,
-            trailer: "ab".into(),
-            record_entries: 1,
-        };
+        let v = |version, baseline| VersionEntry { version, baseline, file_len: 10, trailer: "ab".into() };
         Manifest {
             rank: 3,
             data_len: 1000,

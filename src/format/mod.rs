@@ -6,7 +6,6 @@
 pub mod codec;
 pub mod diff_file;
 pub mod manifest;
-pub mod record_file;
 
 pub use diff_file::{DiffHeader, DiffReader, decode_body, encode_body, encode_diff, encode_meta, finish_body};
 pub use manifest::{Manifest, VersionEntry};

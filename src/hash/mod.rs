@@ -155,6 +155,18 @@ pub fn integrity(bytes: &[u8]) -> [u8; 32] {
     *blake3::hash(bytes).as_bytes()
 }
 
+/// The digest of the subtree over `bytes` cut into `chunk_size` chunks:
+/// leaves, then pairs level by level with the odd last node carried up (the
+/// tree's rule, which an aligned subtree shares). A region's digest; `verify`
+/// recomputes it from the owner's copy.
+pub fn subtree_digest(hash: HashAlgo, chunk_size: u32, bytes: &[u8]) -> Digest {
+    let mut level: Vec<Digest> = bytes.chunks(chunk_size as usize).map(|c| hash.leaf(c)).collect();
+    while level.len() > 1 {
+        level = level.chunks(2).map(|p| if let [l, r] = p { hash.node(*l, *r) } else { p[0] }).collect();
+    }
+    level.first().copied().unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

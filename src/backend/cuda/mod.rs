@@ -37,6 +37,24 @@ pub fn available() -> bool {
     libs && CudaContext::device_count().is_ok_and(|n| n > 0)
 }
 
+/// A new device buffer holding `bytes` (synchronous).
+pub fn upload(gpu: &Gpu, bytes: &[u8]) -> Result<cudarc::driver::CudaSlice<u8>> {
+    gpu.stream.clone_htod(bytes).map_err(cuda_err)
+}
+
+/// Copies `bytes` into the device buffer `dst` of the same length (synchronous).
+pub fn upload_into(gpu: &Gpu, bytes: &[u8], dst: &mut cudarc::driver::CudaSlice<u8>) -> Result<()> {
+    if dst.len() != bytes.len() {
+        return Err(Error::InvalidOption(format!(
+            "{} bytes do not fit a {}-byte device buffer",
+            bytes.len(),
+            dst.len()
+        )));
+    }
+    gpu.stream.memcpy_htod(bytes, dst).map_err(cuda_err)?;
+    gpu.stream.synchronize().map_err(cuda_err)
+}
+
 /// Number of CUDA devices (0 when the driver or libnvrtc is missing).
 pub fn device_count() -> usize {
     if !available() {

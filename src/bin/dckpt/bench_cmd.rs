@@ -53,6 +53,14 @@ pub struct BenchArgs {
     /// this directory and time a GPU restore of the last one.
     #[arg(long)]
     restore_dir: Option<PathBuf>,
+    /// End to end through a store in this directory (emptied first): each
+    /// checkpoint call to its return (pipeline / host work / write), reopen,
+    /// restore of the last version and bytes on disk, next to copying the
+    /// whole buffer and writing it with fsync. Takes --synthetic, --size,
+    /// --versions, --chunk-size, --method (one), --hash and --backend
+    /// (cuda: the buffer lives in device memory).
+    #[arg(long, requires = "synthetic")]
+    e2e: Option<PathBuf>,
     /// Successive versions of one rank's buffer (same length).
     #[arg(required_unless_present = "synthetic")]
     files: Vec<PathBuf>,
@@ -219,6 +227,9 @@ fn gpu_restore(dir: &std::path::Path, cs: u32, hash: HashAlgo, versions: &[&[u8]
 }
 
 pub fn bench(a: BenchArgs) -> Result<ExitCode> {
+    if let Some(dir) = &a.e2e {
+        return bench_e2e(&a, dir);
+    }
     let methods: Vec<Method> = if a.method == "all" { Method::ALL.to_vec() } else { vec![a.method.parse()?] };
     let data = load_versions(&a)?;
     if data.iter().any(|d| d.len() != data[0].len()) {
@@ -311,5 +322,67 @@ pub fn generate(a: GenArgs) -> Result<ExitCode> {
     }
     pb.finish_and_clear();
     println!("wrote {} versions of {} bytes to {}", a.versions, size, a.out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `dckpt bench --e2e DIR`: prints a per-version table and a summary, and
+/// writes the report as JSON with `--json`.
+fn bench_e2e(a: &BenchArgs, dir: &std::path::Path) -> Result<ExitCode> {
+    let spec = a.synthetic.as_deref().unwrap_or("scattered:0.01");
+    let (shape, change) = spec
+        .split_once(':')
+        .ok_or_else(|| Error::InvalidOption(format!("--synthetic '{spec}': expected SHAPE:CHANGE")))?;
+    let method: Method = if a.method == "all" { Method::Tree } else { a.method.parse()? };
+    let opts = dckpt::bench_e2e::E2eOptions {
+        size: usize::try_from(parse_size(&a.size)?).map_err(|_| Error::InvalidOption("size too large".into()))?,
+        versions: a.versions.max(2),
+        shape: shape.parse()?,
+        change: change.parse().map_err(|_| Error::InvalidOption(format!("bad change fraction '{change}'")))?,
+        granule: a.granule,
+        seed: a.seed,
+        store: dckpt::StoreOptions { chunk_size: a.chunk_size, method, hash: a.hash, ..Default::default() },
+        backend: a.backend,
+        dir: dir.to_path_buf(),
+    };
+    let pb = bar(opts.versions as usize + 2, "e2e");
+    let r = dckpt::bench_e2e::run(&opts, |_| pb.inc(1))?;
+    pb.finish_and_clear();
+    println!(
+        "end to end: {} ({}), {} bytes, {} {spec}, chunk {} B, {} versions",
+        r.backend, r.device, r.size, method, a.chunk_size, opts.versions
+    );
+    println!(
+        "{:>8} {:>12} {:>12} {:>10} {:>10} {:>14}",
+        "version", "checkpoint", "pipeline", "host", "write", "file bytes"
+    );
+    for v in &r.versions {
+        println!(
+            "{:>8} {:>9.1} ms {:>9.1} ms {:>7.1} ms {:>7.1} ms {:>14}{}",
+            v.version,
+            v.checkpoint_ms,
+            v.pipeline_ms,
+            v.host_ms,
+            v.write_ms,
+            v.file_bytes,
+            if v.baseline { " baseline" } else { "" }
+        );
+    }
+    println!(
+        "median incremental checkpoint {:.1} ms ({:.1} GB/s): pipeline {:.1} + host {:.1} + write {:.1} ms",
+        r.median_checkpoint_ms, r.checkpoint_gbps, r.median_pipeline_ms, r.median_host_ms, r.median_write_ms
+    );
+    println!(
+        "naive (copy whole buffer {:.1} ms + write + fsync {:.1} ms): checkpoint / naive = {:.3}",
+        r.naive_copy_ms, r.naive_write_ms, r.ratio_to_naive
+    );
+    println!(
+        "reopen {:.1} ms (restore {:.1} + rebuild {:.1}); restore of the last version {:.1} ms ({:.2} GB/s)",
+        r.reopen_ms, r.reopen_restore_ms, r.reopen_rebuild_ms, r.restore_ms, r.restore_gbps
+    );
+    println!("bytes on disk {} = diff files {} + {:.3}%", r.bytes_on_disk, r.diff_bytes, r.disk_overhead_pct);
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&r).map_err(|e| Error::Internal(e.to_string()))?;
+        std::fs::write(path, text).map_err(|e| Error::io(path, e))?;
+    }
     Ok(ExitCode::SUCCESS)
 }

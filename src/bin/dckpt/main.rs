@@ -29,6 +29,17 @@ enum Command {
         #[arg(long)]
         dir: PathBuf,
     },
+    /// Remove what no committed version needs (temporary files, unfinished
+    /// versions, old record segments), rebuild a missing manifest, and
+    /// delist versions that no longer restore (their files kept as *.damaged).
+    Repair {
+        /// Store directory.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Only report what would be done.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Per-version statistics of every rank under D.
     Inspect {
         /// Store directory.
@@ -53,6 +64,7 @@ fn main() -> ExitCode {
         Command::Checkpoint(a) => store_cmds::checkpoint(a),
         Command::Restore(a) => store_cmds::restore(a),
         Command::Verify { dir } => store_cmds::verify(&dir),
+        Command::Repair { dir, dry_run } => store_cmds::repair(&dir, dry_run),
         Command::Inspect { dir, json } => store_cmds::inspect(&dir, json),
         Command::Bench(a) => bench_cmd::bench(a),
         Command::Gen(a) => bench_cmd::generate(a),
@@ -62,7 +74,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("dckpt: error: {e}");
+            eprintln!("dckpt: error: {e} [E{:03}]", e.code());
             ExitCode::FAILURE
         }
     }

@@ -2,7 +2,7 @@
 
 use clap::Args;
 use dckpt::backend::BackendKind;
-use dckpt::store::{StoreOptions, write_atomic};
+use dckpt::store::StoreOptions;
 use dckpt::{Engine, Error, HashAlgo, Method, Result};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -88,6 +88,9 @@ pub fn checkpoint(a: CheckpointArgs) -> Result<ExitCode> {
     let data = std::fs::read(&a.file).map_err(|e| Error::io(&a.file, e))?;
     let opts = a.store_options();
     let mut engine = Engine::open_with_backend(&a.dir, a.rank, data.len() as u64, &opts, a.backend)?;
+    for w in &engine.open_report().warnings {
+        eprintln!("dckpt: warning: {w}");
+    }
     let r = engine.checkpoint(a.version, &data)?;
     println!(
         "rank {} version {}: {} -> {} bytes ({:.1}x), {} FIRST / {} SHIFT / {} FIXED chunks in {} + {} regions{}",
@@ -107,8 +110,7 @@ pub fn checkpoint(a: CheckpointArgs) -> Result<ExitCode> {
 }
 
 pub fn restore(a: RestoreArgs) -> Result<ExitCode> {
-    let (data, stats) = dckpt::restore::restore_with_stats(&a.dir, a.rank, a.version)?;
-    write_atomic(&a.output, &data)?;
+    let stats = dckpt::restore::restore_to_file(&a.dir, a.rank, a.version, &a.output)?;
     println!(
         "restored rank {} version {}: {} bytes from {} files ({} bytes read)",
         a.rank, a.version, stats.data_len, stats.files_opened, stats.bytes_read
@@ -128,6 +130,22 @@ pub fn verify(dir: &Path) -> Result<ExitCode> {
         eprintln!("dckpt: verify failed: {} problem(s) in {} versions", report.problems.len(), report.versions);
         Ok(ExitCode::FAILURE)
     }
+}
+
+pub fn repair(dir: &Path, dry_run: bool) -> Result<ExitCode> {
+    let report = dckpt::repair::repair_store(dir, dry_run)?;
+    for a in &report.actions {
+        println!("{}: {}", a.path.display(), a.what);
+    }
+    println!(
+        "{}{} rank(s), {} action(s), {} bytes {}",
+        if dry_run { "dry run: " } else { "" },
+        report.ranks,
+        report.actions.len(),
+        report.bytes_removed,
+        if dry_run { "would be removed" } else { "removed" }
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 pub fn inspect(dir: &Path, json: bool) -> Result<ExitCode> {
@@ -170,6 +188,9 @@ pub fn inspect(dir: &Path, json: bool) -> Result<ExitCode> {
             r.rank, r.versions, r.stored_bytes, r.cross_rank_references, r.cross_rank_chunks
         );
     }
-    println!("total: {} bytes stored, max/mean over ranks {:.3}", all.total_stored_bytes, all.max_over_mean);
+    println!(
+        "total: {} bytes stored in diff files, {} bytes on disk (+{} other files), max/mean over ranks {:.3}",
+        all.total_stored_bytes, all.bytes_on_disk, all.overhead_bytes, all.max_over_mean
+    );
     Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,165 @@
+//! Collective commit records: the one file that makes a collective version
+//! visible on every rank at once.
+//!
+//! ```text
+//! <root>/commits/v000000000007.commit     written by rank 0 once every rank's files are durable
+//! ```
+//!
+//! A collective version is committed exactly when its commit record exists:
+//! rank 0 writes it (exclusive temporary file, fsync, rename, directory
+//! fsync) only after every rank reported its diff file durable, with each
+//! rank's file length and trailer. Each rank's manifest is rolled forward
+//! from the records afterwards (and again whenever a writer opens the
+//! store), so a crash at any point leaves the version invisible everywhere
+//! (no record) or visible everywhere (record), never half. Text form like the
+//! manifest: a line `dckpt-commit 1 <blake3-256 hex of the rest>`, then JSON.
+
+use super::fsio::{sync_dir, write_atomic};
+use crate::format::manifest::VersionEntry;
+use crate::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+const TAG: &str = "dckpt-commit";
+
+/// One committed collective version: each rank's diff file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommitRecord {
+    /// The version.
+    pub version: u64,
+    /// Ranks taking part.
+    pub ranks: u32,
+    /// Every rank's entry, by rank.
+    pub entries: Vec<RankEntry>,
+}
+
+/// One rank's file of a committed version.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RankEntry {
+    /// The rank.
+    pub rank: u32,
+    /// Whether its file is a baseline.
+    pub baseline: bool,
+    /// Length of its diff file.
+    pub file_len: u64,
+    /// Hex of its trailer.
+    pub trailer: String,
+}
+
+/// The directory holding the commit records of `root`.
+pub fn commits_dir(root: &Path) -> PathBuf {
+    root.join("commits")
+}
+
+/// Path of the commit record of `version`.
+pub fn record_path(root: &Path, version: u64) -> PathBuf {
+    commits_dir(root).join(format!("v{version:012}.commit"))
+}
+
+impl CommitRecord {
+    /// Text form with its checksum line.
+    pub fn encode(&self) -> Vec<u8> {
+        let body = serde_json::to_string(self).unwrap_or_default();
+        let sum = blake3::hash(body.as_bytes()).to_hex();
+        format!("{TAG} 1 {sum}\n{body}\n").into_bytes()
+    }
+
+    /// Parses and checks the text form.
+    pub fn decode(bytes: &[u8], path: &Path) -> Result<Self> {
+        let corrupt = |r: &str| Error::corrupt(path, r.to_string());
+        let text = std::str::from_utf8(bytes).map_err(|_| corrupt("commit record is not UTF-8"))?;
+        let (first, rest) = text.split_once('\n').ok_or_else(|| corrupt("commit record has no header line"))?;
+        let mut words = first.split(' ');
+        if words.next() != Some(TAG) || words.next() != Some("1") {
+            return Err(corrupt("not a dckpt commit record of format 1"));
+        }
+        let sum = words.next().ok_or_else(|| corrupt("commit record checksum missing"))?;
+        let body = rest.strip_suffix('\n').unwrap_or(rest);
+        if blake3::hash(body.as_bytes()).to_hex().as_str() != sum {
+            return Err(corrupt("commit record checksum mismatch"));
+        }
+        let r: CommitRecord =
+            serde_json::from_str(body).map_err(|e| Error::corrupt(path, format!("commit record: {e}")))?;
+        let ranks_ok =
+            r.entries.len() == r.ranks as usize && r.entries.iter().enumerate().all(|(i, e)| e.rank as usize == i);
+        if !ranks_ok {
+            return Err(corrupt("commit record does not list every rank once, in order"));
+        }
+        Ok(r)
+    }
+
+    /// The manifest entry of `rank`, if it took part.
+    pub fn entry(&self, rank: u32) -> Option<VersionEntry> {
+        self.entries.get(rank as usize).map(|e| VersionEntry {
+            version: self.version,
+            baseline: e.baseline,
+            file_len: e.file_len,
+            trailer: e.trailer.clone(),
+        })
+    }
+
+    /// Writes the record durably: after this returns the version is committed.
+    pub fn write(&self, root: &Path) -> Result<()> {
+        let dir = commits_dir(root);
+        fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        write_atomic(&record_path(root, self.version), &self.encode())?;
+        sync_dir(&dir)
+    }
+}
+
+/// Every commit record under a root, by version.
+#[derive(Clone, Debug, Default)]
+pub struct CommitLog {
+    records: BTreeMap<u64, CommitRecord>,
+}
+
+impl CommitLog {
+    /// Reads `<root>/commits/` (empty when absent). A damaged record is an
+    /// error naming it (`dckpt repair` removes it).
+    pub fn load(root: &Path) -> Result<Self> {
+        let dir = commits_dir(root);
+        let mut records = BTreeMap::new();
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(CommitLog { records }),
+            Err(e) => return Err(Error::io(&dir, e)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::io(&dir, e))?;
+            let name = entry.file_name();
+            let Some(v) = parse_record_name(&name.to_string_lossy()) else { continue };
+            let path = entry.path();
+            let bytes = fs::read(&path).map_err(|e| Error::io(&path, e))?;
+            let record = CommitRecord::decode(&bytes, &path)?;
+            if record.version != v {
+                return Err(Error::corrupt(&path, format!("holds version {}", record.version)));
+            }
+            records.insert(v, record);
+        }
+        Ok(CommitLog { records })
+    }
+
+    /// The committed entries of `rank`, oldest first.
+    pub fn entries_of(&self, rank: u32) -> impl Iterator<Item = VersionEntry> + '_ {
+        self.records.values().filter_map(move |r| r.entry(rank))
+    }
+
+    /// Whether any record exists.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+}
+
+/// The version of a commit record's file name `vNNNNNNNNNNNN.commit`.
+pub fn parse_record_name(name: &str) -> Option<u64> {
+    name.strip_prefix('v')?.strip_suffix(".commit")?.parse().ok()
+}

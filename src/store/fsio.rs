@@ -1,0 +1,154 @@
+//! File-system primitives every durable write goes through: exclusive,
+//! uniquely named temporary files in the target's directory (never following
+//! a symbolic link), fsync, rename, directory fsync; and the safe output
+//! write of a restore.
+
+use crate::{Error, Result};
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Suffix of every temporary file dckpt creates.
+pub const TEMP_SUFFIX: &str = ".tmp";
+
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Whether `name` is a temporary file of an unfinished write (ours, or the
+/// fixed `*.tmp` names older versions of dckpt used).
+pub fn is_temp_name(name: &str) -> bool {
+    name.ends_with(TEMP_SUFFIX)
+}
+
+/// A fresh temporary path beside `path`: `.<name>.<pid>.<n>.tmp`, unique
+/// within this process and across processes.
+fn temp_path(path: &Path) -> PathBuf {
+    let name = path.file_name().map_or_else(|| "out".into(), |n| n.to_string_lossy().into_owned());
+    let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    path.with_file_name(format!(".{name}.{}.{n}.{nanos:08x}{TEMP_SUFFIX}", std::process::id()))
+}
+
+/// Creates a new file exclusively (`O_CREAT | O_EXCL | O_NOFOLLOW`): a
+/// planted file or symbolic link at `path` makes it fail instead of being
+/// followed or truncated.
+pub fn create_exclusive(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .mode(0o644)
+        .open(path)
+        .map_err(|e| Error::io(path, e))
+}
+
+/// Writes a file durably and atomically: `fill` writes into an exclusive
+/// temporary file beside `path`, which is fsynced and renamed over `path`
+/// (the rename replaces a link itself, never its target). The directory is
+/// not fsynced: call [`sync_dir`] once after a batch of writes. On error the
+/// temporary file is removed and `path` is untouched.
+pub fn write_atomic_with(path: &Path, fill: impl FnOnce(&mut File) -> std::io::Result<()>) -> Result<()> {
+    let tmp = temp_path(path);
+    let mut file = create_exclusive(&tmp)?;
+    let result = fill(&mut file).and_then(|()| file.sync_all()).and_then(|()| fs::rename(&tmp, path));
+    result.map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        Error::io(path, e)
+    })
+}
+
+/// [`write_atomic_with`] of one buffer.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomic_with(path, |f| f.write_all(bytes))
+}
+
+/// fsyncs a directory (makes renames and removals in it durable).
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io(dir, e))
+}
+
+/// Lowercase hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Writes restored bytes to `out` without ever damaging what is there by
+/// accident: a symbolic link, a block device, a directory, or any path inside
+/// the store `store_root` is refused; a character device (`/dev/null`, a
+/// pipe's node) is written in place; anything else is written through an
+/// exclusive temporary file in `out`'s directory and renamed over it.
+pub fn write_output(out: &Path, bytes: &[u8], store_root: &Path) -> Result<()> {
+    let refuse = |reason: &str| Error::UnsafePath { path: out.to_path_buf(), reason: reason.into() };
+    match fs::symlink_metadata(out) {
+        Ok(m) if m.file_type().is_symlink() => return Err(refuse("it is a symbolic link")),
+        Ok(m) if m.file_type().is_char_device() || m.file_type().is_fifo() => {
+            let mut f = OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(out)
+                .map_err(|e| Error::io(out, e))?;
+            return f.write_all(bytes).map_err(|e| Error::io(out, e));
+        }
+        Ok(m) if !m.is_file() => return Err(refuse("it is not a regular file")),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io(out, e)),
+    }
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let parent = parent.canonicalize().map_err(|e| Error::io(parent, e))?;
+    if let Ok(root) = store_root.canonicalize()
+        && parent.starts_with(&root)
+    {
+        return Err(refuse("it lies inside the checkpoint store being read"));
+    }
+    let name = out.file_name().ok_or_else(|| refuse("it names no file"))?;
+    write_atomic(&parent.join(name), bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_write_never_follows_a_planted_link() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let victim = dir.path().join("victim");
+        fs::write(&victim, b"keep").expect("write");
+        let target = dir.path().join("file");
+        std::os::unix::fs::symlink(&victim, &target).expect("symlink");
+        write_atomic(&target, b"new").expect("write through rename");
+        assert_eq!(fs::read(&victim).expect("read"), b"keep", "the link's target is untouched");
+        assert_eq!(fs::read(&target).expect("read"), b"new");
+        assert!(!fs::symlink_metadata(&target).expect("meta").file_type().is_symlink());
+        let leftovers: Vec<_> = fs::read_dir(dir.path())
+            .expect("ls")
+            .flatten()
+            .filter(|e| is_temp_name(&e.file_name().to_string_lossy()))
+            .collect();
+        assert!(leftovers.is_empty());
+    }
+
+    #[test]
+    fn output_refuses_links_and_store_paths() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = dir.path().join("store");
+        fs::create_dir_all(store.join("rank-00000")).expect("mkdir");
+        let inside = store.join("rank-00000").join("v000000000001.dckpt");
+        fs::write(&inside, b"precious").expect("write");
+        let e = write_output(&inside, b"x", &store).expect_err("inside the store");
+        assert_eq!(e.kind(), crate::error::ErrorKind::UnsafePath);
+        assert_eq!(fs::read(&inside).expect("read"), b"precious");
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&inside, &link).expect("symlink");
+        assert!(write_output(&link, b"x", &store).is_err());
+        assert_eq!(fs::read(&inside).expect("read"), b"precious");
+        write_output(Path::new("/dev/null"), b"x", &store).expect("character devices are written in place");
+        let fine = dir.path().join("out.bin");
+        write_output(&fine, b"ok", &store).expect("plain file");
+        assert_eq!(fs::read(&fine).expect("read"), b"ok");
+    }
+}
