@@ -224,7 +224,7 @@ pub fn run(o: &E2eOptions, mut progress: impl FnMut(&str)) -> Result<E2eReport> 
                 return Err(Error::Internal("the restored bytes differ from the last version".into()));
             }
             drop(got);
-            return Ok(finish(o, backend, device, versions, (copies, writes), (reopen_ms, &opened), restore_time));
+            Ok(finish(o, backend, device, versions, (copies, writes), (reopen_ms, &opened), restore_time))
         }
         Buffer::Device(gpu, want) => {
             let (got, _, _) = cuda::restore_on_gpu(gpu, &o.dir, 0, last)?;

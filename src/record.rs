@@ -111,6 +111,22 @@ impl Record {
         self.shards.iter().map(|s| s.capacity() * slot).sum()
     }
 
+    /// A record holding `entries`, which are sorted by digest and unique
+    /// (shards are contiguous in that order and built in parallel).
+    pub fn from_sorted_unique(entries: &[(Digest, RecordEntry)]) -> Self {
+        let shards = (0..1usize << SHARD_BITS)
+            .into_par_iter()
+            .map(|s| {
+                let lo = entries.partition_point(|(d, _)| d.shard(SHARD_BITS) < s);
+                let hi = entries.partition_point(|(d, _)| d.shard(SHARD_BITS) <= s);
+                let mut shard = Shard::with_capacity_and_hasher(hi - lo, BuildDigestHasher);
+                shard.extend(entries[lo..hi].iter().copied());
+                shard
+            })
+            .collect();
+        Record { shards }
+    }
+
     /// Where `digest` was stored, if ever.
     #[inline]
     pub fn get(&self, digest: Digest) -> Option<RecordEntry> {

@@ -110,6 +110,11 @@ fn parameters_of_an_existing_store_are_enforced() {
     }
     let mut e = Engine::open_or_create(dir.path(), 0, vs[0].len() as u64, &opts(Method::Tree, 64)).unwrap();
     assert!(matches!(e.checkpoint(1, &vs[1]), Err(dckpt::Error::VersionNotNewer { .. })));
+    // A store opened but never checkpointed takes the parameters of its first checkpoint.
+    let fresh = tempfile::tempdir().unwrap();
+    drop(Engine::open_or_create(fresh.path(), 0, 4_000, &opts(Method::List, 32)).unwrap());
+    checkpoint_all(fresh.path(), &opts(Method::Tree, 64), &vs[..1]);
+    assert_eq!(dckpt::store::Store::open(fresh.path(), 0).unwrap().manifest().chunk_size, 64);
     assert!(e.checkpoint(2, &vs[1][..100]).is_err());
     assert_eq!(e.store().manifest().versions.len(), 1);
 }

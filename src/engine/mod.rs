@@ -128,13 +128,13 @@ impl Engine {
         let latest = store.manifest().latest().map(|v| v.version);
         let mut opened = OpenReport { latest, removed_files: removed.len(), rolled_forward, ..OpenReport::default() };
         let mut force_baseline = false;
-        let state = match latest {
-            None => DedupState::new(layout, opts.hash, rank),
+        let rebuilt = match latest {
+            None => None,
             Some(v) => match rebuild_state(store.root(), rank, v, layout, opts) {
                 Ok(r) => {
                     opened.restore_seconds = r.restore_seconds;
                     opened.rebuild_seconds = r.rebuild_seconds;
-                    r.state
+                    Some(r)
                 }
                 Err(e) => {
                     opened.warnings.push(format!(
@@ -142,27 +142,38 @@ impl Engine {
                          baseline (older versions stay restorable; `dckpt repair` removes what nothing needs)"
                     ));
                     force_baseline = true;
-                    DedupState::new(layout, opts.hash, rank)
+                    None
                 }
             },
         };
-        let record_len = state.record.len() as u64;
         // `auto` keeps SHA-1 stores on the CPU (the GPU has no SHA-1 kernel);
         // an explicit `cuda` gets the GPU backend's clear refusal instead.
         let resolved = match backend {
             BackendKind::Auto if opts.hash == crate::HashAlgo::Sha1 => BackendKind::Cpu,
             other => other.resolve(),
         };
-        let worker = match resolved {
+        let (worker, record_len) = match resolved {
             BackendKind::Cuda => {
                 let t = Instant::now();
                 let gpu = Gpu::open(device)?;
                 let mut dev = GpuDedup::new(gpu, layout, opts.hash, opts.method, rank)?;
-                dev.load_state(state.previous.as_deref(), &state.record.sorted_entries())?;
+                if let Some(r) = &rebuilt {
+                    dev.load_state(r.previous.as_deref(), &r.entries)?;
+                }
                 opened.rebuild_seconds += t.elapsed().as_secs_f64();
-                Worker::Cuda(Box::new(dev))
+                let len = dev.record_entries();
+                (Worker::Cuda(Box::new(dev)), len)
             }
-            _ => Worker::Cpu(state),
+            _ => {
+                let t = Instant::now();
+                let state = match rebuilt {
+                    Some(r) => r.into_state(layout, opts.hash, rank),
+                    None => DedupState::new(layout, opts.hash, rank),
+                };
+                opened.rebuild_seconds += t.elapsed().as_secs_f64();
+                let len = state.record.len() as u64;
+                (Worker::Cpu(state), len)
+            }
         };
         opened.record_entries = record_len;
         opened.total_seconds = t0.elapsed().as_secs_f64();

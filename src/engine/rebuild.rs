@@ -3,14 +3,17 @@
 //! persisted beside the diffs.
 //!
 //! The latest version is restored (every byte verified, every cross-rank
-//! reference checked) and de-duplicated as if it were a baseline, which
-//! yields its leaf digests (the "previous" leaves) and, for List and Tree,
-//! one record entry per distinct leaf and per inner node of it. Each entry
-//! is then moved to where its bytes are physically stored: the restore's
-//! resolution maps every chunk to a FIRST run of some version of some rank
-//! (the owner's copy in a collective store). An inner node is kept only
-//! when all its chunks sit contiguously in one file at an aligned node of
-//! the same shape there; a leaf always is.
+//! reference checked) and hashed: its leaf digests are the "previous"
+//! leaves, and for List (leaves) and Tree (leaves and inner nodes) each
+//! digest becomes a record entry pointing where its bytes are physically
+//! stored — the restore's resolution maps every chunk to a FIRST run of some
+//! version of some rank (the owner's copy in a collective store). An inner
+//! node is kept only when all its chunks sit contiguously in one file at an
+//! aligned node of the same shape there; a leaf always is. The first
+//! occurrence of a digest (leaves before nodes, lower index first) wins, so
+//! the result is deterministic; it is built in bulk (parallel hashing, one
+//! stable sort), and the GPU backend uploads the same sorted entries, so
+//! both backends continue from the same record.
 //!
 //! What a rebuilt record cannot find: content that older versions of the
 //! chain stored but the latest version no longer holds (an uninterrupted
@@ -19,11 +22,13 @@
 //! Both cost stored bytes, never correctness; BENCHMARKS.md measures it.
 
 use crate::Result;
-use crate::dedup::{DedupInput, DedupState};
+use crate::dedup::{DedupState, Method};
+use crate::hash::{Digest, HashAlgo};
 use crate::layout::{Layout, NodeId};
-use crate::record::RecordEntry;
+use crate::record::{Record, RecordEntry};
 use crate::restore::{self, Catalog, Source};
 use crate::store::StoreOptions;
+use rayon::prelude::*;
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::Instant;
@@ -31,12 +36,24 @@ use std::time::Instant;
 /// A state rebuilt by [`rebuild_state`], with the time each part took.
 #[derive(Debug)]
 pub struct Rebuilt {
-    /// The de-duplication state the next checkpoint continues from.
-    pub state: DedupState,
+    /// Leaf digests of the latest version (`None` for Full).
+    pub previous: Option<Vec<Digest>>,
+    /// The record: unique digests, sorted, each where its bytes are stored.
+    pub entries: Vec<(Digest, RecordEntry)>,
     /// Seconds spent restoring (and verifying) the latest version.
     pub restore_seconds: f64,
     /// Seconds spent hashing and building the record after the restore.
     pub rebuild_seconds: f64,
+}
+
+impl Rebuilt {
+    /// The CPU engine's state.
+    pub fn into_state(self, layout: Layout, hash: HashAlgo, rank: u32) -> DedupState {
+        let mut state = DedupState::new(layout, hash, rank);
+        state.record = Record::from_sorted_unique(&self.entries);
+        state.previous = self.previous;
+        state
+    }
 }
 
 /// Rebuilds the state of `rank` from its committed version `latest`.
@@ -45,11 +62,11 @@ pub fn rebuild_state(root: &Path, rank: u32, latest: u64, layout: Layout, opts: 
     let mut catalog = Catalog::new(root);
     let (data, _stats, res) = restore::restore_in(&mut catalog, rank, latest)?;
     let t1 = Instant::now();
-    let mut state = DedupState::new(layout, opts.hash, rank);
+    let mut rebuilt = Rebuilt { previous: None, entries: Vec::new(), restore_seconds: 0.0, rebuild_seconds: 0.0 };
     if opts.method.uses_previous() {
-        let input = DedupInput { data: &data, version: latest, baseline: true };
-        let outcome = opts.method.deduplicator().deduplicate(&state, &input)?;
-        state.commit(outcome.pending);
+        let leaves: Vec<Digest> =
+            crate::dedup::hash_leaves(&data, layout, opts.hash, None).into_iter().map(|(_, d)| d).collect();
+        drop(data);
         if opts.method.uses_record() {
             let mut layouts = HashMap::new();
             for s in &res.sources {
@@ -58,10 +75,50 @@ pub fn rebuild_state(root: &Path, rank: u32, latest: u64, layout: Layout, opts: 
                 }
             }
             let runs = coalesce(res.sources);
-            state.record.remap(|e| locate(e, &layout, &runs, &layouts));
+            let at = |node| locate(node, &layout, &runs, &layouts);
+            rebuilt.entries = located_entries(&leaves, opts.hash, opts.method == Method::Tree, at);
+        }
+        rebuilt.previous = Some(leaves);
+    }
+    rebuilt.restore_seconds = (t1 - t0).as_secs_f64();
+    rebuilt.rebuild_seconds = t1.elapsed().as_secs_f64();
+    Ok(rebuilt)
+}
+
+/// The record entries of a version with leaf digests `leaves`: every leaf
+/// and (with `tree`) every paired inner node that `at` can place, unique by
+/// digest (first occurrence wins), sorted by digest.
+fn located_entries(
+    leaves: &[Digest],
+    hash: HashAlgo,
+    tree: bool,
+    at: impl Fn(NodeId) -> Option<RecordEntry> + Sync,
+) -> Vec<(Digest, RecordEntry)> {
+    let mut all: Vec<(Digest, RecordEntry)> =
+        leaves.par_iter().enumerate().filter_map(|(i, d)| at(NodeId::leaf(i as u64)).map(|e| (*d, e))).collect();
+    if tree {
+        let mut level: Vec<Digest> = Vec::new();
+        let mut k = 0;
+        loop {
+            let below: &[Digest] = if k == 0 { leaves } else { &level };
+            if below.len() < 2 {
+                break;
+            }
+            let next: Vec<Digest> =
+                below.par_chunks(2).map(|p| if let [l, r] = p { hash.node(*l, *r) } else { p[0] }).collect();
+            k += 1;
+            // Nodes 0..paired are pairs; an odd last node is carried (same digest as its child).
+            let paired = below.len() / 2;
+            all.par_extend(
+                (0..paired).into_par_iter().filter_map(|i| at(NodeId::new(k, i as u64)).map(|e| (next[i], e))),
+            );
+            level = next;
         }
     }
-    Ok(Rebuilt { state, restore_seconds: (t1 - t0).as_secs_f64(), rebuild_seconds: t1.elapsed().as_secs_f64() })
+    // Stable: of equal digests the first occurrence stays first.
+    all.par_sort_by_key(|(d, _)| *d);
+    all.dedup_by_key(|(d, _)| *d);
+    all
 }
 
 /// Merges neighbouring pieces that continue each other in the same file.
@@ -86,14 +143,14 @@ fn coalesce(sources: Vec<Source>) -> Vec<Source> {
 /// Where the bytes of node `e.node` of the latest version are stored, as a
 /// record entry (a node of the same shape in the holding file), if they are
 /// contiguous and aligned there.
-fn locate(e: &RecordEntry, layout: &Layout, runs: &[Source], layouts: &HashMap<u32, Layout>) -> Option<RecordEntry> {
-    let c = layout.node_chunks(e.node);
+fn locate(at: NodeId, layout: &Layout, runs: &[Source], layouts: &HashMap<u32, Layout>) -> Option<RecordEntry> {
+    let c = layout.node_chunks(at);
     let s = runs.get(runs.partition_point(|s| s.dst + s.count <= c.start))?;
     if s.dst > c.start || c.end > s.dst + s.count {
         return None;
     }
     let first = s.src + (c.start - s.dst);
-    let k = e.node.level();
+    let k = at.level();
     if first & ((1u64 << k) - 1) != 0 {
         return None;
     }
@@ -120,14 +177,36 @@ mod tests {
         // Chunks 0..8 in version 1 at the same place, 8..12 shifted by one in version 2, 12..16 in version 3.
         let runs = coalesce(vec![src(0, 4, 1, 0), src(4, 4, 1, 4), src(8, 4, 2, 9), src(12, 4, 3, 12)]);
         assert_eq!(runs.len(), 3, "the first two pieces continue each other");
-        let at = |node| RecordEntry { version: 9, rank: 0, node };
-        let whole = locate(&at(NodeId::new(3, 0)), &layout, &runs, &layouts).expect("aligned, one file");
+        let whole = locate(NodeId::new(3, 0), &layout, &runs, &layouts).expect("aligned, one file");
         assert_eq!((whole.version, whole.node), (1, NodeId::new(3, 0)));
-        assert_eq!(locate(&at(NodeId::new(2, 2)), &layout, &runs, &layouts), None, "shifted off alignment");
-        let leaf = locate(&at(NodeId::leaf(9)), &layout, &runs, &layouts).expect("leaves always");
+        assert_eq!(locate(NodeId::new(2, 2), &layout, &runs, &layouts), None, "shifted off alignment");
+        let leaf = locate(NodeId::leaf(9), &layout, &runs, &layouts).expect("leaves always");
         assert_eq!((leaf.version, leaf.node), (2, NodeId::leaf(10)));
-        assert_eq!(locate(&at(NodeId::new(4, 0)), &layout, &runs, &layouts), None, "spans three files");
-        let top = locate(&at(NodeId::new(2, 3)), &layout, &runs, &layouts).expect("aligned");
+        assert_eq!(locate(NodeId::new(4, 0), &layout, &runs, &layouts), None, "spans three files");
+        let top = locate(NodeId::new(2, 3), &layout, &runs, &layouts).expect("aligned");
         assert_eq!((top.version, top.node), (3, NodeId::new(2, 3)));
+    }
+}
+
+#[cfg(test)]
+mod entry_tests {
+    use super::*;
+
+    #[test]
+    fn duplicates_keep_their_first_occurrence_and_nodes_follow_the_tree() {
+        let hash = HashAlgo::Murmur3;
+        let leaves: Vec<Digest> = [1u128, 2, 1, 3, 2].iter().map(|&x| Digest(x)).collect();
+        let at = |node: NodeId| Some(RecordEntry { version: 1, rank: 0, node });
+        let e = located_entries(&leaves, hash, true, at);
+        let leaf_of = |d: u128| e.iter().find(|(x, _)| x.0 == d).map(|(_, e)| e.node);
+        assert_eq!(leaf_of(1), Some(NodeId::leaf(0)));
+        assert_eq!(leaf_of(2), Some(NodeId::leaf(1)));
+        // Pairs (0,1) (2,3) at level 1, then (01, 23) at level 2, then the root at level 3
+        // (leaf 4 is carried up twice): 3 leaves + 2 + 1 + 1 node entries.
+        assert_eq!(e.len(), 3 + 2 + 1 + 1);
+        assert!(e.windows(2).all(|w| w[0].0 < w[1].0), "sorted, unique");
+        let n01 = hash.node(leaves[0], leaves[1]);
+        assert_eq!(e.iter().find(|(d, _)| *d == n01).map(|(_, e)| e.node), Some(NodeId::new(1, 0)));
+        assert_eq!(located_entries(&leaves, hash, false, at).len(), 3, "List keeps leaves only");
     }
 }

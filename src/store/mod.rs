@@ -221,7 +221,17 @@ impl Store {
                 }
             }
         };
-        let store = Store { root: root.clone(), dir, manifest, lock: Some(lock) };
+        let mut store = Store { root: root.clone(), dir, manifest, lock: Some(lock) };
+        if store.manifest.versions.is_empty() {
+            // Parameters are fixed by the first committed version, not by an
+            // open: an empty store takes the ones asked for.
+            let fresh = (data_len, opts.chunk_size, opts.method, opts.hash);
+            let m = &mut store.manifest;
+            if (m.data_len, m.chunk_size, m.method, m.hash) != fresh {
+                (m.data_len, m.chunk_size, m.method, m.hash) = fresh;
+                notes.created = true;
+            }
+        }
         store.check_params(data_len, opts)?;
         if notes.created || !notes.rolled_forward.is_empty() {
             store.write_manifest(&store.manifest.clone())?;
