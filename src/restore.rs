@@ -14,6 +14,7 @@ use crate::layout::Layout;
 use crate::store::commits::CommitLog;
 use crate::store::{Store, hex};
 use crate::{Error, Result};
+use rayon::prelude::*;
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
@@ -290,7 +291,7 @@ pub fn resolve_all(catalog: &mut Catalog, rank: u32, version: u64) -> Result<Res
             format!("chunks {}..{} are stored in no version of the chain", gap.start, gap.end),
         ));
     }
-    sources.sort_unstable_by_key(|s| s.dst);
+    sources.par_sort_unstable_by_key(|s| s.dst);
     Ok(Resolution { layout, sources, references })
 }
 
@@ -366,6 +367,8 @@ pub fn restore_in(catalog: &mut Catalog, rank: u32, version: u64) -> Result<(Vec
     let res = resolve_all(catalog, rank, version)?;
     let layout = res.layout;
     let mut out = vec![0u8; layout.data_len() as usize];
+    // Touch every page in parallel (a fresh allocation faults on first write).
+    out.par_chunks_mut(1 << 20).for_each(|c| c.fill(0));
     let bytes_read = fill(catalog, rank, &layout, &res.sources, &mut out)?;
     check_references(catalog, rank, &layout, &res.references, Some(&out))?;
     let stats = RestoreStats { files_opened: catalog.files_opened(), bytes_read, data_len: layout.data_len() };
@@ -401,30 +404,42 @@ pub fn owner_reader(catalog: &mut Catalog, rank: u32, owner: u32, version: u64) 
 }
 
 fn plan_copies(catalog: &mut Catalog, rank: u32, layout: &Layout, sources: &[Source]) -> Result<CopyPlan> {
+    // Group by file (each reader fetched once), in destination order.
+    let mut groups: HashMap<(u32, u64), Vec<u32>> = HashMap::new();
+    for (i, s) in sources.iter().enumerate() {
+        groups.entry((s.rank, s.version)).or_default().push(i as u32);
+    }
     let mut per_file: CopyPlan = HashMap::new();
-    for s in sources {
-        let reader = owner_reader(catalog, rank, s.rank, s.version)?;
+    for (key, members) in groups {
+        let reader = owner_reader(catalog, rank, key.0, key.1)?;
         let src_layout = reader.diff.layout;
-        let dst_bytes = layout.chunk_bytes(s.dst..s.dst + s.count);
-        let end = s.src.checked_add(s.count).filter(|&e| e <= src_layout.chunks());
-        let src_bytes = end.map(|e| src_layout.chunk_bytes(s.src..e));
-        if src_bytes.as_ref().is_none_or(|b| b.end - b.start != dst_bytes.end - dst_bytes.start) {
-            return Err(Error::BrokenReference {
-                path: reader.path().to_path_buf(),
-                reason: format!(
-                    "chunks {}..+{} do not match the {} bytes they must restore",
-                    s.src,
-                    s.count,
-                    dst_bytes.end - dst_bytes.start
-                ),
-            });
+        let mut copies = Vec::with_capacity(members.len());
+        for &k in &members {
+            let s = &sources[k as usize];
+            let dst_bytes = layout.chunk_bytes(s.dst..s.dst + s.count);
+            let end = s.src.checked_add(s.count).filter(|&e| e <= src_layout.chunks());
+            let src_bytes = end.map(|e| src_layout.chunk_bytes(s.src..e));
+            if src_bytes.as_ref().is_none_or(|b| b.end - b.start != dst_bytes.end - dst_bytes.start) {
+                return Err(Error::BrokenReference {
+                    path: reader.path().to_path_buf(),
+                    reason: format!(
+                        "chunks {}..+{} do not match the {} bytes they must restore",
+                        s.src,
+                        s.count,
+                        dst_bytes.end - dst_bytes.start
+                    ),
+                });
+            }
+            let mut dst = dst_bytes.start;
+            reader.locate_each(s.src..s.src + s.count, |data_off, len| {
+                copies.push(Copy { data_off, len, dst_off: dst });
+                dst += len;
+            })?;
         }
-        let mut dst = dst_bytes.start;
-        let copies = per_file.entry((s.rank, s.version)).or_default();
-        for (_, data_off, len) in reader.locate(s.src..s.src + s.count)? {
-            copies.push(Copy { data_off, len, dst_off: dst });
-            dst += len;
+        if !copies.is_sorted_by_key(|c| c.data_off) {
+            copies.par_sort_unstable_by_key(|c| c.data_off);
         }
+        per_file.insert(key, copies);
     }
     Ok(per_file)
 }
@@ -437,8 +452,7 @@ fn fill(catalog: &mut Catalog, rank: u32, layout: &Layout, sources: &[Source], o
     let mut bytes_read = 0;
     for key in keys {
         let reader = catalog.reader(key.0, key.1)?;
-        let mut copies = per_file.remove(&key).unwrap_or_default();
-        copies.sort_unstable_by_key(|c| c.data_off);
+        let copies = per_file.remove(&key).unwrap_or_default();
         bytes_read += copy_from_file(reader, &copies, out)?;
     }
     Ok(bytes_read)
@@ -452,10 +466,24 @@ const MAX_READ_BLOCKS: u64 = 256;
 type Piece = (usize, u64, usize);
 
 fn copy_from_file(reader: &DiffReader, copies: &[Copy], out: &mut [u8]) -> Result<u64> {
+    let mut order: Vec<Piece> = Vec::new();
     read_pieces(reader, copies, |buf, pieces| {
-        for &(from, dst, len) in pieces {
-            out[dst as usize..dst as usize + len].copy_from_slice(&buf[from..from + len]);
+        // Disjoint destinations: cut `out` into one slice per piece (in
+        // destination order) and copy them in parallel.
+        order.clear();
+        order.extend_from_slice(pieces);
+        order.sort_unstable_by_key(|p| p.1);
+        let mut jobs: Vec<(&mut [u8], &[u8])> = Vec::with_capacity(order.len());
+        let mut rest: &mut [u8] = &mut out[..];
+        let mut base = 0usize;
+        for &(from, dst, len) in &order {
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut(dst as usize - base);
+            let (piece, tail) = tail.split_at_mut(len);
+            jobs.push((piece, &buf[from..from + len]));
+            rest = tail;
+            base = dst as usize + len;
         }
+        jobs.into_par_iter().with_min_len(64).for_each(|(d, s)| d.copy_from_slice(s));
     })
 }
 
@@ -475,11 +503,12 @@ fn read_pieces(reader: &DiffReader, copies: &[Copy], mut sink: impl FnMut(&[u8],
     let mut bytes_read = 0;
     let mut lo = 0;
     let mut pieces = Vec::new();
+    let mut buf = Vec::new();
     for span in spans {
         let mut b = span.start;
         while b < span.end {
             let e = (b + MAX_READ_BLOCKS).min(span.end);
-            let buf = reader.read_blocks(b..e)?;
+            reader.read_blocks_into(b..e, &mut buf)?;
             bytes_read += buf.len() as u64;
             let (s, t) = (b * bs, b * bs + buf.len() as u64);
             while lo < copies.len() && copies[lo].data_off + copies[lo].len <= s {

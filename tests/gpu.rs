@@ -233,9 +233,9 @@ fn collective_versions_on_the_gpu_match_the_cpu_and_restore() {
                 let got = dckpt::restore::restore_version(tg.path(), r as u32, v as u64 + 1).unwrap();
                 assert!(got == *want, "case {case}: GPU collective rank {r} version {} differs", v + 1);
             }
-            // Both backends write the same files, record segments included.
+            // Both backends write the same files.
             for v in 1..=rv.len() {
-                for ext in ["dckpt", "rec"] {
+                for ext in ["dckpt"] {
                     let f = |d: &std::path::Path| std::fs::read(d.join(format!("rank-{r:05}/v{v:012}.{ext}"))).unwrap();
                     assert!(
                         f(tg.path()) == f(tc.path()),

@@ -436,8 +436,19 @@ impl DiffReader {
     /// Maps chunks `range` (which must lie inside FIRST runs) to pieces
     /// `(first chunk, data offset, byte length)` of this file's data.
     pub fn locate(&self, range: Range<u64>) -> Result<Vec<(u64, u64, u64)>> {
-        let layout = self.diff.layout;
         let mut out = Vec::new();
+        let mut at = range.start;
+        self.locate_each(range, |off, len| {
+            out.push((at, off, len));
+            at += len.div_ceil(u64::from(self.diff.layout.chunk_size()));
+        })?;
+        Ok(out)
+    }
+
+    /// As [`DiffReader::locate`], handing each piece `(data offset, byte
+    /// length)` to `f` in chunk order (no allocation).
+    pub fn locate_each(&self, range: Range<u64>, mut f: impl FnMut(u64, u64)) -> Result<()> {
+        let layout = self.diff.layout;
         let mut at = range.start;
         let mut k = self.diff.first.partition_point(|r| r.start + r.count <= at);
         while at < range.end {
@@ -450,11 +461,11 @@ impl DiffReader {
             let end = (r.start + r.count).min(range.end);
             let run_bytes = layout.chunk_bytes(r.start..end);
             let piece = layout.chunk_bytes(at..end);
-            out.push((at, self.first_data_offsets[k] + (piece.start - run_bytes.start), piece.end - piece.start));
+            f(self.first_data_offsets[k] + (piece.start - run_bytes.start), piece.end - piece.start);
             at = end;
             k += 1;
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The bytes of chunks `range` (inside FIRST runs), read through verified blocks.
@@ -472,11 +483,18 @@ impl DiffReader {
 
     /// Reads blocks `blocks` of the data, verifying each; returns their bytes.
     pub fn read_blocks(&self, blocks: Range<u64>) -> Result<Vec<u8>> {
+        let mut buf = Vec::new();
+        self.read_blocks_into(blocks, &mut buf)?;
+        Ok(buf)
+    }
+
+    /// As [`DiffReader::read_blocks`], into a reused buffer (resized to the bytes read).
+    pub fn read_blocks_into(&self, blocks: Range<u64>, buf: &mut Vec<u8>) -> Result<()> {
         let bs = u64::from(self.header.block_size);
         let start = blocks.start * bs;
         let end = (blocks.end * bs).min(self.header.data_bytes);
-        let mut buf = vec![0u8; (end - start) as usize];
-        self.read_at(&mut buf, self.data_start + start)?;
+        buf.resize((end - start) as usize, 0);
+        self.read_at(buf, self.data_start + start)?;
         let bad = buf
             .par_chunks(bs as usize)
             .enumerate()
@@ -485,7 +503,7 @@ impl DiffReader {
         if let Some(b) = bad {
             return Err(Error::corrupt(&self.path, format!("data block {b} fails its checksum")));
         }
-        Ok(buf)
+        Ok(())
     }
 
     /// Number of data blocks.
