@@ -719,3 +719,76 @@ extern "C" __global__ void insert_entries(u64 count, const u64* klo, const u64* 
         count_inserts(t, ins);
     }
 }
+
+// ------------------------------------------------------- block digests ----
+// The integrity digests of a diff file's data: BLAKE3-256 of each 64 KiB
+// block (the last may be short), written as 32 bytes each. One warp per
+// block: each lane compresses chunks lane and lane + 32 into their chaining
+// values (shared memory), then lane 0 merges them as BLAKE3's tree does
+// (left-balanced: the same stack merge as b3_hash). Identical to the host's
+// `blake3::hash` of the block (format::finish_body); tests/gpu.rs checks the
+// files byte for byte.
+#define BD_WARPS 4
+// Digests land right after the data, at any alignment: byte stores.
+__device__ __forceinline__ void put32_bytes(u8* out, u32 v) {
+    for (int i = 0; i < 4; i++) out[i] = (u8)(v >> (8 * i));
+}
+
+extern "C" __global__ void block_digests(const u8* data, u64 len, u8* out) {
+    __shared__ u32 cvs[BD_WARPS][64][8];
+    const u32 lane = threadIdx.x & 31u, w = threadIdx.x >> 5;
+    const u64 nblocks = (len + 65535) / 65536;
+    for (u64 b = blockIdx.x * (u64)BD_WARPS + w; b < nblocks; b += (u64)gridDim.x * BD_WARPS) {
+        const u8* p = data + b * 65536;
+        const u32 blen = (u32)(len - b * 65536 < 65536 ? len - b * 65536 : 65536);
+        const u32 nch = blen == 0 ? 1 : (blen + 1023) / 1024;
+        u32 cv[8], last[16], llen, lflags, o[16];
+        if (nch == 1) {
+            if (lane == 0) {
+                b3_chunk(B3_IV, p, blen, 0, 0u, cv, last, llen, lflags);
+                b3_compress(cv, last, 0, llen, lflags | B3_ROOT, o);
+                for (int i = 0; i < 8; i++) put32_bytes(out + 32 * b + 4 * i, o[i]);
+            }
+            continue;
+        }
+        for (u32 c = lane; c < nch; c += 32) {
+            const u32 clen = c + 1 < nch ? 1024u : blen - 1024u * c;
+            b3_chunk(B3_IV, p + 1024u * c, clen, c, 0u, cv, last, llen, lflags);
+            b3_compress(cv, last, c, llen, lflags, o);
+            for (int i = 0; i < 8; i++) cvs[w][c][i] = o[i];
+        }
+        __syncwarp();
+        if (lane == 0) {
+            u32 stack[7][8], pb[16];
+            int depth = 0;
+            for (u32 c = 0; c + 1 < nch; c++) {
+                u32 ccv[8];
+                for (int i = 0; i < 8; i++) ccv[i] = cvs[w][c][i];
+                for (u64 total = (u64)c + 1; (total & 1) == 0; total >>= 1) {
+                    for (int i = 0; i < 8; i++) {
+                        pb[i] = stack[depth - 1][i];
+                        pb[i + 8] = ccv[i];
+                    }
+                    b3_compress(B3_IV, pb, 0, 64, B3_PARENT, o);
+                    for (int i = 0; i < 8; i++) ccv[i] = o[i];
+                    depth--;
+                }
+                for (int i = 0; i < 8; i++) stack[depth][i] = ccv[i];
+                depth++;
+            }
+            u32 right[8];
+            for (int i = 0; i < 8; i++) right[i] = cvs[w][nch - 1][i];
+            while (depth > 0) {
+                for (int i = 0; i < 8; i++) {
+                    pb[i] = stack[depth - 1][i];
+                    pb[i + 8] = right[i];
+                }
+                b3_compress(B3_IV, pb, 0, 64, B3_PARENT | (depth == 1 ? B3_ROOT : 0u), o);
+                for (int i = 0; i < 8; i++) right[i] = o[i];
+                depth--;
+            }
+            for (int i = 0; i < 8; i++) put32_bytes(out + 32 * b + 4 * i, right[i]);
+        }
+        __syncwarp();
+    }
+}

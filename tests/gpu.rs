@@ -104,14 +104,15 @@ fn gpu_writes_the_cpu_bytes_on_random_sequences() {
             let baseline = i == 0 || (case % 7 == 0 && i == 3);
             let out = method.deduplicator().deduplicate(&cpu, &DedupInput { data: v, version, baseline }).unwrap();
             let want = encode_diff(&out.diff, v);
-            let got = dev.checkpoint(version, GpuInput::Host(v), baseline).unwrap();
-            if got.file != want {
-                let at = got.file.iter().zip(&want).position(|(a, b)| a != b);
+            let cp = dev.checkpoint(version, GpuInput::Host(v), baseline).unwrap();
+            let got = dev.file_vec(&cp).unwrap();
+            if got != want {
+                let at = got.iter().zip(&want).position(|(a, b)| a != b);
                 panic!(
                     "case {case}: {method} {hash} chunk {cs}, {} bytes, version {version}: GPU file differs \
                      (lengths {} vs {}, first difference at {at:?}); CPU diff {:?}",
                     v.len(),
-                    got.file.len(),
+                    got.len(),
                     want.len(),
                     out.diff
                 );

@@ -36,7 +36,7 @@ pub fn offer(
         GpuInput::Device(_) => &[],
     };
     let rank = local.diff().rank;
-    let regions = regions::first_regions(local.diff(), &local.first_bytes(host), max_level);
+    let regions = regions::first_regions(local.diff(), &local.first_bytes(host)?, max_level);
     let set = local_set(rank, regions.iter().map(|r| (r.digest, r.bytes, r.node)), threshold);
     Ok(Offer { local, regions, set })
 }
@@ -54,6 +54,6 @@ pub fn settle(
 ) -> Result<(StagedCheckpoint, Vec<Conversion>)> {
     let Offer { mut local, regions, .. } = offer;
     let conv = regions::conversions(local.diff().rank, &regions, merged, layouts);
-    local.give_away(&conv, layouts);
+    local.give_away(&conv, layouts)?;
     Ok((engine.stage(local, data)?, conv))
 }

@@ -248,7 +248,7 @@ impl Engine {
 
     /// A single-rank checkpoint is the staged steps back to back.
     fn checkpoint_input(&mut self, version: u64, input: GpuInput<'_>) -> Result<CheckpointReport> {
-        let local = self.deduplicate_local(version, input)?;
+        let local = self.deduplicate(version, input, false)?;
         let data = match input {
             GpuInput::Host(d) => d,
             GpuInput::Device(_) => &[],
@@ -268,7 +268,7 @@ impl Engine {
 /// The report of a written version; the write time runs from `t1` to now.
 fn report_of(
     diff: &Diff,
-    file: &[u8],
+    file_len: u64,
     logical: u64,
     t0: Instant,
     t1: Instant,
@@ -281,8 +281,8 @@ fn report_of(
         first_regions: diff.first.len(),
         shift_regions: diff.shift.len(),
         logical_bytes: logical,
-        file_bytes: file.len() as u64,
-        metadata_bytes: file.len() as u64 - diff.data_bytes(),
+        file_bytes: file_len,
+        metadata_bytes: file_len - diff.data_bytes(),
         record_entries: 0,
         dedup_seconds: (t1 - t0).as_secs_f64(),
         write_seconds: t1.elapsed().as_secs_f64(),

@@ -15,6 +15,7 @@ use crate::hash::Digest;
 use crate::layout::Layout;
 use crate::record::RecordEntry;
 use crate::{Error, Result};
+use std::io::Write;
 use std::time::Instant;
 
 /// One version de-duplicated on this rank and not yet written.
@@ -34,13 +35,27 @@ enum LocalState {
     /// holds the pending record. `moved` are entries to point at other
     /// ranks' copies, `forget` digests to drop from it.
     Gpu {
-        file: Vec<u8>,
+        file: GpuFile,
         data_start: usize,
         dense: bool,
         moved: Vec<(Digest, RecordEntry)>,
         forget: Vec<Digest>,
         timings: GpuTimings,
     },
+}
+
+/// Where a GPU diff file's bytes are.
+#[derive(Debug)]
+enum GpuFile {
+    /// Still in the device's pinned output buffer (the single-rank path
+    /// writes it from there): the whole file's length and its trailer.
+    Pinned { file_len: usize, trailer: [u8; 32] },
+    /// Copied to host memory (the collective path reads and may rewrite it).
+    Host(Vec<u8>),
+}
+
+fn pinned_here() -> Error {
+    Error::Internal("a GPU diff still in pinned memory cannot take part in a collective step".into())
 }
 
 impl LocalCheckpoint {
@@ -51,12 +66,13 @@ impl LocalCheckpoint {
 
     /// Where this diff's FIRST bytes are: `data` (the protected buffer, CPU)
     /// or the device's output (GPU; `data` is not used).
-    pub fn first_bytes<'a>(&'a self, data: &'a [u8]) -> FirstBytes<'a> {
+    pub fn first_bytes<'a>(&'a self, data: &'a [u8]) -> Result<FirstBytes<'a>> {
         match &self.state {
-            LocalState::Cpu(_) => FirstBytes::whole(self.diff.layout, data),
-            LocalState::Gpu { file, data_start, .. } => {
-                FirstBytes::gathered(&self.diff, &file[*data_start..*data_start + self.diff.data_bytes() as usize])
+            LocalState::Cpu(_) => Ok(FirstBytes::whole(self.diff.layout, data)),
+            LocalState::Gpu { file: GpuFile::Host(file), data_start, .. } => {
+                Ok(FirstBytes::gathered(&self.diff, &file[*data_start..*data_start + self.diff.data_bytes() as usize]))
             }
+            LocalState::Gpu { file: GpuFile::Pinned { .. }, .. } => Err(pinned_here()),
         }
     }
 
@@ -64,9 +80,9 @@ impl LocalCheckpoint {
     /// (`layouts[r]` is rank r's layout); the record entries move to the
     /// owners' copies (on the GPU, in the device table), so later versions
     /// reference them. Both backends write the same files.
-    pub fn give_away(&mut self, conv: &[Conversion], layouts: &[Layout]) {
+    pub fn give_away(&mut self, conv: &[Conversion], layouts: &[Layout]) -> Result<()> {
         if conv.is_empty() {
-            return;
+            return Ok(());
         }
         let me = self.diff.rank;
         let layout = self.diff.layout;
@@ -75,7 +91,8 @@ impl LocalCheckpoint {
                 regions::apply(&mut self.diff, conv);
                 pending.remap_entries(|e| regions::relocate(e, me, &layout, conv, layouts));
             }
-            LocalState::Gpu { file, data_start, dense, moved, forget, .. } => {
+            LocalState::Gpu { file: GpuFile::Pinned { .. }, .. } => return Err(pinned_here()),
+            LocalState::Gpu { file: GpuFile::Host(file), data_start, dense, moved, forget, .. } => {
                 let before = self.diff.clone();
                 regions::apply(&mut self.diff, conv);
                 let first_data = &file[*data_start..*data_start + before.data_bytes() as usize];
@@ -98,6 +115,7 @@ impl LocalCheckpoint {
                 *file = finish_body(body, *data_start);
             }
         }
+        Ok(())
     }
 }
 
@@ -127,6 +145,12 @@ impl Engine {
     /// writing or remembering anything (the GPU keeps its pending state until
     /// [`Engine::publish`] or [`Engine::abandon`]).
     pub fn deduplicate_local(&mut self, version: u64, input: GpuInput<'_>) -> Result<LocalCheckpoint> {
+        self.deduplicate(version, input, true)
+    }
+
+    /// Step 1; `to_host` copies a GPU diff into host memory (the collective
+    /// step reads it), otherwise it stays in pinned memory until written.
+    pub(super) fn deduplicate(&mut self, version: u64, input: GpuInput<'_>, to_host: bool) -> Result<LocalCheckpoint> {
         self.check_version(version)?;
         let baseline = self.next_is_baseline();
         let started = Instant::now();
@@ -141,8 +165,13 @@ impl Engine {
             }
             Worker::Cuda(dev) => {
                 let cp = dev.checkpoint(version, input, baseline)?;
+                let file = if to_host {
+                    GpuFile::Host(dev.file_vec(&cp)?)
+                } else {
+                    GpuFile::Pinned { file_len: cp.file_len, trailer: cp.trailer }
+                };
                 let state = LocalState::Gpu {
-                    file: cp.file,
+                    file,
                     data_start: cp.data_start,
                     dense: cp.diff.dense,
                     moved: Vec::new(),
@@ -160,19 +189,34 @@ impl Engine {
     pub fn stage(&mut self, local: LocalCheckpoint, data: &[u8]) -> Result<StagedCheckpoint> {
         let LocalCheckpoint { diff, state, started } = local;
         let logical = diff.layout.data_len();
-        let (file, pending, gpu) = match state {
-            LocalState::Cpu(pending) => (crate::format::encode_diff(&diff, data), Some(pending), None),
-            LocalState::Gpu { file, moved, forget, timings, .. } => {
-                if let Worker::Cuda(dev) = &mut self.worker {
-                    dev.forget(&forget)?;
-                    dev.relocate(&moved)?;
-                }
-                (file, None, Some(timings))
+        let (version, baseline) = (diff.version, diff.baseline);
+        let (entry, pending, gpu, t1) = match (state, &mut self.worker) {
+            (LocalState::Cpu(pending), _) => {
+                let file = crate::format::encode_diff(&diff, data);
+                let t1 = Instant::now();
+                (self.store.write_files(version, baseline, &file)?, Some(pending), None, t1)
+            }
+            (LocalState::Gpu { file, moved, forget, timings, .. }, Worker::Cuda(dev)) => {
+                dev.forget(&forget)?;
+                dev.relocate(&moved)?;
+                let t1 = Instant::now();
+                let entry = match file {
+                    GpuFile::Host(bytes) => self.store.write_files(version, baseline, &bytes)?,
+                    GpuFile::Pinned { file_len, trailer } => {
+                        let prefix = dev.pinned_prefix(file_len)?;
+                        self.store.write_diff_with(version, baseline, file_len as u64, Some(&trailer), |f| {
+                            f.write_all(prefix)?;
+                            f.write_all(&trailer)
+                        })?
+                    }
+                };
+                (entry, None, Some(timings), t1)
+            }
+            (LocalState::Gpu { .. }, Worker::Cpu(_)) => {
+                return Err(Error::Internal("a GPU checkpoint went to the CPU backend".into()));
             }
         };
-        let t1 = Instant::now();
-        let entry = self.store.write_files(diff.version, diff.baseline, &file)?;
-        let report = report_of(&diff, &file, logical, started, t1, gpu);
+        let report = report_of(&diff, entry.file_len, logical, started, t1, gpu);
         Ok(StagedCheckpoint { entry, pending, report })
     }
 

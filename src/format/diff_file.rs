@@ -290,6 +290,20 @@ pub fn decode_body(body: &[u8]) -> Result<(DiffHeader, Diff, usize), String> {
     Ok((header, diff, data_start))
 }
 
+/// The trailer of a file whose metadata (header, tables, bitmap) is `meta`
+/// and whose block digests are `digests`: BLAKE3-256 of both, in that order.
+pub fn trailer_of(meta: &[u8], digests: &[u8]) -> [u8; 32] {
+    let mut hasher = blake3::Hasher::new();
+    for part in [meta, digests] {
+        if part.len() >= 1 << 20 {
+            hasher.update_rayon(part);
+        } else {
+            hasher.update(part);
+        }
+    }
+    *hasher.finalize().as_bytes()
+}
+
 /// Appends the block digests and the trailer to a body whose data starts at
 /// `data_start`, completing the file.
 pub fn finish_body(mut body: Vec<u8>, data_start: usize) -> Vec<u8> {

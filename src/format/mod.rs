@@ -7,5 +7,7 @@ pub mod codec;
 pub mod diff_file;
 pub mod manifest;
 
-pub use diff_file::{DiffHeader, DiffReader, decode_body, encode_body, encode_diff, encode_meta, finish_body};
+pub use diff_file::{
+    DiffHeader, DiffReader, decode_body, encode_body, encode_diff, encode_meta, finish_body, trailer_of,
+};
 pub use manifest::{Manifest, VersionEntry};

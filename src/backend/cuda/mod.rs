@@ -91,6 +91,7 @@ pub(crate) struct Kernels {
     pub table_rehash: CudaFunction,
     pub insert_entries: CudaFunction,
     pub scatter: CudaFunction,
+    pub block_digests: CudaFunction,
 }
 
 /// An open device with its compiled kernels.
@@ -157,6 +158,7 @@ impl Gpu {
             table_rehash: f("table_rehash")?,
             insert_entries: f("insert_entries")?,
             scatter: f("scatter")?,
+            block_digests: f("block_digests")?,
         };
         let stream = ctx.default_stream();
         Ok(Arc::new(Gpu { ctx, stream, k, sms, name, arch }))

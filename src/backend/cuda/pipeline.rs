@@ -3,7 +3,7 @@
 
 use super::{Gpu, LevelArgs, TableArgs, cuda_err};
 use crate::diff::{Diff, FirstRun, RegionEncoding};
-use crate::format::{decode_body, encode_meta, finish_body};
+use crate::format::{decode_body, encode_meta, trailer_of};
 use crate::hash::Digest;
 use crate::layout::Layout;
 use crate::record::RecordEntry;
@@ -31,19 +31,39 @@ pub struct GpuTimings {
     pub d2h_ms: f32,
 }
 
-/// A checkpoint computed on the GPU: the complete diff file.
+/// A checkpoint computed on the GPU: the diff file's bytes up to its
+/// trailer wait in pinned host memory ([`GpuDedup::file_prefix`], valid until
+/// the next computation); the trailer is here.
 pub struct GpuCheckpoint {
-    /// The file bytes (identical to the CPU engine's).
-    pub file: Vec<u8>,
     /// The decoded diff.
     pub diff: Diff,
     /// Device-side times.
     pub timings: GpuTimings,
     /// Bytes copied device-to-host.
     pub d2h_bytes: u64,
-    /// Offset of the FIRST data in `file`.
+    /// Offset of the FIRST data in the file.
     pub data_start: usize,
+    /// Length of the whole file, trailer included.
+    pub file_len: usize,
+    /// The file's trailer (BLAKE3-256 of its metadata and block digests).
+    pub trailer: [u8; 32],
 }
+
+/// Where [`GpuDedup::compute`] left a file in pinned memory.
+#[derive(Clone, Copy, Debug)]
+pub struct Computed {
+    /// Bytes of header, tables, bitmap, data and block digests.
+    pub prefix_len: usize,
+    /// Offset of the FIRST data.
+    pub data_start: usize,
+    /// Bytes of FIRST data.
+    pub data_len: usize,
+    /// Device-side times.
+    pub timings: GpuTimings,
+}
+
+/// Bytes of data per integrity block digest (docs/FORMAT.md).
+const BLOCK_SIZE: u64 = 65536;
 
 /// Bits of a node index in a device record slot; the bits above it (below
 /// the level) hold the owner rank + 1 of entries that point at another
@@ -240,7 +260,8 @@ impl GpuDedup {
             tile_sums: z64(n.div_ceil(1024) + 1)?,
         };
         // Largest body: header + both tables (≤ 40 B per chunk) + bitmap + all data.
-        let max_body = 96 + 40 * n + n.div_ceil(8) + layout.data_len() + 16;
+        let max_body =
+            96 + 40 * n + n.div_ceil(8) + layout.data_len() + 16 + 32 * layout.data_len().div_ceil(BLOCK_SIZE);
         // SAFETY: pinned memory is written by the D2H copy before it is read.
         let pinned = unsafe { gpu.ctx.alloc_pinned_with_flags::<u8>(max_body as usize, 0) }.map_err(gpu_oom)?;
         // Room for a baseline's 2n entries plus a worst-case version's 2n at a load of 3/4.
@@ -391,18 +412,62 @@ impl GpuDedup {
     /// The state changes become permanent with [`GpuDedup::commit`] and are
     /// undone by [`GpuDedup::rollback`].
     pub fn checkpoint(&mut self, version: u64, input: GpuInput<'_>, baseline: bool) -> Result<GpuCheckpoint> {
-        let (body_len, data_start, timings) = self.compute(version, input, baseline)?;
-        let body = self.pinned.as_slice().map_err(cuda_err)?[..body_len].to_vec();
+        let c = self.compute(version, input, baseline)?;
+        let host = &self.pinned.as_slice().map_err(cuda_err)?[..c.prefix_len];
+        let data_end = c.data_start + c.data_len;
         let (_, diff, _) =
-            decode_body(&body).map_err(|e| Error::Gpu(format!("the GPU produced an invalid diff: {e}")))?;
-        let file = finish_body(body, data_start);
-        Ok(GpuCheckpoint { file, diff, timings, d2h_bytes: body_len as u64, data_start })
+            decode_body(&host[..data_end]).map_err(|e| Error::Gpu(format!("the GPU produced an invalid diff: {e}")))?;
+        let trailer = trailer_of(&host[..c.data_start], &host[data_end..]);
+        Ok(GpuCheckpoint {
+            diff,
+            timings: c.timings,
+            d2h_bytes: c.prefix_len as u64,
+            data_start: c.data_start,
+            file_len: c.prefix_len + 32,
+            trailer,
+        })
+    }
+
+    /// The file of checkpoint `cp` up to its trailer, in pinned memory (the
+    /// last computation's; a later one overwrites it).
+    pub fn file_prefix(&self, cp: &GpuCheckpoint) -> Result<&[u8]> {
+        self.pinned_prefix(cp.file_len)
+    }
+
+    /// The last computed file of `file_len` bytes, up to its trailer.
+    pub fn pinned_prefix(&self, file_len: usize) -> Result<&[u8]> {
+        let host = self.pinned.as_slice().map_err(cuda_err)?;
+        host.get(..file_len.saturating_sub(32)).ok_or_else(|| Error::Internal("GPU file prefix".into()))
+    }
+
+    /// The whole file of checkpoint `cp` as a vector (a copy).
+    pub fn file_vec(&self, cp: &GpuCheckpoint) -> Result<Vec<u8>> {
+        let mut v = Vec::with_capacity(cp.file_len);
+        v.extend_from_slice(self.file_prefix(cp)?);
+        v.extend_from_slice(&cp.trailer);
+        Ok(v)
+    }
+
+    /// Launches the block-digest kernel over `len` bytes at device address
+    /// `data`, writing `32 * ceil(len / 64 KiB)` bytes at `out`.
+    fn launch_block_digests(&self, data: u64, len: u64, out: u64) -> Result<()> {
+        let blocks = len.div_ceil(BLOCK_SIZE);
+        if blocks == 0 {
+            return Ok(());
+        }
+        let grid = blocks.div_ceil(4).min(u64::from(self.gpu.sms) * 16) as u32;
+        let mut b = self.gpu.stream.launch_builder(&self.gpu.k.block_digests);
+        b.arg(&data).arg(&len).arg(&out);
+        // SAFETY: `data..data + len` and `out..out + 32 * blocks` lie inside
+        // device buffers owned by self (or the caller's input) for the launch,
+        // which the stream orders before the D2H that reads them.
+        unsafe { b.launch(cfg(grid, 128)) }.map(|_| ()).map_err(cuda_err)
     }
 
     /// Like [`GpuDedup::checkpoint`] but leaves the serialized body in the
     /// pinned host buffer: returns `(body bytes, data start, timings)`.
     /// This is the part a checkpoint blocks the application for.
-    pub fn compute(&mut self, version: u64, input: GpuInput<'_>, baseline: bool) -> Result<(usize, usize, GpuTimings)> {
+    pub fn compute(&mut self, version: u64, input: GpuInput<'_>, baseline: bool) -> Result<Computed> {
         let version32 = u32::try_from(version).map_err(|_| {
             Error::InvalidOption(format!("version {version} exceeds the supported maximum {}", u32::MAX))
         })?;
@@ -466,16 +531,25 @@ impl GpuDedup {
         let bitmap_len = if wft { 0 } else { self.layout.chunks().div_ceil(8) };
         let data_start =
             96 + if wft { 16 * counters[C_FIRST_RUNS] } else { 0 } + 40 * counters[C_SHIFT_RUNS] + bitmap_len;
-        let body_len = (data_start + counters[C_DATA]) as usize;
+        let data_len = counters[C_DATA];
+        let body_len = data_start + data_len;
+        let out_ptr = ptr(&self.out, &self.gpu);
+        self.launch_block_digests(out_ptr + data_start, data_len, out_ptr + body_len)?;
+        let prefix_len = (body_len + 32 * data_len.div_ceil(BLOCK_SIZE)) as usize;
         {
-            let src = self.out.slice(0..body_len);
+            let src = self.out.slice(0..prefix_len);
             let host = self.pinned.as_mut_slice().map_err(cuda_err)?;
-            st.memcpy_dtoh(&src, &mut host[..body_len]).map_err(cuda_err)?;
+            st.memcpy_dtoh(&src, &mut host[..prefix_len]).map_err(cuda_err)?;
         }
         let e3 = ev(&st)?;
         st.synchronize().map_err(cuda_err)?;
         self.pending = Some(version32);
-        Ok((body_len, data_start as usize, timings(&e0, &e1, &e2, &e3)?))
+        Ok(Computed {
+            prefix_len,
+            data_start: data_start as usize,
+            data_len: data_len as usize,
+            timings: timings(&e0, &e1, &e2, &e3)?,
+        })
     }
 
     /// A version stored whole: header and one FIRST run written by the host,
@@ -486,7 +560,7 @@ impl GpuDedup {
         input: GpuInput<'_>,
         e0: &cudarc::driver::CudaEvent,
         e1: &cudarc::driver::CudaEvent,
-    ) -> Result<(usize, usize, GpuTimings)> {
+    ) -> Result<Computed> {
         let st = self.gpu.stream.clone();
         let src: &CudaSlice<u8> = match input {
             GpuInput::Device(d) => d,
@@ -496,14 +570,24 @@ impl GpuDedup {
         let len = self.layout.data_len() as usize;
         let ev = || st.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda_err);
         let e2 = ev()?;
+        // Block digests of the input itself, into the (otherwise unused) output buffer.
+        let digests = 32 * (len as u64).div_ceil(BLOCK_SIZE) as usize;
+        self.launch_block_digests(ptr(src, &self.gpu), len as u64, ptr(&self.out, &self.gpu))?;
         {
             let host = self.pinned.as_mut_slice().map_err(cuda_err)?;
             host[..meta.len()].copy_from_slice(&meta);
             st.memcpy_dtoh(src, &mut host[meta.len()..meta.len() + len]).map_err(cuda_err)?;
+            let d = self.out.slice(0..digests);
+            st.memcpy_dtoh(&d, &mut host[meta.len() + len..meta.len() + len + digests]).map_err(cuda_err)?;
         }
         let e3 = ev()?;
         st.synchronize().map_err(cuda_err)?;
-        Ok((meta.len() + len, meta.len(), timings(e0, e1, &e2, &e3)?))
+        Ok(Computed {
+            prefix_len: meta.len() + len + digests,
+            data_start: meta.len(),
+            data_len: len,
+            timings: timings(e0, e1, &e2, &e3)?,
+        })
     }
 
     /// Forgets all history (a new method or a fresh start).
