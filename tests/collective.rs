@@ -271,3 +271,63 @@ fn a_forced_baseline_references_nothing_older() {
     assert!(!e.checkpoint(4, &data).unwrap().baseline, "only the next version is forced");
     assert_eq!(dckpt::restore::restore_version(dir.path(), 0, 4).unwrap(), data);
 }
+
+/// Reopening every rank before every collective version (the record rebuilt
+/// from the latest version, pointing at the owners' bytes) stores about what
+/// an uninterrupted run stores, and everything restores.
+#[test]
+fn reopening_every_version_stores_within_two_percent_of_an_uninterrupted_run() {
+    let ranks = 4;
+    let len = 64 * 1024;
+    let o = opts(Method::Tree, 64, HashAlgo::Murmur3);
+    let level = max_region_level(64, 2048);
+    // Half of each buffer is replicated on every rank; each version rewrites
+    // a shared piece, a private piece and moves a block.
+    let versions: Vec<Vec<Vec<u8>>> = {
+        let mut cur: Vec<Vec<u8>> = (0..ranks)
+            .map(|r| {
+                let mut d = noise(len, 1);
+                d[len / 2..].copy_from_slice(&noise(len / 2, 10 + r as u64));
+                d
+            })
+            .collect();
+        let mut all = vec![cur.clone()];
+        for v in 1..10u64 {
+            let shared = noise(700, 100 + v);
+            for (r, d) in cur.iter_mut().enumerate() {
+                let at = (v as usize * 3001) % (len / 2 - 700);
+                d[at..at + 700].copy_from_slice(&shared);
+                let p = len / 2 + (v as usize * 1777 + r * 97) % (len / 2 - 300);
+                d[p..p + 300].copy_from_slice(&noise(300, 1000 * v + r as u64));
+                d.copy_within(256 * v as usize..256 * v as usize + 1024, len / 2 - 4096);
+            }
+            all.push(cur.clone());
+        }
+        all
+    };
+    let lens = vec![len; ranks];
+    let straight_dir = tempfile::tempdir().unwrap();
+    let mut engines = open_all(straight_dir.path(), ranks, &lens, &o);
+    for (v, data) in versions.iter().enumerate() {
+        collective_version(&mut engines, v as u64 + 1, data, level, 1 << 12);
+    }
+    drop(engines);
+    let reopened_dir = tempfile::tempdir().unwrap();
+    for (v, data) in versions.iter().enumerate() {
+        let mut engines = open_all(reopened_dir.path(), ranks, &lens, &o);
+        collective_version(&mut engines, v as u64 + 1, data, level, 1 << 12);
+    }
+    let total = |d: &Path| dckpt::inspect::store_stats(d).unwrap().total_stored_bytes;
+    let (straight, reopened) = (total(straight_dir.path()), total(reopened_dir.path()));
+    let refs = dckpt::inspect::store_stats(reopened_dir.path()).unwrap().total_cross_rank_references;
+    println!("stored: {straight} bytes uninterrupted, {reopened} reopened every version; {refs} cross-rank references");
+    assert!(refs > 0, "the workload must exercise cross-rank references");
+    assert!(reopened as f64 <= straight as f64 * 1.02, "reopened {reopened} bytes vs uninterrupted {straight}");
+    for (v, data) in versions.iter().enumerate() {
+        for (r, want) in data.iter().enumerate() {
+            let got = dckpt::restore::restore_version(reopened_dir.path(), r as u32, v as u64 + 1).unwrap();
+            assert!(got == *want, "rank {r} version {}", v + 1);
+        }
+    }
+    assert!(dckpt::verify::verify_store(reopened_dir.path()).unwrap().problems.is_empty());
+}

@@ -2,9 +2,11 @@
 //!
 //! Every step that can fail on one rank is followed by an agreement (an
 //! `MPI_Allgather` of a status word), so that all ranks fail together and
-//! none waits forever in a collective. A version becomes visible on a rank
-//! (its manifest lists it) only after every rank has durably written its
-//! files: owners' data exists before any reference to it is published.
+//! none waits forever in a collective. A version becomes visible on every
+//! rank at once when rank 0 writes its commit record
+//! (`store::commits`), which happens only after every rank has durably
+//! written its files: owners' data exists before any reference to it is
+//! committed, and a crash leaves the version everywhere or nowhere.
 //!
 //! The reduction: each rank's tuple set travels as one element of a
 //! contiguous derived datatype of `1 + 5K` words (so MPI never splits a set),

@@ -3,8 +3,8 @@
 //! A leaf is FIRST exactly when it lies in a FIRST run, and (Tree) an inner
 //! node is FIRST exactly when all its leaves are, so the entries that
 //! Algorithm 1 inserts can be recomputed from the FIRST runs and their bytes.
-//! The GPU backend uses this to write the same record segment as the CPU
-//! engine; tests check the two agree.
+//! The collective GPU path uses this to move the device record's entries for
+//! the regions it gives away; tests check it agrees with the CPU's inserts.
 
 use super::Method;
 use crate::diff::Diff;
