@@ -792,3 +792,51 @@ extern "C" __global__ void block_digests(const u8* data, u64 len, u8* out) {
         __syncwarp();
     }
 }
+
+// ------------------------------------------------------------- rebuild ----
+// Reopening a store (engine::rebuild): the latest version was checkpointed
+// as a baseline, so every live entry of version `latest` names a node of it.
+// Each is moved to where the node's bytes are stored — `runs` map this
+// version's chunks [dst, dst + count) to chunks [src, ...) of (rank, ver),
+// sorted by dst — or dropped when they are not contiguous in one run at an
+// aligned node of the same shape in the owner's tree (`owner_chunks` leaves),
+// exactly as `locate` in src/engine/rebuild.rs.
+extern "C" __global__ void table_locate(Table t, u32 latest, u32 me, u64 n, u64 nruns, const u64* rdst,
+                                        const u64* rcount, const u64* rsrc, const u32* rrank, const u32* rver,
+                                        const u64* rchunks) {
+    for (u64 s = blockIdx.x * (u64)blockDim.x + threadIdx.x; s <= t.mask; s += (u64)gridDim.x * blockDim.x) {
+        Slot* sl = &t.slots[s];
+        if (sl->flags != SLOT_FULL || sl->ver != latest) continue;
+        const u64 raw = sl->node;
+        const u32 k = (u32)(raw >> INDEX_BITS);
+        const u64 i = raw & ((1ull << INDEX_BITS) - 1);
+        const u64 a = i << k;
+        const u64 b = ((i + 1) << k) < n ? ((i + 1) << k) : n;
+        u64 lo = 0, hi = nruns;  // first run with dst + count > a
+        while (lo < hi) {
+            u64 mid = (lo + hi) / 2;
+            if (rdst[mid] + rcount[mid] <= a) lo = mid + 1; else hi = mid;
+        }
+        bool keep = lo < nruns && rdst[lo] <= a && b <= rdst[lo] + rcount[lo];
+        u64 first = 0, ni = 0;
+        if (keep) {
+            first = rsrc[lo] + (a - rdst[lo]);
+            keep = (first & ((1ull << k) - 1)) == 0;
+        }
+        if (keep) {
+            const u64 no = rchunks[lo];
+            const u32 levels = 64 - __clzll(no - 1) + 1;
+            ni = first >> k;
+            const u64 end = ((ni + 1) << k) < no ? ((ni + 1) << k) : no;
+            keep = k < levels && ni < ((no + (1ull << k) - 1) >> k) && end - first == b - a && ni < (1ull << 40);
+        }
+        if (keep) {
+            const u32 owner = rrank[lo];
+            sl->node = ((u64)k << INDEX_BITS) | ni | (owner != me ? ((u64)owner + 1) << 40 : 0ull);
+            sl->ver = rver[lo];
+        } else {
+            sl->flags = SLOT_DEAD;
+            atomicAdd(t.count, (u64)-1ll);
+        }
+    }
+}

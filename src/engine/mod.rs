@@ -128,23 +128,12 @@ impl Engine {
         let latest = store.manifest().latest().map(|v| v.version);
         let mut opened = OpenReport { latest, removed_files: removed.len(), rolled_forward, ..OpenReport::default() };
         let mut force_baseline = false;
-        let rebuilt = match latest {
-            None => None,
-            Some(v) => match rebuild_state(store.root(), rank, v, layout, opts) {
-                Ok(r) => {
-                    opened.restore_seconds = r.restore_seconds;
-                    opened.rebuild_seconds = r.rebuild_seconds;
-                    Some(r)
-                }
-                Err(e) => {
-                    opened.warnings.push(format!(
-                        "rank {rank}: the latest version {v} cannot be restored ({e}); the next checkpoint is a \
-                         baseline (older versions stay restorable; `dckpt repair` removes what nothing needs)"
-                    ));
-                    force_baseline = true;
-                    None
-                }
-            },
+        let mut damaged = |v: u64, e: Error, opened: &mut OpenReport| {
+            opened.warnings.push(format!(
+                "rank {rank}: the latest version {v} cannot be restored ({e}); the next checkpoint is a baseline \
+                 (older versions stay restorable; `dckpt repair` removes what nothing needs)"
+            ));
+            force_baseline = true;
         };
         // `auto` keeps SHA-1 stores on the CPU (the GPU has no SHA-1 kernel);
         // an explicit `cuda` gets the GPU backend's clear refusal instead.
@@ -154,23 +143,38 @@ impl Engine {
         };
         let (worker, record_len) = match resolved {
             BackendKind::Cuda => {
-                let t = Instant::now();
                 let gpu = Gpu::open(device)?;
                 let mut dev = GpuDedup::new(gpu, layout, opts.hash, opts.method, rank)?;
-                if let Some(r) = &rebuilt {
-                    dev.load_state(r.previous.as_deref(), &r.entries)?;
+                if let Some(v) = latest {
+                    match rebuild::restore_latest(store.root(), rank, v) {
+                        Ok(restored) => {
+                            opened.restore_seconds = restored.seconds;
+                            let t = Instant::now();
+                            dev.rebuild(v, &restored.data, &restored.stored_runs()?)?;
+                            opened.rebuild_seconds = t.elapsed().as_secs_f64();
+                        }
+                        Err(e) => damaged(v, e, &mut opened),
+                    }
                 }
-                opened.rebuild_seconds += t.elapsed().as_secs_f64();
                 let len = dev.record_entries();
                 (Worker::Cuda(Box::new(dev)), len)
             }
             _ => {
-                let t = Instant::now();
-                let state = match rebuilt {
-                    Some(r) => r.into_state(layout, opts.hash, rank),
+                let state = match latest.map(|v| (v, rebuild_state(store.root(), rank, v, layout, opts))) {
+                    Some((_, Ok(r))) => {
+                        opened.restore_seconds = r.restore_seconds;
+                        opened.rebuild_seconds = r.rebuild_seconds;
+                        let t = Instant::now();
+                        let state = r.into_state(layout, opts.hash, rank);
+                        opened.rebuild_seconds += t.elapsed().as_secs_f64();
+                        state
+                    }
+                    Some((v, Err(e))) => {
+                        damaged(v, e, &mut opened);
+                        DedupState::new(layout, opts.hash, rank)
+                    }
                     None => DedupState::new(layout, opts.hash, rank),
                 };
-                opened.rebuild_seconds += t.elapsed().as_secs_f64();
                 let len = state.record.len() as u64;
                 (Worker::Cpu(state), len)
             }

@@ -4,16 +4,17 @@
 //!
 //! The latest version is restored (every byte verified, every cross-rank
 //! reference checked) and hashed: its leaf digests are the "previous"
-//! leaves, and for List (leaves) and Tree (leaves and inner nodes) each
-//! digest becomes a record entry pointing where its bytes are physically
-//! stored — the restore's resolution maps every chunk to a FIRST run of some
-//! version of some rank (the owner's copy in a collective store). An inner
-//! node is kept only when all its chunks sit contiguously in one file at an
-//! aligned node of the same shape there; a leaf always is. The first
-//! occurrence of a digest (leaves before nodes, lower index first) wins, so
-//! the result is deterministic; it is built in bulk (parallel hashing, one
-//! stable sort), and the GPU backend uploads the same sorted entries, so
-//! both backends continue from the same record.
+//! leaves, and the record holds what a baseline checkpoint of it would
+//! insert — the first occurrence of each leaf digest (List, Tree) and every
+//! inner node whose leaves are all first occurrences (Tree) — each moved to
+//! where its bytes are physically stored: the restore's resolution maps
+//! every chunk to a FIRST run of some version of some rank (the owner's copy
+//! in a collective store). An inner node is kept only when all its chunks
+//! sit contiguously in one file at an aligned node of the same shape there;
+//! a leaf always is. On the CPU this is built in bulk (parallel hashing,
+//! stable parallel sorts); the GPU backend runs its baseline pipeline over
+//! the restored bytes and moves the table's entries with one kernel
+//! (`table_locate`, the same rule), so both continue from the same record.
 //!
 //! What a rebuilt record cannot find: content that older versions of the
 //! chain stored but the latest version no longer holds (an uninterrupted
@@ -21,13 +22,14 @@
 //! several files or shifted off node alignment (their leaves are found).
 //! Both cost stored bytes, never correctness; BENCHMARKS.md measures it.
 
-use crate::Result;
+use crate::backend::cuda::StoredRun;
 use crate::dedup::{DedupState, Method};
 use crate::hash::{Digest, HashAlgo};
 use crate::layout::{Layout, NodeId};
 use crate::record::{Record, RecordEntry};
 use crate::restore::{self, Catalog, Source};
 use crate::store::StoreOptions;
+use crate::{Error, Result};
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::path::Path;
@@ -56,67 +58,127 @@ impl Rebuilt {
     }
 }
 
-/// Rebuilds the state of `rank` from its committed version `latest`.
-pub fn rebuild_state(root: &Path, rank: u32, latest: u64, layout: Layout, opts: &StoreOptions) -> Result<Rebuilt> {
+/// The latest version restored, with where each of its chunks is stored.
+#[derive(Debug)]
+pub struct Restored {
+    /// Its bytes.
+    pub data: Vec<u8>,
+    /// Its chunks mapped to stored chunks, coalesced, sorted by destination.
+    pub runs: Vec<Source>,
+    /// The layout of every rank holding some of its bytes.
+    pub layouts: HashMap<u32, Layout>,
+    /// Seconds the restore took.
+    pub seconds: f64,
+}
+
+impl Restored {
+    /// The runs as the GPU rebuild takes them.
+    pub fn stored_runs(&self) -> Result<Vec<StoredRun>> {
+        self.runs
+            .iter()
+            .map(|s| {
+                Ok(StoredRun {
+                    dst: s.dst,
+                    count: s.count,
+                    src: s.src,
+                    rank: s.rank,
+                    version: u32::try_from(s.version)
+                        .map_err(|_| Error::InvalidOption(format!("version {} too large", s.version)))?,
+                    owner_chunks: self.layouts.get(&s.rank).map_or(0, Layout::chunks),
+                })
+            })
+            .collect()
+    }
+}
+
+/// Restores committed version `latest` of `rank` (every block verified,
+/// every cross-rank reference checked) and resolves where its chunks live.
+pub fn restore_latest(root: &Path, rank: u32, latest: u64) -> Result<Restored> {
     let t0 = Instant::now();
     let mut catalog = Catalog::new(root);
     let (data, _stats, res) = restore::restore_in(&mut catalog, rank, latest)?;
+    let mut layouts = HashMap::new();
+    for s in &res.sources {
+        if let std::collections::hash_map::Entry::Vacant(v) = layouts.entry(s.rank) {
+            v.insert(catalog.store(s.rank)?.layout()?);
+        }
+    }
+    Ok(Restored { data, runs: coalesce(res.sources), layouts, seconds: t0.elapsed().as_secs_f64() })
+}
+
+/// Rebuilds the CPU state of `rank` from its committed version `latest`.
+pub fn rebuild_state(root: &Path, rank: u32, latest: u64, layout: Layout, opts: &StoreOptions) -> Result<Rebuilt> {
+    let restored = restore_latest(root, rank, latest)?;
     let t1 = Instant::now();
-    let mut rebuilt = Rebuilt { previous: None, entries: Vec::new(), restore_seconds: 0.0, rebuild_seconds: 0.0 };
+    let mut rebuilt =
+        Rebuilt { previous: None, entries: Vec::new(), restore_seconds: restored.seconds, rebuild_seconds: 0.0 };
     if opts.method.uses_previous() {
+        let Restored { data, runs, layouts, .. } = restored;
         let leaves: Vec<Digest> =
             crate::dedup::hash_leaves(&data, layout, opts.hash, None).into_iter().map(|(_, d)| d).collect();
         drop(data);
         if opts.method.uses_record() {
-            let mut layouts = HashMap::new();
-            for s in &res.sources {
-                if let std::collections::hash_map::Entry::Vacant(v) = layouts.entry(s.rank) {
-                    v.insert(catalog.store(s.rank)?.layout()?);
-                }
-            }
-            let runs = coalesce(res.sources);
             let at = |node| locate(node, &layout, &runs, &layouts);
             rebuilt.entries = located_entries(&leaves, opts.hash, opts.method == Method::Tree, at);
         }
         rebuilt.previous = Some(leaves);
     }
-    rebuilt.restore_seconds = (t1 - t0).as_secs_f64();
     rebuilt.rebuild_seconds = t1.elapsed().as_secs_f64();
     Ok(rebuilt)
 }
 
-/// The record entries of a version with leaf digests `leaves`: every leaf
-/// and (with `tree`) every paired inner node that `at` can place, unique by
-/// digest (first occurrence wins), sorted by digest.
+/// The record entries a baseline checkpoint of a version with leaf digests
+/// `leaves` inserts — the first occurrence of each leaf digest and (with
+/// `tree`) each paired inner node whose leaves are all first occurrences —
+/// kept where `at` can place them, sorted by digest.
 fn located_entries(
     leaves: &[Digest],
     hash: HashAlgo,
     tree: bool,
     at: impl Fn(NodeId) -> Option<RecordEntry> + Sync,
 ) -> Vec<(Digest, RecordEntry)> {
-    let mut all: Vec<(Digest, RecordEntry)> =
-        leaves.par_iter().enumerate().filter_map(|(i, d)| at(NodeId::leaf(i as u64)).map(|e| (*d, e))).collect();
+    // First occurrences: sort (digest, index) stably, keep each digest's first.
+    let mut order: Vec<(Digest, u64)> = leaves.par_iter().enumerate().map(|(i, d)| (*d, i as u64)).collect();
+    order.par_sort_by_key(|(d, _)| *d);
+    let mut first = vec![false; leaves.len()];
+    for (k, &(d, i)) in order.iter().enumerate() {
+        if k == 0 || order[k - 1].0 != d {
+            first[i as usize] = true;
+        }
+    }
+    drop(order);
+    let mut all: Vec<(Digest, RecordEntry)> = leaves
+        .par_iter()
+        .enumerate()
+        .filter(|(i, _)| first[*i])
+        .filter_map(|(i, d)| at(NodeId::leaf(i as u64)).map(|e| (*d, e)))
+        .collect();
     if tree {
-        let mut level: Vec<Digest> = Vec::new();
+        let (mut level, mut level_first): (Vec<Digest>, Vec<bool>) = (Vec::new(), Vec::new());
         let mut k = 0;
         loop {
-            let below: &[Digest] = if k == 0 { leaves } else { &level };
+            let (below, below_first): (&[Digest], &[bool]) =
+                if k == 0 { (leaves, &first) } else { (&level, &level_first) };
             if below.len() < 2 {
                 break;
             }
             let next: Vec<Digest> =
                 below.par_chunks(2).map(|p| if let [l, r] = p { hash.node(*l, *r) } else { p[0] }).collect();
+            // A pair is FIRST when both children are; a carried node keeps its child's state.
+            let next_first: Vec<bool> = below_first.chunks(2).map(|p| p.iter().all(|&f| f)).collect();
             k += 1;
-            // Nodes 0..paired are pairs; an odd last node is carried (same digest as its child).
             let paired = below.len() / 2;
             all.par_extend(
-                (0..paired).into_par_iter().filter_map(|i| at(NodeId::new(k, i as u64)).map(|e| (next[i], e))),
+                (0..paired)
+                    .into_par_iter()
+                    .filter(|&i| next_first[i])
+                    .filter_map(|i| at(NodeId::new(k, i as u64)).map(|e| (next[i], e))),
             );
-            level = next;
+            (level, level_first) = (next, next_first);
         }
     }
-    // Stable: of equal digests the first occurrence stays first.
-    all.par_sort_by_key(|(d, _)| *d);
+    // Unique already (first occurrences; nodes are hashed in their own domain).
+    all.par_sort_unstable_by_key(|(d, _)| *d);
     all.dedup_by_key(|(d, _)| *d);
     all
 }
@@ -195,18 +257,37 @@ mod entry_tests {
     #[test]
     fn duplicates_keep_their_first_occurrence_and_nodes_follow_the_tree() {
         let hash = HashAlgo::Murmur3;
-        let leaves: Vec<Digest> = [1u128, 2, 1, 3, 2].iter().map(|&x| Digest(x)).collect();
+        let leaves: Vec<Digest> = [1u128, 2, 5, 3, 2, 6, 7, 8].iter().map(|&x| Digest(x)).collect();
         let at = |node: NodeId| Some(RecordEntry { version: 1, rank: 0, node });
         let e = located_entries(&leaves, hash, true, at);
         let leaf_of = |d: u128| e.iter().find(|(x, _)| x.0 == d).map(|(_, e)| e.node);
-        assert_eq!(leaf_of(1), Some(NodeId::leaf(0)));
-        assert_eq!(leaf_of(2), Some(NodeId::leaf(1)));
-        // Pairs (0,1) (2,3) at level 1, then (01, 23) at level 2, then the root at level 3
-        // (leaf 4 is carried up twice): 3 leaves + 2 + 1 + 1 node entries.
-        assert_eq!(e.len(), 3 + 2 + 1 + 1);
+        assert_eq!(leaf_of(2), Some(NodeId::leaf(1)), "the first of the two 2s");
+        // Leaf 4 repeats leaf 1: pair (4,5) and every node above it are not FIRST.
+        // Level 1: (0,1) (2,3) (6,7) FIRST; level 2: (0..4) FIRST; level 3: none.
+        assert_eq!(e.len(), 7 + 3 + 1, "{e:?}");
         assert!(e.windows(2).all(|w| w[0].0 < w[1].0), "sorted, unique");
         let n01 = hash.node(leaves[0], leaves[1]);
         assert_eq!(e.iter().find(|(d, _)| *d == n01).map(|(_, e)| e.node), Some(NodeId::new(1, 0)));
-        assert_eq!(located_entries(&leaves, hash, false, at).len(), 3, "List keeps leaves only");
+        assert_eq!(located_entries(&leaves, hash, false, at).len(), 7, "List keeps leaves only");
+    }
+
+    #[test]
+    fn the_cpu_rebuild_inserts_what_a_baseline_checkpoint_inserts() {
+        use crate::dedup::{DedupInput, DedupState};
+        let data: Vec<u8> =
+            (0..64 * 300).map(|i: u32| if (i / 64) % 7 == 3 { 9 } else { (i * 31 % 251) as u8 }).collect();
+        let layout = Layout::new(data.len() as u64, 64).expect("layout");
+        for method in [Method::List, Method::Tree] {
+            let state = DedupState::new(layout, HashAlgo::Murmur3, 0);
+            let out =
+                method.deduplicator().deduplicate(&state, &DedupInput { data: &data, version: 4, baseline: true });
+            let want = out.expect("dedup").pending_entries();
+            let leaves: Vec<Digest> =
+                crate::dedup::hash_leaves(&data, layout, HashAlgo::Murmur3, None).into_iter().map(|(_, d)| d).collect();
+            let got = located_entries(&leaves, HashAlgo::Murmur3, method == Method::Tree, |node| {
+                Some(RecordEntry { version: 4, rank: 0, node })
+            });
+            assert_eq!(got, want, "{method}");
+        }
     }
 }

@@ -13,7 +13,7 @@ pub mod bench;
 mod pipeline;
 mod restore;
 
-pub use pipeline::{GpuCheckpoint, GpuDedup, GpuInput, GpuTimings};
+pub use pipeline::{GpuCheckpoint, GpuDedup, GpuInput, GpuTimings, StoredRun};
 pub use restore::{GpuRestoreTimings, restore_on_gpu};
 
 use crate::{Error, Result};
@@ -92,6 +92,7 @@ pub(crate) struct Kernels {
     pub insert_entries: CudaFunction,
     pub scatter: CudaFunction,
     pub block_digests: CudaFunction,
+    pub table_locate: CudaFunction,
 }
 
 /// An open device with its compiled kernels.
@@ -159,6 +160,7 @@ impl Gpu {
             insert_entries: f("insert_entries")?,
             scatter: f("scatter")?,
             block_digests: f("block_digests")?,
+            table_locate: f("table_locate")?,
         };
         let stream = ctx.default_stream();
         Ok(Arc::new(Gpu { ctx, stream, k, sms, name, arch }))

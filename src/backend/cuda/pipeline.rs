@@ -49,6 +49,25 @@ pub struct GpuCheckpoint {
     pub trailer: [u8; 32],
 }
 
+/// A piece of a restored version (its chunks `dst..dst + count`) and the
+/// stored chunks `src..` of `(rank, version)` that hold it, with the owner's
+/// chunk count: the input of [`GpuDedup::rebuild`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoredRun {
+    /// First chunk in the restored version.
+    pub dst: u64,
+    /// Chunks.
+    pub count: u64,
+    /// First chunk in the holding file's numbering.
+    pub src: u64,
+    /// Rank of the holding file.
+    pub rank: u32,
+    /// Version of the holding file.
+    pub version: u32,
+    /// Chunks of that rank's buffer.
+    pub owner_chunks: u64,
+}
+
 /// Where [`GpuDedup::compute`] left a file in pinned memory.
 #[derive(Clone, Copy, Debug)]
 pub struct Computed {
@@ -346,6 +365,46 @@ impl GpuDedup {
         let mut b = st.launch_builder(&self.gpu.k.insert_entries);
         b.arg(&count).arg(&klo).arg(&khi).arg(&ver).arg(&node).arg(&t);
         // SAFETY: arguments match the kernel's signature; buffers outlive the launch (synchronized below).
+        unsafe { b.launch(self.grid_stride()) }.map_err(cuda_err)?;
+        self.read_table_stats()?;
+        Ok(())
+    }
+
+    /// Rebuilds the state after a reopen from `data`, the restored bytes of
+    /// committed version `latest`: one baseline pass of the pipeline (the
+    /// previous leaves, and the entries a baseline inserts), then
+    /// `table_locate` moves every entry to where its bytes are stored per
+    /// `runs` (engine::rebuild's rule) or drops it. Same record as the CPU's.
+    pub fn rebuild(&mut self, latest: u64, data: &[u8], runs: &[StoredRun]) -> Result<()> {
+        if self.method == Method::Full {
+            return Ok(());
+        }
+        self.checkpoint(latest, GpuInput::Host(data), true)?;
+        self.commit()?;
+        if !self.method.uses_record() || self.table_entries == 0 {
+            return Ok(());
+        }
+        let latest32 =
+            u32::try_from(latest).map_err(|_| Error::InvalidOption(format!("version {latest} too large")))?;
+        let st = self.gpu.stream.clone();
+        let col = |f: fn(&StoredRun) -> u64| -> Result<CudaSlice<u64>> {
+            let v: Vec<u64> = runs.iter().map(f).collect();
+            st.clone_htod(if v.is_empty() { &[0u64][..] } else { &v }).map_err(cuda_err)
+        };
+        let (dst, count, src, chunks) = (col(|r| r.dst)?, col(|r| r.count)?, col(|r| r.src)?, col(|r| r.owner_chunks)?);
+        let col32 = |f: fn(&StoredRun) -> u32| -> Result<CudaSlice<u32>> {
+            let v: Vec<u32> = runs.iter().map(f).collect();
+            st.clone_htod(if v.is_empty() { &[0u32][..] } else { &v }).map_err(cuda_err)
+        };
+        let (rank, ver) = (col32(|r| r.rank)?, col32(|r| r.version)?);
+        let t = self.table.args(&self.gpu);
+        let (me, n, nruns) = (self.rank, self.layout.chunks(), runs.len() as u64);
+        let mut b = st.launch_builder(&self.gpu.k.table_locate);
+        b.arg(&t).arg(&latest32).arg(&me).arg(&n).arg(&nruns);
+        b.arg(&dst).arg(&count).arg(&src).arg(&rank).arg(&ver).arg(&chunks);
+        // SAFETY: arguments follow table_locate's signature; the run arrays
+        // hold `nruns` elements (at least one) and outlive the launch, which
+        // `read_table_stats` synchronizes.
         unsafe { b.launch(self.grid_stride()) }.map_err(cuda_err)?;
         self.read_table_stats()?;
         Ok(())
