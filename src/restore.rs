@@ -551,6 +551,8 @@ pub fn stage_version(root: &Path, rank: u32, version: u64) -> Result<(Layout, St
     let mut keys: Vec<(u32, u64)> = per_file.keys().copied().collect();
     keys.sort_unstable();
     let mut staged = Staged::default();
+    // At most every copied byte once: no reallocation while staging.
+    staged.bytes.reserve(per_file.values().flatten().map(|c| c.len as usize).sum());
     let mut bytes_read = 0;
     for key in keys {
         let reader = catalog.reader(key.0, key.1)?;
