@@ -82,6 +82,9 @@ fn run(world: &impl Communicator, dir: &std::path::Path, steps: u64, cells: usiz
     let len = (2 * cells * 8) as u64;
     let store = StoreOptions { chunk_size: 128, method: Method::Tree, ..StoreOptions::default() };
     let mut ckpt = Collective::open(world, dir, len, &store, &CollectiveOptions::default())?;
+    for w in &ckpt.engine().open_report().warnings {
+        eprintln!("dckpt: warning: {w}");
+    }
     let first = ckpt.engine().store().manifest().latest().map_or(1, |v| v.version + 1);
     let (mut stored, mut logical, mut referenced, mut reduce) = (0u64, 0u64, 0u64, 0.0f64);
     for v in first..first + steps {

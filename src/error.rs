@@ -120,7 +120,7 @@ pub enum Error {
         reason: String,
     },
     /// The store has no room left (ENOSPC or a quota).
-    #[error("{path}: no space left on the device holding the store")]
+    #[error("{path}: no space left on the device")]
     NoSpace {
         /// The file being written.
         path: PathBuf,

@@ -66,6 +66,20 @@ pub fn verify_store(root: &Path) -> Result<VerifyReport> {
         return Err(Error::NoStore { dir: root.to_path_buf(), rank: 0 });
     }
     let mut report = VerifyReport { ranks: ranks.len(), ..VerifyReport::default() };
+    let log = crate::store::commits::CommitLog::load(root)?;
+    for (path, why) in log.damaged() {
+        report.problems.push(Problem { path: path.clone(), message: format!("damaged commit record: {why}") });
+    }
+    for r in log.records() {
+        for e in &r.entries {
+            if !ranks.contains(&e.rank) {
+                report.problems.push(Problem {
+                    path: crate::store::rank_dir(root, e.rank),
+                    message: format!("rank {} of committed version {} has no directory", e.rank, r.version),
+                });
+            }
+        }
+    }
     let mut catalog = Catalog::new(root);
     for rank in ranks {
         let store = match catalog.store(rank) {

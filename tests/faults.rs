@@ -484,3 +484,114 @@ fn killed_collective_jobs_commit_everywhere_or_nowhere() {
     println!("killed jobs: {killed_before_commit} before the commit record, {killed_after_commit} after");
     assert!(ok(&["verify", "--dir", s(&dir)]).starts_with("ok: 3 ranks"));
 }
+
+/// Found by trying to break it (review of issue #8): each of these once
+/// wedged a store, lost history or reported the wrong thing.
+#[test]
+fn stray_names_and_planted_directories_do_not_confuse_or_block() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("store");
+    let input = t.path().join("in.bin");
+    std::fs::write(&input, version_data(30_000, 1)).unwrap();
+    ok(&["checkpoint", "--dir", s(&dir), "--version", "1", s(&input)]);
+    // Not ranks: a file with a rank's name, other spellings, an alias link.
+    std::fs::write(dir.join("rank-00001"), b"x").unwrap();
+    std::fs::create_dir_all(dir.join("rank-1")).unwrap();
+    std::fs::create_dir_all(dir.join("rank-+0")).unwrap();
+    assert!(ok(&["verify", "--dir", s(&dir)]).starts_with("ok: 1 ranks, 1 versions"));
+    let json: serde_json::Value = serde_json::from_str(&ok(&["inspect", "--dir", s(&dir), "--json"])).unwrap();
+    assert_eq!(json["ranks"].as_array().unwrap().len(), 1, "{json}");
+    // A link aliasing rank 0 as rank 2: verify names the mismatch, repair leaves it alone.
+    std::os::unix::fs::symlink(dir.join("rank-00000"), dir.join("rank-00002")).unwrap();
+    let out = run(&["verify", "--dir", s(&dir)]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("manifest is for rank 0"));
+    let report = ok(&["repair", "--dir", s(&dir)]);
+    assert!(report.contains("left alone"), "{report}");
+    assert!(restore(&dir, 0, 1).unwrap() == version_data(30_000, 1), "repair never touches a rank through an alias");
+    std::fs::remove_file(dir.join("rank-00002")).unwrap();
+    // A directory where a leftover file could be does not block the next checkpoint.
+    std::fs::create_dir_all(dir.join("rank-00000/v000000000009.dckpt")).unwrap();
+    std::fs::write(&input, version_data(30_000, 2)).unwrap();
+    ok(&["checkpoint", "--dir", s(&dir), "--version", "2", s(&input)]);
+    assert!(restore(&dir, 0, 2).unwrap() == version_data(30_000, 2));
+}
+
+#[test]
+fn repair_under_a_tiny_fd_limit_fails_or_keeps_every_version() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("store");
+    let mut engine = dckpt::Engine::open_or_create(&dir, 0, 4096, &common::opts(dckpt::Method::Tree, 32)).unwrap();
+    for v in 1..=120u64 {
+        engine.checkpoint(v, &version_data(4096, v % 7)).unwrap();
+    }
+    drop(engine);
+    let bin = env!("CARGO_BIN_EXE_dckpt");
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit -n 10; exec {bin} repair --dir {}", s(&dir)))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&st.stdout);
+    assert!(!out.contains("delisted") && !out.contains("damaged"), "a machine limit is not damage: {out}");
+    assert!(ok(&["verify", "--dir", s(&dir)]).starts_with("ok: 1 ranks, 120 versions"));
+    assert!(restore(&dir, 0, 120).unwrap() == version_data(4096, 120 % 7));
+}
+
+#[test]
+fn damaged_and_stale_commit_records_never_wedge_the_store() {
+    use dckpt::store::commits::{CommitRecord, RankEntry};
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("store");
+    // Two ranks written with the library, committed with records as a collective job would.
+    let lens = [20_000usize, 20_000];
+    let o = common::opts(dckpt::Method::Tree, 64);
+    let mut engines: Vec<dckpt::Engine> =
+        (0..2).map(|r| dckpt::Engine::open_or_create(&dir, r, lens[r as usize] as u64, &o).unwrap()).collect();
+    for v in 1..=3u64 {
+        let mut entries = Vec::new();
+        for (r, e) in engines.iter_mut().enumerate() {
+            let data = version_data(20_000, 10 * v + r as u64);
+            let local = e.deduplicate_local(v, dckpt::backend::cuda::GpuInput::Host(&data)).unwrap();
+            let staged = e.stage(local, &data).unwrap();
+            let en = staged.entry().clone();
+            entries.push(RankEntry {
+                rank: r as u32,
+                baseline: en.baseline,
+                file_len: en.file_len,
+                trailer: en.trailer,
+            });
+            if v < 3 {
+                e.adopt(staged).unwrap();
+            }
+        }
+        CommitRecord { version: v, ranks: 2, entries }.write(&dir).unwrap();
+    }
+    drop(engines);
+    // Version 3 is committed by its record alone (no manifest lists it yet): restores see it.
+    assert!(restore(&dir, 1, 3).unwrap() == version_data(20_000, 31));
+    // Damage that record: other versions still restore, the writer keeps v3's files.
+    let rec = dir.join("commits/v000000000003.commit");
+    let mut b = std::fs::read(&rec).unwrap();
+    b[20] ^= 1;
+    std::fs::write(&rec, &b).unwrap();
+    assert!(restore(&dir, 0, 2).unwrap() == version_data(20_000, 20));
+    drop(dckpt::Engine::open_or_create(&dir, 0, 20_000, &o).unwrap());
+    assert!(dir.join("rank-00000/v000000000003.dckpt").exists(), "files of a damaged record are not removed");
+    assert!(!run(&["verify", "--dir", s(&dir)]).status.success());
+    // A stale record for a version no rank has.
+    let stale = CommitRecord {
+        version: 1 << 33,
+        ranks: 2,
+        entries: (0..2)
+            .map(|r| RankEntry { rank: r, baseline: true, file_len: 99, trailer: "00".repeat(32) })
+            .collect(),
+    };
+    stale.write(&dir).unwrap();
+    let report = ok(&["repair", "--dir", s(&dir)]);
+    assert!(report.contains("v000000000003.commit") && report.contains("v008589934592.commit"), "{report}");
+    assert!(dir.join("rank-00000/v000000000003.dckpt.damaged").exists(), "set aside, not deleted");
+    assert!(ok(&["verify", "--dir", s(&dir)]).starts_with("ok: 2 ranks, 4 versions"), "v1, v2 on both ranks");
+    std::fs::write(t.path().join("in.bin"), version_data(20_000, 4)).unwrap();
+    ok(&["checkpoint", "--dir", s(&dir), "--version", "4", "--chunk-size", "64", s(&t.path().join("in.bin"))]);
+    assert!(restore(&dir, 0, 4).unwrap() == version_data(20_000, 4));
+}

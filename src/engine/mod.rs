@@ -123,10 +123,16 @@ impl Engine {
     ) -> Result<Self> {
         let t0 = Instant::now();
         let (store, notes) = Store::open_writer(root, rank, data_len, opts)?;
-        let OpenNotes { removed, rolled_forward, .. } = notes;
+        let OpenNotes { removed, rolled_forward, damaged_records, .. } = notes;
         let layout = store.layout()?;
         let latest = store.manifest().latest().map(|v| v.version);
         let mut opened = OpenReport { latest, removed_files: removed.len(), rolled_forward, ..OpenReport::default() };
+        for (path, why) in damaged_records {
+            opened.warnings.push(format!(
+                "{}: {why}; the version it commits stays invisible until `dckpt repair` sets it aside",
+                path.display()
+            ));
+        }
         let mut force_baseline = false;
         let mut damaged = |v: u64, e: Error, opened: &mut OpenReport| {
             opened.warnings.push(format!(

@@ -115,17 +115,22 @@ impl CommitRecord {
 #[derive(Clone, Debug, Default)]
 pub struct CommitLog {
     records: BTreeMap<u64, CommitRecord>,
+    /// Records that could not be read: path, version (from the name), reason.
+    damaged: Vec<(PathBuf, String)>,
+    damaged_versions: Vec<u64>,
 }
 
 impl CommitLog {
-    /// Reads `<root>/commits/` (empty when absent). A damaged record is an
-    /// error naming it (`dckpt repair` removes it).
+    /// Reads `<root>/commits/` (empty when absent). A record that cannot be
+    /// read is set apart ([`CommitLog::damaged`]), never fatal: the versions
+    /// it alone commits stay invisible until `dckpt repair` decides, and
+    /// every other version reads as usual.
     pub fn load(root: &Path) -> Result<Self> {
         let dir = commits_dir(root);
-        let mut records = BTreeMap::new();
+        let mut log = CommitLog::default();
         let entries = match fs::read_dir(&dir) {
             Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(CommitLog { records }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(log),
             Err(e) => return Err(Error::io(&dir, e)),
         };
         for entry in entries {
@@ -133,14 +138,39 @@ impl CommitLog {
             let name = entry.file_name();
             let Some(v) = parse_record_name(&name.to_string_lossy()) else { continue };
             let path = entry.path();
-            let bytes = fs::read(&path).map_err(|e| Error::io(&path, e))?;
-            let record = CommitRecord::decode(&bytes, &path)?;
-            if record.version != v {
-                return Err(Error::corrupt(&path, format!("holds version {}", record.version)));
+            let record = fs::read(&path).map_err(|e| Error::io(&path, e)).and_then(|b| {
+                let r = CommitRecord::decode(&b, &path)?;
+                if r.version != v {
+                    return Err(Error::corrupt(&path, format!("holds version {}", r.version)));
+                }
+                Ok(r)
+            });
+            match record {
+                Ok(r) => {
+                    log.records.insert(v, r);
+                }
+                Err(e) => {
+                    log.damaged.push((path, e.to_string()));
+                    log.damaged_versions.push(v);
+                }
             }
-            records.insert(v, record);
         }
-        Ok(CommitLog { records })
+        Ok(log)
+    }
+
+    /// Records that could not be read, with the reason.
+    pub fn damaged(&self) -> &[(PathBuf, String)] {
+        &self.damaged
+    }
+
+    /// Versions whose record could not be read.
+    pub fn damaged_versions(&self) -> Vec<u64> {
+        self.damaged_versions.clone()
+    }
+
+    /// Every readable record, oldest first.
+    pub fn records(&self) -> impl Iterator<Item = &CommitRecord> {
+        self.records.values()
     }
 
     /// The committed entries of `rank`, oldest first.

@@ -68,6 +68,23 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io(dir, e))
 }
 
+/// Writes all of `bytes` to a stream opened non-blocking, waiting (briefly
+/// sleeping) while a pipe is full.
+fn write_stream(f: &mut File, mut bytes: &[u8]) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        match f.write(bytes) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// Lowercase hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -80,16 +97,20 @@ pub fn hex(bytes: &[u8]) -> String {
 /// exclusive temporary file in `out`'s directory and renamed over it.
 pub fn write_output(out: &Path, bytes: &[u8], store_root: &Path) -> Result<()> {
     let refuse = |reason: &str| Error::UnsafePath { path: out.to_path_buf(), reason: reason.into() };
+    // A stream (character device, pipe) is written in place, also through a
+    // link such as /dev/stdout; a pipe without a reader is an error, not a hang.
+    let stream = fs::metadata(out).is_ok_and(|m| m.file_type().is_char_device() || m.file_type().is_fifo());
+    if stream {
+        let mut f = OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(out).map_err(|e| {
+            match e.raw_os_error() {
+                Some(libc::ENXIO) => refuse("it is a pipe nobody reads"),
+                _ => Error::io(out, e),
+            }
+        })?;
+        return write_stream(&mut f, bytes).map_err(|e| Error::io(out, e));
+    }
     match fs::symlink_metadata(out) {
         Ok(m) if m.file_type().is_symlink() => return Err(refuse("it is a symbolic link")),
-        Ok(m) if m.file_type().is_char_device() || m.file_type().is_fifo() => {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(out)
-                .map_err(|e| Error::io(out, e))?;
-            return f.write_all(bytes).map_err(|e| Error::io(out, e));
-        }
         Ok(m) if !m.is_file() => return Err(refuse("it is not a regular file")),
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

@@ -80,6 +80,9 @@ pub struct OpenNotes {
     pub rolled_forward: Vec<u64>,
     /// Files of unfinished writes that were removed.
     pub removed: Vec<PathBuf>,
+    /// Commit records that could not be read (their versions are not
+    /// visible until `dckpt repair` decides), with the reason.
+    pub damaged_records: Vec<(PathBuf, String)>,
 }
 
 /// The directory of `rank` under `root`.
@@ -103,7 +106,13 @@ pub fn list_ranks(root: &Path) -> Result<Vec<u32>> {
     for entry in fs::read_dir(root).map_err(|e| Error::io(root, e))? {
         let entry = entry.map_err(|e| Error::io(root, e))?;
         let name = entry.file_name();
-        if let Some(r) = name.to_str().and_then(|n| n.strip_prefix("rank-")).and_then(|n| n.parse::<u32>().ok()) {
+        let rank = name.to_str().and_then(|n| n.strip_prefix("rank-")).and_then(|n| n.parse::<u32>().ok());
+        // Only the exact spelling, and only directories (a stray file or an
+        // alias such as `rank-+0` is not a rank).
+        if let Some(r) = rank
+            && name.to_str() == Some(format!("rank-{r:05}").as_str())
+            && entry.path().is_dir()
+        {
             ranks.push(r);
         }
     }
@@ -140,16 +149,15 @@ fn read_manifest(dir: &Path, rank: u32) -> Result<Option<Manifest>> {
 
 /// Adds the versions the commit log lists for the manifest's rank that it
 /// lacks; returns them.
-fn roll_forward(manifest: &mut Manifest, log: &CommitLog) -> Vec<u64> {
-    let mut added = Vec::new();
-    for entry in log.entries_of(manifest.rank) {
-        if manifest.get(entry.version).is_none() {
-            added.push(entry.version);
-            manifest.versions.push(entry);
-        }
-    }
-    if !added.is_empty() {
+pub fn roll_forward(manifest: &mut Manifest, log: &CommitLog) -> Vec<u64> {
+    // Collect first: `get` is a binary search over a sorted list.
+    let missing: Vec<VersionEntry> =
+        log.entries_of(manifest.rank).filter(|e| manifest.get(e.version).is_none()).collect();
+    let added: Vec<u64> = missing.iter().map(|e| e.version).collect();
+    if !missing.is_empty() {
+        manifest.versions.extend(missing);
         manifest.versions.sort_by_key(|v| v.version);
+        manifest.versions.dedup_by_key(|v| v.version);
     }
     added
 }
@@ -190,7 +198,18 @@ impl Store {
         let lock = lock_rank_dir(&dir)?;
         let log = CommitLog::load(&root)?;
         let mut notes = OpenNotes::default();
-        let manifest = match read_manifest(&dir, rank)? {
+        let read = read_manifest(&dir, rank).map_err(|e| match e {
+            Error::Corrupt { path, reason } => Error::NeedsRepair {
+                dir: dir.clone(),
+                reason: format!(
+                    "{}: corrupt: {reason}; `dckpt repair --dir {}` rebuilds it from the diff files",
+                    path.display(),
+                    root.display()
+                ),
+            },
+            other => other,
+        })?;
+        let manifest = match read {
             Some(mut m) => {
                 notes.rolled_forward = roll_forward(&mut m, &log);
                 m
@@ -236,7 +255,8 @@ impl Store {
         if notes.created || !notes.rolled_forward.is_empty() {
             store.write_manifest(&store.manifest.clone())?;
         }
-        notes.removed = store.remove_unfinished(rank == 0)?;
+        notes.removed = store.remove_unfinished(rank == 0, &log.damaged_versions())?;
+        notes.damaged_records = log.damaged().to_vec();
         Ok((store, notes))
     }
 
@@ -263,7 +283,7 @@ impl Store {
     /// Removes temporary files, and diff files of versions not committed
     /// (with `commits`, temporary files of commit records too). Only the
     /// writer (holding the lock) calls it.
-    fn remove_unfinished(&self, commits: bool) -> Result<Vec<PathBuf>> {
+    fn remove_unfinished(&self, commits: bool, damaged: &[u64]) -> Result<Vec<PathBuf>> {
         let mut removed = Vec::new();
         let mut dirs = vec![self.dir.clone()];
         if commits {
@@ -273,8 +293,14 @@ impl Store {
             let Ok(entries) = fs::read_dir(dir) else { continue };
             for entry in entries.flatten() {
                 let name = entry.file_name().to_string_lossy().into_owned();
-                let stale = fsio::is_temp_name(&name)
-                    || (dir == &self.dir && parse_diff_name(&name).is_some_and(|v| self.manifest.get(v).is_none()));
+                // Files and links only; a version whose commit record is
+                // damaged keeps its files for `dckpt repair` to judge.
+                let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+                let stale = !is_dir
+                    && (fsio::is_temp_name(&name)
+                        || (dir == &self.dir
+                            && parse_diff_name(&name)
+                                .is_some_and(|v| self.manifest.get(v).is_none() && !damaged.contains(&v))));
                 if stale {
                     let path = entry.path();
                     fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
@@ -423,4 +449,36 @@ pub fn lock_rank_dir(dir: &Path) -> Result<File> {
     // The pid is a courtesy for the message above; failing to write it is harmless.
     let _ = file.set_len(0).and_then(|()| file.rewind()).and_then(|()| write!(file, "{}", std::process::id()));
     Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::commits::{CommitRecord, RankEntry};
+    use super::*;
+
+    fn entry(version: u64) -> VersionEntry {
+        VersionEntry { version, baseline: version == 1, file_len: 100, trailer: "ab".into() }
+    }
+
+    #[test]
+    fn rolling_forward_keeps_the_list_sorted_and_unique() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for v in [3u64, 6] {
+            let e = RankEntry { rank: 0, baseline: false, file_len: 100, trailer: "ab".into() };
+            CommitRecord { version: v, ranks: 1, entries: vec![e] }.write(dir.path()).expect("write");
+        }
+        let log = CommitLog::load(dir.path()).expect("load");
+        let mut m = Manifest {
+            rank: 0,
+            data_len: 1000,
+            chunk_size: 64,
+            method: Method::Tree,
+            hash: HashAlgo::Murmur3,
+            versions: [1, 2, 4, 5, 6].into_iter().map(entry).collect(),
+        };
+        assert_eq!(roll_forward(&mut m, &log), vec![3]);
+        let got: Vec<u64> = m.versions.iter().map(|v| v.version).collect();
+        assert_eq!(got, vec![1, 2, 3, 4, 5, 6]);
+        assert!(Manifest::decode(&m.encode(), Path::new("m")).is_ok());
+    }
 }

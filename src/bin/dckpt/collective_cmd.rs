@@ -85,6 +85,9 @@ pub fn checkpoint(a: CheckpointArgs) -> Result<ExitCode> {
         // Every rank learns whether every rank could read its input.
         let data = all_agree(world, "reading the input", 0, data)?;
         let mut ckpt = Collective::open(world, &a.dir, data.len() as u64, &store, &copts)?;
+        for w in &ckpt.engine().open_report().warnings {
+            eprintln!("dckpt: warning: {w}");
+        }
         let r = ckpt.checkpoint(a.version, &data)?;
         let c = &r.checkpoint;
         println!(
