@@ -13,6 +13,7 @@
 //! | [`hash`] | 128-bit chunk and node digests (Murmur3, XXH3, BLAKE3, SHA-1) |
 //! | [`layout`] | the Merkle tree shape over `n` chunks (every node a contiguous range) |
 //! | [`record`] | the historical record: digest → where its bytes were first stored |
+//! | [`regions`] | a diff's regions and the rewrite that gives some to other ranks |
 //! | [`dedup`] | the methods Full, Basic, List and Tree (the CPU engine) |
 //! | [`diff`] | the in-memory result of one de-duplication |
 //! | [`format`] | the on-disk diff file and manifest codecs (bounds-checked) |
@@ -53,6 +54,7 @@ pub mod hash;
 pub mod inspect;
 pub mod layout;
 pub mod record;
+pub mod regions;
 pub mod repair;
 pub mod restore;
 pub mod store;

@@ -6,7 +6,6 @@
 
 use super::{CheckpointReport, Engine, Worker, report_of};
 use crate::backend::cuda::{GpuInput, GpuTimings};
-use crate::collective::regions::{self, Conversion, FirstBytes};
 use crate::dedup::{DedupInput, Pending, record_entries};
 use crate::diff::Diff;
 use crate::format::manifest::VersionEntry;
@@ -14,6 +13,7 @@ use crate::format::{encode_meta, finish_body};
 use crate::hash::Digest;
 use crate::layout::Layout;
 use crate::record::RecordEntry;
+use crate::regions::{self, Conversion, FirstBytes};
 use crate::{Error, Result};
 use std::io::Write;
 use std::time::Instant;

@@ -1,6 +1,6 @@
 //! Restore on the GPU: the needed blocks are read (and verified) once on the
-//! host into pinned memory, copied to the device in one H2D transfer, and a
-//! scatter kernel puts every piece in place.
+//! host into one staging buffer, copied to the device in one H2D transfer,
+//! and a scatter kernel puts every piece in place.
 
 use super::{Gpu, cuda_err};
 use crate::restore::{RestoreStats, stage_version};
@@ -32,10 +32,6 @@ pub fn restore_on_gpu(
     }
     let st = gpu.stream.clone();
     let ev = || st.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda_err);
-    // SAFETY: the pinned buffer is fully written below before any use.
-    let mut pinned =
-        unsafe { gpu.ctx.alloc_pinned_with_flags::<u8>(staged.bytes.len().max(1), 0) }.map_err(cuda_err)?;
-    pinned.as_mut_slice().map_err(cuda_err)?[..staged.bytes.len()].copy_from_slice(&staged.bytes);
     let src: Vec<u64> = staged.copies.iter().map(|c| c.0).collect();
     let dst: Vec<u64> = staged.copies.iter().map(|c| c.1).collect();
     let len: Vec<u64> = staged.copies.iter().map(|c| c.2).collect();
@@ -43,9 +39,11 @@ pub fn restore_on_gpu(
     let mut dev = st.alloc_zeros::<u8>(staged.bytes.len().max(1)).map_err(cuda_err)?;
     let e0 = ev()?;
     {
-        let host = pinned.as_slice().map_err(cuda_err)?;
+        // From the staging buffer as it is (pageable, ~11 GB/s on the H100
+        // host): allocating pinned memory per restore costs more (1.8 GB/s)
+        // until a pre-allocated pinned arena (the host tier) serves restores.
         let mut view = dev.slice_mut(0..staged.bytes.len());
-        st.memcpy_htod(&host[..staged.bytes.len()], &mut view).map_err(cuda_err)?;
+        st.memcpy_htod(&staged.bytes[..], &mut view).map_err(cuda_err)?;
     }
     let (d_src, d_dst, d_len) = (
         st.clone_htod(&src).map_err(cuda_err)?,

@@ -1,0 +1,357 @@
+//! Regions of a diff and what giving one away does to it: the FIRST regions
+//! a rank can offer to other ranks ([`first_regions`]), and, once an owner
+//! is chosen for some of them ([`Conversion`]), the rewrite of the diff into
+//! cross-rank references ([`apply`]) and of its record entries
+//! ([`relocate`]). Pure functions over diffs and layouts: the engine uses
+//! them without knowing how owners are chosen (`collective::regions` reads
+//! them off the reduction's result).
+//!
+//! A region is a Merkle node inside a FIRST run, at most `2^max_level`
+//! chunks: runs are cut into the largest aligned nodes that fit, so ranks
+//! holding the same bytes at the same offsets offer the same digests, and a
+//! replicated buffer is offered in pieces small enough to spread over the
+//! ranks.
+
+use crate::diff::{Diff, FirstRun, ShiftRun};
+use crate::hash::Digest;
+use crate::layout::{Layout, NodeId};
+use crate::record::RecordEntry;
+use rayon::prelude::*;
+use std::ops::Range;
+
+/// A region this rank would store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Region {
+    /// Digest of the node (as the record stores it).
+    pub digest: Digest,
+    /// The node in this rank's tree.
+    pub node: NodeId,
+    /// First chunk.
+    pub start: u64,
+    /// Number of chunks.
+    pub count: u64,
+    /// Bytes it covers.
+    pub bytes: u64,
+}
+
+/// The largest node level whose nodes hold at most `region_bytes` bytes
+/// (level 0, one chunk, at least).
+pub fn max_region_level(chunk_size: u32, region_bytes: u64) -> u32 {
+    let mut k = 0;
+    while k < 40 && u64::from(chunk_size) << (k + 1) <= region_bytes {
+        k += 1;
+    }
+    k
+}
+
+/// Cuts `chunks` into the largest nodes of `layout` (at most `max_level`)
+/// that lie inside it, left to right.
+fn node_cover(layout: &Layout, chunks: Range<u64>, max_level: u32) -> Vec<NodeId> {
+    let mut out = Vec::new();
+    let mut at = chunks.start;
+    while at < chunks.end {
+        let mut k = max_level.min(at.trailing_zeros()).min(layout.levels() - 1);
+        while k > 0 && layout.node_chunks(NodeId::new(k, at >> k)).end > chunks.end {
+            k -= 1;
+        }
+        let node = NodeId::new(k, at >> k);
+        out.push(node);
+        at = layout.node_chunks(node).end;
+    }
+    out
+}
+
+pub use crate::hash::subtree_digest;
+
+/// Where the bytes of a diff's FIRST chunks can be read: the whole
+/// protected buffer (CPU), or only the FIRST runs' bytes concatenated in run
+/// order (what a GPU diff carries).
+pub struct FirstBytes<'a> {
+    layout: Layout,
+    data: &'a [u8],
+    /// `(first chunk, end chunk, offset in data)` per FIRST run; empty = whole buffer.
+    runs: Vec<(u64, u64, u64)>,
+}
+
+impl<'a> FirstBytes<'a> {
+    /// The whole buffer.
+    pub fn whole(layout: Layout, data: &'a [u8]) -> Self {
+        FirstBytes { layout, data, runs: Vec::new() }
+    }
+
+    /// `diff`'s FIRST runs' bytes, concatenated in run order.
+    pub fn gathered(diff: &Diff, first_data: &'a [u8]) -> Self {
+        let mut at = 0;
+        let runs = diff
+            .first
+            .iter()
+            .map(|r| {
+                let b = diff.layout.chunk_bytes(r.start..r.start + r.count);
+                let entry = (r.start, r.start + r.count, at);
+                at += b.end - b.start;
+                entry
+            })
+            .collect();
+        FirstBytes { layout: diff.layout, data: first_data, runs }
+    }
+
+    /// The bytes of chunks `range`, which must lie inside one FIRST run.
+    pub fn get(&self, range: Range<u64>) -> &'a [u8] {
+        let b = self.layout.chunk_bytes(range.clone());
+        if self.runs.is_empty() {
+            return &self.data[b.start as usize..b.end as usize];
+        }
+        let k = self.runs.partition_point(|r| r.1 <= range.start);
+        let (start, _, off) = self.runs[k];
+        let base = self.layout.chunk_bytes(start..start).start;
+        let from = (off + b.start - base) as usize;
+        &self.data[from..from + (b.end - b.start) as usize]
+    }
+
+    /// The bytes of `runs` (inside the FIRST runs) concatenated in order.
+    pub fn gather(&self, runs: &[FirstRun]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for r in runs {
+            let mut at = r.start;
+            while at < r.start + r.count {
+                // Cut at the end of the source run holding `at`.
+                let k = self.runs.partition_point(|x| x.1 <= at);
+                let end = self.runs.get(k).map_or(r.start + r.count, |x| x.1).min(r.start + r.count);
+                out.extend_from_slice(self.get(at..end));
+                at = end;
+            }
+        }
+        out
+    }
+}
+
+/// The regions of `diff`'s FIRST runs, with their digests over `bytes`.
+pub fn first_regions(diff: &Diff, bytes: &FirstBytes<'_>, max_level: u32) -> Vec<Region> {
+    let layout = diff.layout;
+    let nodes: Vec<NodeId> =
+        diff.first.iter().flat_map(|r| node_cover(&layout, r.start..r.start + r.count, max_level)).collect();
+    nodes
+        .into_par_iter()
+        .with_min_len(64)
+        .map(|node| {
+            let c = layout.node_chunks(node);
+            let b = layout.node_bytes(node);
+            Region {
+                digest: subtree_digest(diff.hash, layout.chunk_size(), bytes.get(c.clone())),
+                node,
+                start: c.start,
+                count: c.end - c.start,
+                bytes: b.end - b.start,
+            }
+        })
+        .collect()
+}
+
+/// A region this rank hands to another owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conversion {
+    /// The region, in this rank's numbering.
+    pub region: Region,
+    /// The rank that stores it.
+    pub owner: u32,
+    /// Its first chunk in the owner's numbering.
+    pub owner_start: u64,
+}
+
+/// Rewrites `diff`: every converted region leaves the FIRST runs and becomes
+/// a cross-rank reference to its owner's copy in the same version. A dense
+/// version with conversions stays a baseline but is no longer dense.
+pub fn apply(diff: &mut Diff, conv: &[Conversion]) {
+    if conv.is_empty() {
+        return;
+    }
+    let mut first = Vec::with_capacity(diff.first.len() + conv.len());
+    let mut k = 0;
+    for run in &diff.first {
+        let (mut at, end) = (run.start, run.start + run.count);
+        while k < conv.len() && conv[k].region.start < end {
+            let r = conv[k].region;
+            if r.start > at {
+                first.push(FirstRun { start: at, count: r.start - at });
+            }
+            at = r.start + r.count;
+            k += 1;
+        }
+        if at < end {
+            first.push(FirstRun { start: at, count: end - at });
+        }
+    }
+    let refs = conv.iter().map(|c| ShiftRun {
+        start: c.region.start,
+        count: c.region.count,
+        src_version: diff.version,
+        src_rank: c.owner,
+        src_start: c.owner_start,
+        reference: Some(c.region.digest),
+    });
+    let (me, version) = (diff.rank, diff.version);
+    let mut shift: Vec<ShiftRun> = diff
+        .shift
+        .iter()
+        .flat_map(|s| if s.src_rank == me && s.src_version == version { redirect(s, conv) } else { vec![*s] })
+        .chain(refs)
+        .collect();
+    shift.sort_unstable_by_key(|s| s.start);
+    diff.first = first;
+    diff.shift = shift;
+    diff.dense = false;
+    diff.coalesce();
+}
+
+/// A SHIFT run pointing into this very version, cut where its source
+/// crosses converted regions: the pieces inside one point at the owner's
+/// copy instead (the bytes left this file), the others stay.
+fn redirect(s: &ShiftRun, conv: &[Conversion]) -> Vec<ShiftRun> {
+    let (mut at, end) = (s.src_start, s.src_start + s.count);
+    let mut out = Vec::new();
+    let mut k = conv.partition_point(|x| x.region.start + x.region.count <= at);
+    while at < end {
+        let piece = |from: u64, to: u64, rank: u32, src: u64| ShiftRun {
+            start: s.start + (from - s.src_start),
+            count: to - from,
+            src_rank: rank,
+            src_start: src,
+            ..*s
+        };
+        match conv.get(k).filter(|x| x.region.start < end) {
+            Some(x) if x.region.start <= at => {
+                let to = (x.region.start + x.region.count).min(end);
+                out.push(piece(at, to, x.owner, x.owner_start + (at - x.region.start)));
+                at = to;
+                k += 1;
+            }
+            Some(x) => {
+                out.push(piece(at, x.region.start, s.src_rank, at));
+                at = x.region.start;
+            }
+            None => {
+                out.push(piece(at, end, s.src_rank, at));
+                at = end;
+            }
+        }
+    }
+    out
+}
+
+/// Where a record entry of this version points after the conversions: an
+/// entry whose node lies inside one converted region points at the owner's
+/// copy (when that node exists in the owner's tree), so later versions
+/// de-duplicate against it as against the rank's own history; one that
+/// overlaps a converted region otherwise is dropped (its bytes are no longer
+/// stored here as one piece); the rest stay.
+pub fn relocate(
+    entry: &RecordEntry,
+    me: u32,
+    layout: &Layout,
+    conv: &[Conversion],
+    layouts: &[Layout],
+) -> Option<RecordEntry> {
+    if entry.rank != me {
+        return Some(*entry);
+    }
+    let c = layout.node_chunks(entry.node);
+    let i = conv.partition_point(|x| x.region.start + x.region.count <= c.start);
+    let Some(x) = conv.get(i).filter(|x| x.region.start < c.end) else { return Some(*entry) };
+    if c.start < x.region.start || c.end > x.region.start + x.region.count {
+        return None;
+    }
+    let start = c.start - x.region.start + x.owner_start;
+    let level = entry.node.level();
+    let node = NodeId::new(level, start >> level);
+    let owner_layout = layouts.get(x.owner as usize)?;
+    let fits = start.trailing_zeros() >= level || start == 0;
+    (fits && owner_layout.contains(node) && owner_layout.node_chunks(node) == (start..start + (c.end - c.start)))
+        .then_some(RecordEntry { version: entry.version, rank: x.owner, node })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::HashAlgo;
+    use crate::layout::Layout;
+
+    #[test]
+    fn node_cover_tiles_any_range_with_nodes_inside_it() {
+        for n in [1u64, 2, 7, 64, 100, 257] {
+            let layout = Layout::new(n * 64 - 3, 64).unwrap();
+            for max in [0, 1, 3, 10] {
+                for a in 0..n.min(20) {
+                    for b in (a + 1)..=n {
+                        let nodes = node_cover(&layout, a..b, max);
+                        let mut at = a;
+                        for node in nodes {
+                            assert!(node.level() <= max && layout.contains(node));
+                            let c = layout.node_chunks(node);
+                            assert_eq!(c.start, at);
+                            at = c.end;
+                        }
+                        assert_eq!(at, b);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn gathered_first_bytes_read_like_the_whole_buffer() {
+        use crate::diff::RegionEncoding;
+        let data: Vec<u8> = (0..(50 * 64 + 7)).map(|i| (i * 13 % 251) as u8).collect();
+        let layout = Layout::new(data.len() as u64, 64).unwrap();
+        let first =
+            vec![FirstRun { start: 2, count: 5 }, FirstRun { start: 10, count: 1 }, FirstRun { start: 40, count: 11 }];
+        let diff = Diff {
+            version: 1,
+            rank: 0,
+            layout,
+            hash: HashAlgo::Murmur3,
+            method: crate::Method::Tree,
+            baseline: true,
+            dense: false,
+            first: first.clone(),
+            shift: Vec::new(),
+            encoding: RegionEncoding::Table,
+        };
+        let mut gathered = vec![0u8; diff.data_bytes() as usize];
+        diff.gather_into(&data, &mut gathered);
+        let (whole, part) = (FirstBytes::whole(layout, &data), FirstBytes::gathered(&diff, &gathered));
+        for r in &first {
+            for a in r.start..r.start + r.count {
+                for b in a + 1..=r.start + r.count {
+                    assert_eq!(whole.get(a..b), part.get(a..b), "chunks {a}..{b}");
+                }
+            }
+        }
+        let sub = [FirstRun { start: 3, count: 2 }, FirstRun { start: 40, count: 1 }, FirstRun { start: 45, count: 6 }];
+        assert_eq!(part.gather(&sub), whole.gather(&sub));
+        assert_eq!(part.gather(&first), gathered);
+    }
+
+    #[test]
+    fn node_digest_matches_the_tree_the_dedup_builds() {
+        let data: Vec<u8> = (0..(37 * 32 + 5)).map(|i| (i * 7 % 251) as u8).collect();
+        let layout = Layout::new(data.len() as u64, 32).unwrap();
+        for hash in [HashAlgo::Murmur3, HashAlgo::Blake3] {
+            let leaves = crate::dedup::hash_leaves(&data, layout, hash, None);
+            // Build every level the way the layout defines it.
+            let mut level: Vec<Digest> = leaves.iter().map(|(_, d)| *d).collect();
+            let mut k = 0;
+            loop {
+                for (i, d) in level.iter().enumerate() {
+                    let b = layout.node_bytes(NodeId::new(k, i as u64));
+                    let bytes = &data[b.start as usize..b.end as usize];
+                    assert_eq!(subtree_digest(hash, 32, bytes), *d, "node ({k}, {i})");
+                }
+                if level.len() == 1 {
+                    break;
+                }
+                level = level.chunks(2).map(|p| if let [l, r] = p { hash.node(*l, *r) } else { p[0] }).collect();
+                k += 1;
+            }
+        }
+    }
+}
