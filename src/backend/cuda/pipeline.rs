@@ -206,8 +206,10 @@ struct Scratch {
 
 /// A rank's de-duplication state on the GPU: the previous version's leaf
 /// digests, the record as an open-addressing table, and reusable buffers
-/// (device output buffer, pinned host buffer) so a checkpoint allocates
-/// nothing.
+/// (device output buffer, pinned host buffer). The pinned buffer grows on
+/// demand (pinned allocation is slow: ~1.8 GB/s on the H100 host), so
+/// opening an engine does not pay for a whole-buffer copy that incremental
+/// versions never need; once grown, checkpoints allocate nothing.
 pub struct GpuDedup {
     gpu: Arc<Gpu>,
     layout: Layout,
@@ -228,7 +230,9 @@ pub struct GpuDedup {
     s: Scratch,
     counters: CudaSlice<u64>,
     out: CudaSlice<u8>,
-    pinned: PinnedHostSlice<u8>,
+    pinned: Option<PinnedHostSlice<u8>>,
+    /// The largest file a version can produce (the pinned buffer's cap).
+    max_body: usize,
     table: DeviceTable,
     pending: Option<u32>,
     pending_dense: bool,
@@ -281,8 +285,6 @@ impl GpuDedup {
         // Largest body: header + both tables (≤ 40 B per chunk) + bitmap + all data.
         let max_body =
             96 + 40 * n + n.div_ceil(8) + layout.data_len() + 16 + 32 * layout.data_len().div_ceil(BLOCK_SIZE);
-        // SAFETY: pinned memory is written by the D2H copy before it is read.
-        let pinned = unsafe { gpu.ctx.alloc_pinned_with_flags::<u8>(max_body as usize, 0) }.map_err(gpu_oom)?;
         // Room for a baseline's 2n entries plus a worst-case version's 2n at a load of 3/4.
         let cap = (6 * n.max(256)).next_power_of_two() as usize;
         let table = DeviceTable::new(&gpu, cap)?;
@@ -304,7 +306,8 @@ impl GpuDedup {
             s,
             counters: z64(COUNTERS as u64)?,
             out: z8(max_body)?,
-            pinned,
+            pinned: None,
+            max_body: max_body as usize,
             table,
             pending: None,
             pending_dense: false,
@@ -371,15 +374,15 @@ impl GpuDedup {
     }
 
     /// Rebuilds the state after a reopen from `data`, the restored bytes of
-    /// committed version `latest`: one baseline pass of the pipeline (the
-    /// previous leaves, and the entries a baseline inserts), then
+    /// committed version `latest`: one baseline pass of the pipeline without
+    /// output (the previous leaves, and the entries a baseline inserts), then
     /// `table_locate` moves every entry to where its bytes are stored per
     /// `runs` (engine::rebuild's rule) or drops it. Same record as the CPU's.
     pub fn rebuild(&mut self, latest: u64, data: &[u8], runs: &[StoredRun]) -> Result<()> {
         if self.method == Method::Full {
             return Ok(());
         }
-        self.checkpoint(latest, GpuInput::Host(data), true)?;
+        self.compute_with(latest, GpuInput::Host(data), true, false)?;
         self.commit()?;
         if !self.method.uses_record() || self.table_entries == 0 {
             return Ok(());
@@ -472,7 +475,7 @@ impl GpuDedup {
     /// undone by [`GpuDedup::rollback`].
     pub fn checkpoint(&mut self, version: u64, input: GpuInput<'_>, baseline: bool) -> Result<GpuCheckpoint> {
         let c = self.compute(version, input, baseline)?;
-        let host = &self.pinned.as_slice().map_err(cuda_err)?[..c.prefix_len];
+        let host = &self.pinned_host()?[..c.prefix_len];
         let data_end = c.data_start + c.data_len;
         let (_, diff, _) =
             decode_body(&host[..data_end]).map_err(|e| Error::Gpu(format!("the GPU produced an invalid diff: {e}")))?;
@@ -495,7 +498,7 @@ impl GpuDedup {
 
     /// The last computed file of `file_len` bytes, up to its trailer.
     pub fn pinned_prefix(&self, file_len: usize) -> Result<&[u8]> {
-        let host = self.pinned.as_slice().map_err(cuda_err)?;
+        let host = self.pinned_host()?;
         host.get(..file_len.saturating_sub(32)).ok_or_else(|| Error::Internal("GPU file prefix".into()))
     }
 
@@ -505,6 +508,28 @@ impl GpuDedup {
         v.extend_from_slice(self.file_prefix(cp)?);
         v.extend_from_slice(&cp.trailer);
         Ok(v)
+    }
+
+    /// Makes the pinned buffer hold at least `len` bytes (growing by half
+    /// again, at most to the largest possible file).
+    fn ensure_pinned(&mut self, len: usize) -> Result<()> {
+        let cap = self.pinned.as_ref().map_or(0, PinnedHostSlice::len);
+        if cap >= len {
+            return Ok(());
+        }
+        let want = len.max(cap + cap / 2).min(self.max_body.max(len));
+        self.pinned = None; // free before allocating the larger one
+        // SAFETY: pinned memory is written by a D2H copy before it is read.
+        let p = unsafe { self.gpu.ctx.alloc_pinned_with_flags::<u8>(want, 0) }.map_err(gpu_oom)?;
+        self.pinned = Some(p);
+        Ok(())
+    }
+
+    fn pinned_host(&self) -> Result<&[u8]> {
+        match &self.pinned {
+            Some(p) => p.as_slice().map_err(cuda_err),
+            None => Ok(&[]),
+        }
     }
 
     /// Launches the block-digest kernel over `len` bytes at device address
@@ -527,6 +552,12 @@ impl GpuDedup {
     /// pinned host buffer: returns `(body bytes, data start, timings)`.
     /// This is the part a checkpoint blocks the application for.
     pub fn compute(&mut self, version: u64, input: GpuInput<'_>, baseline: bool) -> Result<Computed> {
+        self.compute_with(version, input, baseline, true)
+    }
+
+    /// [`GpuDedup::compute`]; without `emit`, stops once the labels and the
+    /// record are computed (no digests, no D2H: what a rebuild needs).
+    fn compute_with(&mut self, version: u64, input: GpuInput<'_>, baseline: bool, emit: bool) -> Result<Computed> {
         let version32 = u32::try_from(version).map_err(|_| {
             Error::InvalidOption(format!("version {version} exceeds the supported maximum {}", u32::MAX))
         })?;
@@ -585,6 +616,12 @@ impl GpuDedup {
             self.ensure_table(cap)?;
         }
         let e2 = ev(&st)?;
+        if !emit {
+            st.synchronize().map_err(cuda_err)?;
+            self.pending = Some(version32);
+            let timings = timings(&e0, &e1, &e2, &e2)?;
+            return Ok(Computed { prefix_len: 0, data_start: 0, data_len: 0, timings });
+        }
         let counters = st.clone_dtoh(&self.counters).map_err(cuda_err)?;
         let wft = self.method != Method::Basic;
         let bitmap_len = if wft { 0 } else { self.layout.chunks().div_ceil(8) };
@@ -596,8 +633,12 @@ impl GpuDedup {
         self.launch_block_digests(out_ptr + data_start, data_len, out_ptr + body_len)?;
         let prefix_len = (body_len + 32 * data_len.div_ceil(BLOCK_SIZE)) as usize;
         {
+            self.ensure_pinned(prefix_len)?;
             let src = self.out.slice(0..prefix_len);
-            let host = self.pinned.as_mut_slice().map_err(cuda_err)?;
+            let host = match &mut self.pinned {
+                Some(p) => p.as_mut_slice().map_err(cuda_err)?,
+                None => return Err(Error::Internal("pinned buffer".into())),
+            };
             st.memcpy_dtoh(&src, &mut host[..prefix_len]).map_err(cuda_err)?;
         }
         let e3 = ev(&st)?;
@@ -621,19 +662,23 @@ impl GpuDedup {
         e1: &cudarc::driver::CudaEvent,
     ) -> Result<Computed> {
         let st = self.gpu.stream.clone();
+        let meta = whole_meta(self.rank, self.layout, self.hash, self.method, version);
+        let len = self.layout.data_len() as usize;
+        let digests = 32 * (len as u64).div_ceil(BLOCK_SIZE) as usize;
+        self.ensure_pinned(meta.len() + len + digests)?;
         let src: &CudaSlice<u8> = match input {
             GpuInput::Device(d) => d,
             GpuInput::Host(_) => self.staging.as_ref().ok_or_else(|| Error::Gpu("no staging buffer".into()))?,
         };
-        let meta = whole_meta(self.rank, self.layout, self.hash, self.method, version);
-        let len = self.layout.data_len() as usize;
         let ev = || st.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda_err);
         let e2 = ev()?;
         // Block digests of the input itself, into the (otherwise unused) output buffer.
-        let digests = 32 * (len as u64).div_ceil(BLOCK_SIZE) as usize;
         self.launch_block_digests(ptr(src, &self.gpu), len as u64, ptr(&self.out, &self.gpu))?;
         {
-            let host = self.pinned.as_mut_slice().map_err(cuda_err)?;
+            let host = match &mut self.pinned {
+                Some(p) => p.as_mut_slice().map_err(cuda_err)?,
+                None => return Err(Error::Internal("pinned buffer".into())),
+            };
             host[..meta.len()].copy_from_slice(&meta);
             st.memcpy_dtoh(src, &mut host[meta.len()..meta.len() + len]).map_err(cuda_err)?;
             let d = self.out.slice(0..digests);
