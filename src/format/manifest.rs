@@ -46,30 +46,13 @@ pub struct Manifest {
 impl Manifest {
     /// Text form with its checksum line.
     pub fn encode(&self) -> Vec<u8> {
-        // Serializing plain data to a String cannot fail.
-        let body = serde_json::to_string_pretty(self).unwrap_or_default();
-        let sum = blake3::hash(body.as_bytes()).to_hex();
-        format!("{TAG} {MANIFEST_FORMAT} {sum}\n{body}\n").into_bytes()
+        super::checked_json::encode(TAG, MANIFEST_FORMAT, self, true)
     }
 
     /// Parses and checks the text form.
     pub fn decode(bytes: &[u8], path: &Path) -> Result<Self> {
         let corrupt = |r: String| Error::corrupt(path, r);
-        let text = std::str::from_utf8(bytes).map_err(|_| corrupt("manifest is not UTF-8".into()))?;
-        let (first, rest) = text.split_once('\n').ok_or_else(|| corrupt("manifest has no header line".into()))?;
-        let mut words = first.split(' ');
-        if words.next() != Some(TAG) {
-            return Err(corrupt("not a dckpt manifest".into()));
-        }
-        if !matches!(words.next(), Some("1" | "2")) {
-            return Err(corrupt("unsupported manifest format".into()));
-        }
-        let sum = words.next().ok_or_else(|| corrupt("manifest checksum missing".into()))?;
-        let body = rest.strip_suffix('\n').unwrap_or(rest);
-        if blake3::hash(body.as_bytes()).to_hex().as_str() != sum {
-            return Err(corrupt("manifest checksum mismatch".into()));
-        }
-        let m: Manifest = serde_json::from_str(body).map_err(|e| corrupt(format!("manifest: {e}")))?;
+        let m: Manifest = super::checked_json::decode(bytes, path, TAG, &["1", "2"], "manifest")?;
         if m.versions.windows(2).any(|w| w[0].version >= w[1].version) {
             return Err(corrupt("manifest versions are not increasing".into()));
         }

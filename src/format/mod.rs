@@ -3,6 +3,7 @@
 //! Every length read from disk is checked against the bytes actually there
 //! before it is used.
 
+pub mod checked_json;
 pub mod codec;
 pub mod diff_file;
 pub mod manifest;

@@ -63,27 +63,13 @@ pub fn record_path(root: &Path, version: u64) -> PathBuf {
 impl CommitRecord {
     /// Text form with its checksum line.
     pub fn encode(&self) -> Vec<u8> {
-        let body = serde_json::to_string(self).unwrap_or_default();
-        let sum = blake3::hash(body.as_bytes()).to_hex();
-        format!("{TAG} 1 {sum}\n{body}\n").into_bytes()
+        crate::format::checked_json::encode(TAG, 1, self, false)
     }
 
     /// Parses and checks the text form.
     pub fn decode(bytes: &[u8], path: &Path) -> Result<Self> {
         let corrupt = |r: &str| Error::corrupt(path, r.to_string());
-        let text = std::str::from_utf8(bytes).map_err(|_| corrupt("commit record is not UTF-8"))?;
-        let (first, rest) = text.split_once('\n').ok_or_else(|| corrupt("commit record has no header line"))?;
-        let mut words = first.split(' ');
-        if words.next() != Some(TAG) || words.next() != Some("1") {
-            return Err(corrupt("not a dckpt commit record of format 1"));
-        }
-        let sum = words.next().ok_or_else(|| corrupt("commit record checksum missing"))?;
-        let body = rest.strip_suffix('\n').unwrap_or(rest);
-        if blake3::hash(body.as_bytes()).to_hex().as_str() != sum {
-            return Err(corrupt("commit record checksum mismatch"));
-        }
-        let r: CommitRecord =
-            serde_json::from_str(body).map_err(|e| Error::corrupt(path, format!("commit record: {e}")))?;
+        let r: CommitRecord = crate::format::checked_json::decode(bytes, path, TAG, &["1"], "commit record")?;
         let ranks_ok =
             r.entries.len() == r.ranks as usize && r.entries.iter().enumerate().all(|(i, e)| e.rank as usize == i);
         if !ranks_ok {
