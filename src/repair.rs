@@ -28,7 +28,7 @@ use crate::restore::Catalog;
 use crate::store::commits::{CommitLog, commits_dir, record_path};
 use crate::store::{self, diff_files_present, hex, list_ranks, rank_dir, roll_forward, sync_dir, write_atomic};
 use crate::{Error, Result};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -117,18 +117,90 @@ pub fn repair_store(root: &Path, dry_run: bool) -> Result<RepairReport> {
             set_aside(&mut report, &record_path(root, r.version), &why, dry_run)?;
         }
     }
-    let mut delisted: BTreeSet<u64> = BTreeSet::new();
+    // Phase 1: every rank's manifest readable, rolled forward, starting at a baseline.
+    let mut manifests: BTreeMap<u32, Manifest> = BTreeMap::new();
     for &rank in &ranks {
         let dir = rank_dir(root, rank);
         if !dir.is_dir() || fs::symlink_metadata(&dir).is_ok_and(|m| m.file_type().is_symlink()) {
             continue;
         }
         report.ranks += 1;
-        delisted.extend(repair_rank(root, rank, &log, &set_aside_versions, dry_run, &mut report)?);
+        if let Some((m, unchanged)) = settle_manifest(root, rank, &log, &set_aside_versions, dry_run, &mut report)? {
+            if dry_run && !unchanged {
+                report
+                    .act(&rank_dir(root, rank), "dry run: its manifest would change, so its versions are not checked");
+                continue;
+            }
+            manifests.insert(rank, m);
+        }
     }
-    // A collective version delisted on any rank is committed nowhere any more.
+    // Phase 2: delist what does not restore (a full verified restore, every
+    // reference checked), until nothing changes: a version whose chain ran
+    // through a delisted one fails in the next pass and goes too.
+    let mut delisted: BTreeMap<u32, BTreeSet<u64>> = BTreeMap::new();
+    loop {
+        let mut catalog = Catalog::new(root);
+        let mut bad: Vec<(u32, u64)> = Vec::new();
+        for (&rank, m) in &manifests {
+            for e in &m.versions {
+                match crate::restore::restore_in(&mut catalog, rank, e.version) {
+                    Ok(_) => {}
+                    Err(err) if is_damage(&err) => bad.push((rank, e.version)),
+                    Err(err) => return Err(err),
+                }
+            }
+        }
+        if bad.is_empty() {
+            break;
+        }
+        for (rank, v) in bad {
+            let dir = rank_dir(root, rank);
+            report.act(&dir.join(store::diff_file_name(v)), "committed version that no longer restores: delisted");
+            // Every later version up to the next baseline goes too: its
+            // unchanged chunks would otherwise resolve to an older version
+            // (wrong bytes that no checksum catches).
+            let gone = delisted.entry(rank).or_default();
+            gone.insert(v);
+            if let Some(m) = manifests.get(&rank) {
+                for e in m.versions.iter().filter(|e| e.version > v) {
+                    if e.baseline {
+                        break;
+                    }
+                    if gone.insert(e.version) {
+                        report.act(
+                            &dir.join(store::diff_file_name(e.version)),
+                            "delisted: its chain runs through a delisted version",
+                        );
+                    }
+                }
+            }
+        }
+        for (&rank, m) in manifests.iter_mut() {
+            let gone = delisted.get(&rank).cloned().unwrap_or_default();
+            m.versions.retain(|e| !gone.contains(&e.version));
+            trim_to_baseline(m, &rank_dir(root, rank), &mut report, delisted.entry(rank).or_default());
+            if !dry_run {
+                write_manifest(&rank_dir(root, rank), m)?;
+            }
+        }
+        if dry_run {
+            break; // later passes read the manifests from disk
+        }
+    }
+    // Phase 3: files of delisted versions set aside, leftovers removed, and
+    // the commit records of versions delisted anywhere set aside.
+    let mut any_delisted: BTreeSet<u64> = BTreeSet::new();
+    for (&rank, m) in &manifests {
+        let dir = rank_dir(root, rank);
+        let gone = delisted.get(&rank).cloned().unwrap_or_default();
+        any_delisted.extend(gone.iter().copied());
+        let committed_elsewhere: BTreeSet<u64> = log.entries_of(rank).map(|e| e.version).collect();
+        let listed = |v: u64| m.get(v).is_some();
+        let keep = |v: u64| gone.contains(&v) || set_aside_versions.contains(&v) || committed_elsewhere.contains(&v);
+        clean_files(&dir, &listed, &keep, dry_run, &mut report)?;
+    }
     for r in log.records() {
-        if delisted.contains(&r.version) && !set_aside_versions.contains(&r.version) {
+        if any_delisted.contains(&r.version) && !set_aside_versions.contains(&r.version) {
             let path = record_path(root, r.version);
             set_aside(&mut report, &path, "commit record of a version delisted on some rank", dry_run)?;
         }
@@ -157,15 +229,32 @@ fn set_aside(report: &mut RepairReport, path: &Path, why: &str, dry_run: bool) -
     Ok(())
 }
 
-/// Repairs one rank; returns the versions it delisted.
-fn repair_rank(
+fn write_manifest(dir: &Path, m: &Manifest) -> Result<()> {
+    write_atomic(&dir.join("MANIFEST"), &m.encode())?;
+    sync_dir(dir)
+}
+
+/// Keeps the manifest's rule: the oldest listed version is a baseline.
+fn trim_to_baseline(m: &mut Manifest, dir: &Path, report: &mut RepairReport, delisted: &mut BTreeSet<u64>) {
+    let first_baseline = m.versions.iter().position(|e| e.baseline).unwrap_or(m.versions.len());
+    for e in m.versions.drain(..first_baseline) {
+        report.act(&dir.join(store::diff_file_name(e.version)), "delisted: no baseline before it restores");
+        delisted.insert(e.version);
+    }
+}
+
+/// Phase 1 for one rank: its manifest as read, or rebuilt from the files
+/// that verify, rolled forward, starting at a baseline, and written; with
+/// whether it equals the one on disk. `None` when the rank has no manifest
+/// and nothing to rebuild one from.
+fn settle_manifest(
     root: &Path,
     rank: u32,
     log: &CommitLog,
     set_aside_versions: &BTreeSet<u64>,
     dry_run: bool,
     report: &mut RepairReport,
-) -> Result<Vec<u64>> {
+) -> Result<Option<(Manifest, bool)>> {
     let dir = rank_dir(root, rank);
     let mpath = dir.join("MANIFEST");
     let decoded = match fs::read(&mpath) {
@@ -173,17 +262,17 @@ fn repair_rank(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(Error::io(&mpath, e)),
     };
-    let (original, on_disk) = match decoded {
+    let original = match decoded {
         Some(Ok(m)) if m.rank != rank => {
             report.act(&mpath, format!("left alone: the manifest is rank {}'s, not rank {rank}'s", m.rank));
-            return Ok(Vec::new());
+            return Ok(None);
         }
-        Some(Ok(m)) => (Some(m), true),
+        Some(Ok(m)) => Some(m),
         Some(Err(e)) => {
             report.act(&mpath, format!("damaged ({e}); rebuilt from the diff files"));
-            (None, false)
+            None
         }
-        None => (None, false),
+        None => None,
     };
     let mut manifest = match original.clone() {
         Some(m) => m,
@@ -194,56 +283,31 @@ fn repair_rank(
             }
             None => {
                 // Nothing to rebuild from: leftovers of a first checkpoint.
-                clean_files(&dir, &|_| false, set_aside_versions, dry_run, report)?;
-                return Ok(Vec::new());
+                clean_files(&dir, &|_| false, &|v| set_aside_versions.contains(&v), dry_run, report)?;
+                return Ok(None);
             }
         },
     };
-    roll_forward(&mut manifest, log);
-    manifest.versions.retain(|e| {
-        !set_aside_versions.contains(&e.version) || original.as_ref().is_some_and(|o| o.get(e.version).is_some())
-    });
-    // The restore check reads the manifest from disk: write the rebuilt one first.
-    let mut written = original.clone();
-    if !dry_run && written.as_ref() != Some(&manifest) {
-        write_atomic(&mpath, &manifest.encode())?;
-        sync_dir(&dir)?;
-        written = Some(manifest.clone());
+    let mut rolled = manifest.clone();
+    roll_forward(&mut rolled, log);
+    rolled.versions.retain(|e| manifest.get(e.version).is_some() || !set_aside_versions.contains(&e.version));
+    manifest = rolled;
+    trim_to_baseline(&mut manifest, &dir, report, &mut BTreeSet::new());
+    let unchanged = original.as_ref() == Some(&manifest);
+    if !dry_run && !unchanged {
+        write_manifest(&dir, &manifest)?;
     }
-    let bad = if dry_run && !on_disk { Vec::new() } else { unrestorable(root, rank, &manifest)? };
-    for &v in &bad {
-        let path = dir.join(store::diff_file_name(v));
-        if path.is_file() {
-            set_aside(report, &path, "committed version that no longer restores; delisted", dry_run)?;
-        } else {
-            report.act(&path, "committed version whose file is missing; delisted");
-        }
-    }
-    manifest.versions.retain(|e| !bad.contains(&e.version));
-    let mut delisted = bad;
-    if manifest.versions.first().is_some_and(|e| !e.baseline) {
-        // Keep the manifest's rule: the oldest listed version is a baseline.
-        let first_baseline = manifest.versions.iter().position(|e| e.baseline).unwrap_or(manifest.versions.len());
-        for e in manifest.versions.drain(..first_baseline) {
-            report.act(&dir.join(store::diff_file_name(e.version)), "delisted: its baseline no longer restores");
-            delisted.push(e.version);
-        }
-    }
-    if !dry_run && written.as_ref() != Some(&manifest) {
-        write_atomic(&mpath, &manifest.encode())?;
-        sync_dir(&dir)?;
-    }
-    let listed = |v: u64| manifest.get(v).is_some();
-    clean_files(&dir, &listed, set_aside_versions, dry_run, report)?;
-    Ok(delisted)
+    Ok(Some((manifest, unchanged)))
 }
 
-/// Removes temporary files, record segments and unlisted diff files (those
-/// of a version whose commit record was damaged are set aside instead).
+/// Removes temporary files, record segments and unlisted diff files; an
+/// unlisted diff file for which `keep` holds (a delisted version, one whose
+/// commit record was set aside or that a record still names) is set aside
+/// instead, never deleted.
 fn clean_files(
     dir: &Path,
     listed: &dyn Fn(u64) -> bool,
-    set_aside_versions: &BTreeSet<u64>,
+    keep: &dyn Fn(u64) -> bool,
     dry_run: bool,
     report: &mut RepairReport,
 ) -> Result<()> {
@@ -262,8 +326,8 @@ fn clean_files(
         } else if let Some(v) = store::parse_diff_name(&name)
             && !listed(v)
         {
-            if set_aside_versions.contains(&v) {
-                set_aside(report, &path, "diff file of a version whose commit record was set aside", dry_run)?;
+            if keep(v) {
+                set_aside(report, &path, "diff file of a version no manifest lists any more", dry_run)?;
             } else {
                 remove(report, &path, "diff file of a version that was never committed", dry_run)?;
             }
@@ -293,7 +357,10 @@ fn manifest_from_files(dir: &Path, rank: u32, log: &CommitLog) -> Result<Option<
             Err(e) if is_damage(&e) => continue,
             Err(e) => return Err(e),
         }
-        if h.rank != rank || h.version != v || (refs && !committed) {
+        // In a collective store only committed versions count (a version
+        // abandoned before its record has no place in any chain).
+        let collective = refs || !log.is_empty();
+        if h.rank != rank || h.version != v || (collective && !committed) {
             continue;
         }
         let entry =
@@ -316,23 +383,4 @@ fn manifest_from_files(dir: &Path, rank: u32, log: &CommitLog) -> Result<Option<
         }
     }
     Ok(m)
-}
-
-/// Versions of `manifest` that do not restore because of damage (checked
-/// with full reads); any other error stops the repair.
-fn unrestorable(root: &Path, rank: u32, manifest: &Manifest) -> Result<Vec<u64>> {
-    let mut catalog = Catalog::new(root);
-    let mut bad = Vec::new();
-    for e in &manifest.versions {
-        let ok = catalog.reader(rank, e.version).and_then(|r| r.verify_data()).and_then(|()| {
-            let (layout, sources) = crate::restore::resolve(&mut catalog, rank, e.version)?;
-            crate::restore::check_sources(&mut catalog, rank, &layout, &sources)
-        });
-        match ok {
-            Ok(()) => {}
-            Err(err) if is_damage(&err) => bad.push(e.version),
-            Err(err) => return Err(err),
-        }
-    }
-    Ok(bad)
 }

@@ -595,3 +595,31 @@ fn damaged_and_stale_commit_records_never_wedge_the_store() {
     ok(&["checkpoint", "--dir", s(&dir), "--version", "4", "--chunk-size", "64", s(&t.path().join("in.bin"))]);
     assert!(restore(&dir, 0, 4).unwrap() == version_data(20_000, 4));
 }
+
+#[test]
+fn repair_delists_every_version_whose_chain_ran_through_a_damaged_one() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("store");
+    let input = t.path().join("in.bin");
+    for v in 1..=4u64 {
+        std::fs::write(&input, version_data(60_000, v)).unwrap();
+        ok(&["checkpoint", "--dir", s(&dir), "--version", &v.to_string(), "--chunk-size", "64", s(&input)]);
+    }
+    // Damage a data byte of version 2 (after its 96-byte header and tables).
+    let v2 = dir.join("rank-00000/v000000000002.dckpt");
+    let mut b = std::fs::read(&v2).unwrap();
+    let at = b.len() - 32 * 3 - 100;
+    b[at] ^= 0x40;
+    std::fs::write(&v2, &b).unwrap();
+    let report = ok(&["repair", "--dir", s(&dir)]);
+    for v in ["v000000000002", "v000000000003", "v000000000004"] {
+        assert!(report.contains(v), "{v} must be delisted: {report}");
+    }
+    // Never other bytes: what stays listed restores exactly, the rest is a clear error.
+    assert!(ok(&["verify", "--dir", s(&dir)]).starts_with("ok: 1 ranks, 1 versions"));
+    assert!(restore(&dir, 0, 1).unwrap() == version_data(60_000, 1));
+    assert!(restore(&dir, 0, 3).is_err());
+    std::fs::write(&input, version_data(60_000, 5)).unwrap();
+    ok(&["checkpoint", "--dir", s(&dir), "--version", "5", "--chunk-size", "64", s(&input)]);
+    assert!(restore(&dir, 0, 5).unwrap() == version_data(60_000, 5));
+}

@@ -286,6 +286,9 @@ impl<'c, C: Communicator> Collective<'c, C> {
         };
         if outcome.is_err() {
             let _ = self.engine.abandon();
+            // Whatever happened to the record, no later version may build on
+            // this one's state: the next version is a baseline on every rank.
+            self.engine.force_baseline();
         }
         outcome
     }

@@ -151,7 +151,7 @@ impl Engine {
             BackendKind::Cuda => {
                 let gpu = Gpu::open(device)?;
                 let mut dev = GpuDedup::new(gpu, layout, opts.hash, opts.method, rank)?;
-                if let Some(v) = latest {
+                if let Some(v) = latest.filter(|_| opts.method.uses_previous()) {
                     match rebuild::restore_latest(store.root(), rank, v) {
                         Ok(restored) => {
                             opened.restore_seconds = restored.seconds;
@@ -166,7 +166,9 @@ impl Engine {
                 (Worker::Cuda(Box::new(dev)), len)
             }
             _ => {
-                let state = match latest.map(|v| (v, rebuild_state(store.root(), rank, v, layout, opts))) {
+                // Full keeps no state: nothing to restore.
+                let wanted = latest.filter(|_| opts.method.uses_previous());
+                let state = match wanted.map(|v| (v, rebuild_state(store.root(), rank, v, layout, opts))) {
                     Some((_, Ok(r))) => {
                         opened.restore_seconds = r.restore_seconds;
                         opened.rebuild_seconds = r.rebuild_seconds;

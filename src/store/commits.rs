@@ -92,8 +92,14 @@ impl CommitRecord {
     pub fn write(&self, root: &Path) -> Result<()> {
         let dir = commits_dir(root);
         fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-        write_atomic(&record_path(root, self.version), &self.encode())?;
-        sync_dir(&dir)
+        let path = record_path(root, self.version);
+        write_atomic(&path, &self.encode())?;
+        sync_dir(&dir).inspect_err(|_| {
+            // Not known durable: take it back, so that a failure reported to
+            // every rank is a version committed nowhere.
+            let _ = fs::remove_file(&path);
+            let _ = sync_dir(&dir);
+        })
     }
 }
 
@@ -124,7 +130,10 @@ impl CommitLog {
             let name = entry.file_name();
             let Some(v) = parse_record_name(&name.to_string_lossy()) else { continue };
             let path = entry.path();
-            let record = fs::read(&path).map_err(|e| Error::io(&path, e)).and_then(|b| {
+            // Not being able to read a record (EIO, EACCES) is fatal; only
+            // bytes that do not decode are damage.
+            let bytes = fs::read(&path).map_err(|e| Error::io(&path, e))?;
+            let record = Ok(bytes).and_then(|b: Vec<u8>| {
                 let r = CommitRecord::decode(&b, &path)?;
                 if r.version != v {
                     return Err(Error::corrupt(&path, format!("holds version {}", r.version)));
@@ -177,5 +186,6 @@ impl CommitLog {
 
 /// The version of a commit record's file name `vNNNNNNNNNNNN.commit`.
 pub fn parse_record_name(name: &str) -> Option<u64> {
-    name.strip_prefix('v')?.strip_suffix(".commit")?.parse().ok()
+    let v: u64 = name.strip_prefix('v')?.strip_suffix(".commit")?.parse().ok()?;
+    (name == format!("v{v:012}.commit")).then_some(v)
 }

@@ -97,7 +97,9 @@ pub fn diff_file_name(version: u64) -> String {
 
 /// The version of a diff file name `vNNNNNNNNNNNN.dckpt`.
 pub fn parse_diff_name(name: &str) -> Option<u64> {
-    name.strip_prefix('v')?.strip_suffix(".dckpt")?.parse().ok()
+    let v: u64 = name.strip_prefix('v')?.strip_suffix(".dckpt")?.parse().ok()?;
+    // The exact spelling only (`v7.dckpt` or `v+7.dckpt` is not a version file).
+    (name == diff_file_name(v)).then_some(v)
 }
 
 /// Ranks that have a directory under `root`, sorted.
@@ -147,12 +149,14 @@ fn read_manifest(dir: &Path, rank: u32) -> Result<Option<Manifest>> {
     Ok(Some(manifest))
 }
 
-/// Adds the versions the commit log lists for the manifest's rank that it
-/// lacks; returns them.
+/// Adds the versions the commit log lists for the manifest's rank that are
+/// newer than its latest; returns them.
 pub fn roll_forward(manifest: &mut Manifest, log: &CommitLog) -> Vec<u64> {
-    // Collect first: `get` is a binary search over a sorted list.
-    let missing: Vec<VersionEntry> =
-        log.entries_of(manifest.rank).filter(|e| manifest.get(e.version).is_none()).collect();
+    // Only versions newer than the latest listed: a committed version the
+    // manifest skipped must never be spliced into the middle of a chain
+    // (later versions' FIXED chunks would then resolve to it).
+    let latest = manifest.latest().map_or(0, |v| v.version);
+    let missing: Vec<VersionEntry> = log.entries_of(manifest.rank).filter(|e| e.version > latest).collect();
     let added: Vec<u64> = missing.iter().map(|e| e.version).collect();
     if !missing.is_empty() {
         manifest.versions.extend(missing);
@@ -461,7 +465,7 @@ mod tests {
     }
 
     #[test]
-    fn rolling_forward_keeps_the_list_sorted_and_unique() {
+    fn rolling_forward_only_appends_newer_versions() {
         let dir = tempfile::tempdir().expect("tempdir");
         for v in [3u64, 6] {
             let e = RankEntry { rank: 0, baseline: false, file_len: 100, trailer: "ab".into() };
@@ -476,9 +480,19 @@ mod tests {
             hash: HashAlgo::Murmur3,
             versions: [1, 2, 4, 5, 6].into_iter().map(entry).collect(),
         };
-        assert_eq!(roll_forward(&mut m, &log), vec![3]);
+        // Version 3 is older than the latest listed: never spliced into the
+        // chain (6's unchanged chunks would then resolve to it).
+        assert_eq!(roll_forward(&mut m, &log), Vec::<u64>::new());
         let got: Vec<u64> = m.versions.iter().map(|v| v.version).collect();
-        assert_eq!(got, vec![1, 2, 3, 4, 5, 6]);
+        assert_eq!(got, vec![1, 2, 4, 5, 6]);
+        // A committed version newer than the latest is added, once, in order.
+        let e = RankEntry { rank: 0, baseline: false, file_len: 100, trailer: "ab".into() };
+        CommitRecord { version: 8, ranks: 1, entries: vec![e] }.write(dir.path()).expect("write");
+        let log = CommitLog::load(dir.path()).expect("load");
+        assert_eq!(roll_forward(&mut m, &log), vec![8]);
+        assert_eq!(roll_forward(&mut m, &log), Vec::<u64>::new());
+        let got: Vec<u64> = m.versions.iter().map(|v| v.version).collect();
+        assert_eq!(got, vec![1, 2, 4, 5, 6, 8]);
         assert!(Manifest::decode(&m.encode(), Path::new("m")).is_ok());
     }
 }

@@ -384,6 +384,9 @@ impl GpuDedup {
         }
         self.compute_with(latest, GpuInput::Host(data), true, false)?;
         self.commit()?;
+        // The upload buffer was for the restored bytes; applications that
+        // checkpoint device buffers never need it.
+        self.staging = None;
         if !self.method.uses_record() || self.table_entries == 0 {
             return Ok(());
         }
@@ -519,8 +522,10 @@ impl GpuDedup {
         }
         let want = len.max(cap + cap / 2).min(self.max_body.max(len));
         self.pinned = None; // free before allocating the larger one
-        // SAFETY: pinned memory is written by a D2H copy before it is read.
-        let p = unsafe { self.gpu.ctx.alloc_pinned_with_flags::<u8>(want, 0) }.map_err(gpu_oom)?;
+        // SAFETY: the allocation is zero-filled below before any slice of it
+        // is read (cudarc returns it uninitialized).
+        let mut p = unsafe { self.gpu.ctx.alloc_pinned_with_flags::<u8>(want, 0) }.map_err(gpu_oom)?;
+        p.as_mut_slice().map_err(cuda_err)?.fill(0);
         self.pinned = Some(p);
         Ok(())
     }
