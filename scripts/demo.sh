@@ -55,6 +55,6 @@ done
 echo "every rank's version 10 restored byte-exactly, offline (no MPI)"
 "$bin" verify --dir "$out/collective"
 "$bin" inspect --dir "$out/collective" | tail -n $((ranks + 1))
-bytes() { find "$1" -name "$2" -printf '%s\n' | awk '{s += $1} END {print s + 0}'; }
+bytes() { find "$1" -type f -name "$2" -printf '%s\n' | awk '{s += $1} END {print s + 0}'; }
 echo "diff files: one rank alone $(bytes "$out/store" '*.dckpt') bytes, $ranks ranks together $(bytes "$out/collective" '*.dckpt') bytes"
 echo "every file on disk (manifests, locks, commit records included): one rank $(bytes "$out/store" '*') bytes, $ranks ranks $(bytes "$out/collective" '*') bytes"
