@@ -55,6 +55,16 @@ fn version_data(len: usize, v: u64) -> Vec<u8> {
     d
 }
 
+/// Writes version `v` of a `len`-byte input and checkpoints it through the CLI.
+fn put_version(dir: &Path, input: &Path, v: u64, len: usize, extra: &[&str]) {
+    std::fs::write(input, version_data(len, v)).unwrap();
+    let version = v.to_string();
+    let mut args = vec!["checkpoint", "--dir", s(dir), "--version", &version];
+    args.extend_from_slice(extra);
+    args.push(s(input));
+    ok(&args);
+}
+
 /// Versions listed for `rank` (manifest and commit records, as every reader sees them).
 fn listed(dir: &Path, rank: u32) -> Vec<u64> {
     match dckpt::store::Store::open(dir, rank) {
@@ -215,8 +225,7 @@ fn a_damaged_newest_chain_becomes_a_baseline_and_repair_delists_it() {
     let dir = t.path().join("store");
     let input = t.path().join("in.bin");
     for v in 1..=4u64 {
-        std::fs::write(&input, version_data(60_000, v)).unwrap();
-        ok(&["checkpoint", "--dir", s(&dir), "--version", &v.to_string(), "--chunk-size", "64", s(&input)]);
+        put_version(&dir, &input, v, 60_000, &["--chunk-size", "64"]);
     }
     let rank = dir.join("rank-00000");
     std::fs::remove_file(rank.join("v000000000004.dckpt")).unwrap();
@@ -244,8 +253,7 @@ fn a_missing_manifest_or_a_detour_path_never_starts_a_new_history() {
     let dir = t.path().join("st");
     let input = t.path().join("in.bin");
     for v in 1..=3u64 {
-        std::fs::write(&input, version_data(40_000, v)).unwrap();
-        ok(&["checkpoint", "--dir", s(&dir), "--version", &v.to_string(), s(&input)]);
+        put_version(&dir, &input, v, 40_000, &[]);
     }
     // Through a missing directory: the same store, history kept.
     let detour = t.path().join("ghost/../st");
@@ -602,8 +610,7 @@ fn repair_delists_every_version_whose_chain_ran_through_a_damaged_one() {
     let dir = t.path().join("store");
     let input = t.path().join("in.bin");
     for v in 1..=4u64 {
-        std::fs::write(&input, version_data(60_000, v)).unwrap();
-        ok(&["checkpoint", "--dir", s(&dir), "--version", &v.to_string(), "--chunk-size", "64", s(&input)]);
+        put_version(&dir, &input, v, 60_000, &["--chunk-size", "64"]);
     }
     // Damage a data byte of version 2 (after its 96-byte header and tables).
     let v2 = dir.join("rank-00000/v000000000002.dckpt");
