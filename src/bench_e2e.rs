@@ -98,6 +98,10 @@ pub struct E2eReport {
     pub restore_ms: f64,
     /// Its rate.
     pub restore_gbps: f64,
+    /// Where the restore's time went (host side).
+    pub restore_stats: crate::restore::RestoreStats,
+    /// The GPU restore's device side (H2D, scatter), CUDA backend.
+    pub gpu_restore: Option<cuda::GpuRestoreTimings>,
     /// Sum of the diff files.
     pub diff_bytes: u64,
     /// Every byte of every file under the store directory.
@@ -218,21 +222,21 @@ pub fn run(o: &E2eOptions, mut progress: impl FnMut(&str)) -> Result<E2eReport> 
     let t = Instant::now();
     match &buf {
         Buffer::Host(want) => {
-            let got = crate::restore::restore_version(&o.dir, 0, last)?;
-            let restore_time = ms(t);
+            let (got, stats) = crate::restore::restore_with_stats(&o.dir, 0, last)?;
+            let restore = (ms(t), stats, None);
             if got != *want {
                 return Err(Error::Internal("the restored bytes differ from the last version".into()));
             }
             drop(got);
-            Ok(finish(o, backend, device, versions, (copies, writes), (reopen_ms, &opened), restore_time))
+            Ok(finish(o, backend, device, versions, (copies, writes), (reopen_ms, &opened), restore))
         }
         Buffer::Device(gpu, want) => {
-            let (got, _, _) = cuda::restore_on_gpu(gpu, &o.dir, 0, last)?;
-            let restore_time = ms(t);
+            let (got, stats, timings) = cuda::restore_on_gpu(gpu, &o.dir, 0, last)?;
+            let restore = (ms(t), stats, Some(timings));
             if gpu.stream_clone_dtoh(&got)? != gpu.stream_clone_dtoh(want)? {
                 return Err(Error::Internal("the restored bytes differ from the last version".into()));
             }
-            Ok(finish(o, backend, device, versions, (copies, writes), (reopen_ms, &opened), restore_time))
+            Ok(finish(o, backend, device, versions, (copies, writes), (reopen_ms, &opened), restore))
         }
     }
 }
@@ -244,7 +248,7 @@ fn finish(
     versions: Vec<E2eVersion>,
     (copies, writes): (Vec<f64>, Vec<f64>),
     (reopen_ms, opened): (f64, &crate::engine::OpenReport),
-    restore_ms: f64,
+    (restore_ms, restore_stats, gpu_restore): (f64, crate::restore::RestoreStats, Option<cuda::GpuRestoreTimings>),
 ) -> E2eReport {
     let inc: Vec<&E2eVersion> = versions.iter().skip(1).collect();
     let med = |f: fn(&E2eVersion) -> f64| median(inc.iter().map(|v| f(v)).collect());
@@ -271,6 +275,8 @@ fn finish(
         reopen_rebuild_ms: opened.rebuild_seconds * 1e3,
         restore_ms,
         restore_gbps: gb / (restore_ms / 1e3),
+        restore_stats,
+        gpu_restore,
         diff_bytes,
         bytes_on_disk,
         disk_overhead_pct: (bytes_on_disk as f64 / diff_bytes.max(1) as f64 - 1.0) * 100.0,

@@ -20,8 +20,8 @@ use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-/// Counters of one restore.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+/// Counters of one restore, with where its time went.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
 pub struct RestoreStats {
     /// Diff files opened.
     pub files_opened: usize,
@@ -29,6 +29,24 @@ pub struct RestoreStats {
     pub bytes_read: u64,
     /// Bytes restored.
     pub data_len: u64,
+    /// Pieces the version resolved to (runs of chunks from one file).
+    pub pieces: u64,
+    /// Seconds walking the chain (resolution).
+    pub resolve_seconds: f64,
+    /// Seconds mapping pieces to byte copies per file.
+    pub plan_seconds: f64,
+    /// Seconds reading and verifying blocks.
+    pub read_seconds: f64,
+    /// Seconds copying pieces into place (or staging them).
+    pub copy_seconds: f64,
+}
+
+/// Time spent reading (and verifying) and copying, accumulated.
+#[derive(Clone, Copy, Debug, Default)]
+struct IoTimes {
+    bytes: u64,
+    read: f64,
+    copy: f64,
 }
 
 /// Most diff files a [`Catalog`] keeps open at once (older ones are closed
@@ -364,14 +382,28 @@ pub fn restore_to_file(root: &Path, rank: u32, version: u64, out: &Path) -> Resu
 /// Restores `(rank, version)` through `catalog`; also returns the resolution
 /// (what a reopening writer rebuilds its record from).
 pub fn restore_in(catalog: &mut Catalog, rank: u32, version: u64) -> Result<(Vec<u8>, RestoreStats, Resolution)> {
+    let t0 = std::time::Instant::now();
     let res = resolve_all(catalog, rank, version)?;
+    let resolve_seconds = t0.elapsed().as_secs_f64();
     let layout = res.layout;
     let mut out = vec![0u8; layout.data_len() as usize];
     // Touch every page in parallel (a fresh allocation faults on first write).
     out.par_chunks_mut(1 << 20).for_each(|c| c.fill(0));
-    let bytes_read = fill(catalog, rank, &layout, &res.sources, &mut out)?;
+    let t1 = std::time::Instant::now();
+    let mut per_file = plan_copies(catalog, rank, &layout, &res.sources)?;
+    let plan_seconds = t1.elapsed().as_secs_f64();
+    let io = fill(catalog, &mut per_file, &mut out)?;
     check_references(catalog, rank, &layout, &res.references, Some(&out))?;
-    let stats = RestoreStats { files_opened: catalog.files_opened(), bytes_read, data_len: layout.data_len() };
+    let stats = RestoreStats {
+        files_opened: catalog.files_opened(),
+        bytes_read: io.bytes,
+        data_len: layout.data_len(),
+        pieces: res.sources.len() as u64,
+        resolve_seconds,
+        plan_seconds,
+        read_seconds: io.read,
+        copy_seconds: io.copy,
+    };
     Ok((out, stats, res))
 }
 
@@ -404,38 +436,33 @@ pub fn owner_reader(catalog: &mut Catalog, rank: u32, owner: u32, version: u64) 
 }
 
 fn plan_copies(catalog: &mut Catalog, rank: u32, layout: &Layout, sources: &[Source]) -> Result<CopyPlan> {
-    // Group by file (each reader fetched once), in destination order.
-    let mut groups: HashMap<(u32, u64), Vec<u32>> = HashMap::new();
-    for (i, s) in sources.iter().enumerate() {
-        groups.entry((s.rank, s.version)).or_default().push(i as u32);
-    }
+    // The files involved (few), then each file's pieces mapped to byte
+    // copies in parallel, in destination order.
+    let keys: std::collections::BTreeSet<(u32, u64)> = sources
+        .par_iter()
+        .fold(std::collections::BTreeSet::new, |mut set, s| {
+            set.insert((s.rank, s.version));
+            set
+        })
+        .reduce(std::collections::BTreeSet::new, |mut a, b| {
+            a.extend(b);
+            a
+        });
     let mut per_file: CopyPlan = HashMap::new();
-    for (key, members) in groups {
+    for key in keys {
         let reader = owner_reader(catalog, rank, key.0, key.1)?;
-        let src_layout = reader.diff.layout;
-        let mut copies = Vec::with_capacity(members.len());
-        for &k in &members {
-            let s = &sources[k as usize];
-            let dst_bytes = layout.chunk_bytes(s.dst..s.dst + s.count);
-            let end = s.src.checked_add(s.count).filter(|&e| e <= src_layout.chunks());
-            let src_bytes = end.map(|e| src_layout.chunk_bytes(s.src..e));
-            if src_bytes.as_ref().is_none_or(|b| b.end - b.start != dst_bytes.end - dst_bytes.start) {
-                return Err(Error::BrokenReference {
-                    path: reader.path().to_path_buf(),
-                    reason: format!(
-                        "chunks {}..+{} do not match the {} bytes they must restore",
-                        s.src,
-                        s.count,
-                        dst_bytes.end - dst_bytes.start
-                    ),
-                });
-            }
-            let mut dst = dst_bytes.start;
-            reader.locate_each(s.src..s.src + s.count, |data_off, len| {
-                copies.push(Copy { data_off, len, dst_off: dst });
-                dst += len;
-            })?;
-        }
+        let members: Vec<&Source> = sources.par_iter().filter(|s| (s.rank, s.version) == key).collect();
+        let parts: Vec<Vec<Copy>> = members
+            .par_chunks(4096)
+            .map(|chunk| {
+                let mut copies = Vec::with_capacity(chunk.len());
+                for s in chunk {
+                    plan_source(reader, layout, s, &mut copies)?;
+                }
+                Ok(copies)
+            })
+            .collect::<Result<_>>()?;
+        let mut copies: Vec<Copy> = parts.concat();
         if !copies.is_sorted_by_key(|c| c.data_off) {
             copies.par_sort_unstable_by_key(|c| c.data_off);
         }
@@ -444,18 +471,43 @@ fn plan_copies(catalog: &mut Catalog, rank: u32, layout: &Layout, sources: &[Sou
     Ok(per_file)
 }
 
+/// The byte copies of one source out of `reader`'s data, checking that the
+/// source's chunks hold exactly the bytes the destination needs.
+fn plan_source(reader: &DiffReader, layout: &Layout, s: &Source, copies: &mut Vec<Copy>) -> Result<()> {
+    let src_layout = reader.diff.layout;
+    let dst_bytes = layout.chunk_bytes(s.dst..s.dst + s.count);
+    let end = s.src.checked_add(s.count).filter(|&e| e <= src_layout.chunks());
+    let src_bytes = end.map(|e| src_layout.chunk_bytes(s.src..e));
+    if src_bytes.as_ref().is_none_or(|b| b.end - b.start != dst_bytes.end - dst_bytes.start) {
+        return Err(Error::BrokenReference {
+            path: reader.path().to_path_buf(),
+            reason: format!(
+                "chunks {}..+{} do not match the {} bytes they must restore",
+                s.src,
+                s.count,
+                dst_bytes.end - dst_bytes.start
+            ),
+        });
+    }
+    let mut dst = dst_bytes.start;
+    reader.locate_each(s.src..s.src + s.count, |data_off, len| {
+        copies.push(Copy { data_off, len, dst_off: dst });
+        dst += len;
+    })
+}
+
 /// Copies every source into `out`; returns the data bytes read.
-fn fill(catalog: &mut Catalog, rank: u32, layout: &Layout, sources: &[Source], out: &mut [u8]) -> Result<u64> {
-    let mut per_file = plan_copies(catalog, rank, layout, sources)?;
+fn fill(catalog: &mut Catalog, per_file: &mut CopyPlan, out: &mut [u8]) -> Result<IoTimes> {
     let mut keys: Vec<(u32, u64)> = per_file.keys().copied().collect();
     keys.sort_unstable();
-    let mut bytes_read = 0;
+    let mut io = IoTimes::default();
     for key in keys {
         let reader = catalog.reader(key.0, key.1)?;
         let copies = per_file.remove(&key).unwrap_or_default();
-        bytes_read += copy_from_file(reader, &copies, out)?;
+        let t = copy_from_file(reader, &copies, out)?;
+        (io.bytes, io.read, io.copy) = (io.bytes + t.bytes, io.read + t.read, io.copy + t.copy);
     }
-    Ok(bytes_read)
+    Ok(io)
 }
 
 /// Largest read, in blocks.
@@ -465,7 +517,7 @@ const MAX_READ_BLOCKS: u64 = 256;
 /// `(offset in the read buffer, destination offset, length)`.
 type Piece = (usize, u64, usize);
 
-fn copy_from_file(reader: &DiffReader, copies: &[Copy], out: &mut [u8]) -> Result<u64> {
+fn copy_from_file(reader: &DiffReader, copies: &[Copy], out: &mut [u8]) -> Result<IoTimes> {
     let mut order: Vec<Piece> = Vec::new();
     read_pieces(reader, copies, |buf, pieces| {
         // Disjoint destinations: cut `out` into one slice per piece (in
@@ -489,7 +541,7 @@ fn copy_from_file(reader: &DiffReader, copies: &[Copy], out: &mut [u8]) -> Resul
 
 /// Reads each block the copies need once (verified, in order, at most
 /// `MAX_READ_BLOCKS` at a time) and hands every read to `sink`.
-fn read_pieces(reader: &DiffReader, copies: &[Copy], mut sink: impl FnMut(&[u8], &[Piece])) -> Result<u64> {
+fn read_pieces(reader: &DiffReader, copies: &[Copy], mut sink: impl FnMut(&[u8], &[Piece])) -> Result<IoTimes> {
     let bs = u64::from(reader.header.block_size);
     // Union of the blocks touched, in order.
     let mut spans: Vec<Range<u64>> = Vec::new();
@@ -501,6 +553,7 @@ fn read_pieces(reader: &DiffReader, copies: &[Copy], mut sink: impl FnMut(&[u8],
         }
     }
     let mut bytes_read = 0;
+    let mut io = IoTimes::default();
     let mut lo = 0;
     let mut pieces = Vec::new();
     let mut buf = Vec::new();
@@ -508,7 +561,9 @@ fn read_pieces(reader: &DiffReader, copies: &[Copy], mut sink: impl FnMut(&[u8],
         let mut b = span.start;
         while b < span.end {
             let e = (b + MAX_READ_BLOCKS).min(span.end);
+            let t = std::time::Instant::now();
             reader.read_blocks_into(b..e, &mut buf)?;
+            io.read += t.elapsed().as_secs_f64();
             bytes_read += buf.len() as u64;
             let (s, t) = (b * bs, b * bs + buf.len() as u64);
             while lo < copies.len() && copies[lo].data_off + copies[lo].len <= s {
@@ -522,11 +577,14 @@ fn read_pieces(reader: &DiffReader, copies: &[Copy], mut sink: impl FnMut(&[u8],
                     pieces.push(((from - s) as usize, c.dst_off + (from - c.data_off), (to - from) as usize));
                 }
             }
+            let t = std::time::Instant::now();
             sink(&buf, &pieces);
+            io.copy += t.elapsed().as_secs_f64();
             b = e;
         }
     }
-    Ok(bytes_read)
+    io.bytes = bytes_read;
+    Ok(io)
 }
 
 /// The needed bytes of a version gathered in one buffer (each needed byte
@@ -543,22 +601,26 @@ pub struct Staged {
 /// Stages `(rank, version)` for a restore elsewhere (the GPU).
 pub fn stage_version(root: &Path, rank: u32, version: u64) -> Result<(Layout, Staged, RestoreStats)> {
     let mut catalog = Catalog::new(root);
+    let t0 = std::time::Instant::now();
     let res = resolve_all(&mut catalog, rank, version)?;
     // References are checked against the owners' bytes before any is used.
     check_references(&mut catalog, rank, &res.layout, &res.references, None)?;
     let (layout, sources) = (res.layout, res.sources);
+    let resolve_seconds = t0.elapsed().as_secs_f64();
+    let t1 = std::time::Instant::now();
     let mut per_file = plan_copies(&mut catalog, rank, &layout, &sources)?;
+    let plan_seconds = t1.elapsed().as_secs_f64();
     let mut keys: Vec<(u32, u64)> = per_file.keys().copied().collect();
     keys.sort_unstable();
     let mut staged = Staged::default();
     // At most every copied byte once: no reallocation while staging.
     staged.bytes.reserve(per_file.values().flatten().map(|c| c.len as usize).sum());
-    let mut bytes_read = 0;
+    let mut io = IoTimes::default();
     for key in keys {
         let reader = catalog.reader(key.0, key.1)?;
         let mut copies = per_file.remove(&key).unwrap_or_default();
         copies.sort_unstable_by_key(|c| c.data_off);
-        bytes_read += read_pieces(reader, &copies, |buf, pieces| {
+        let t = read_pieces(reader, &copies, |buf, pieces| {
             // Stage only the bytes some piece needs (union of the pieces' ranges,
             // which arrive sorted by start), each once.
             let mut span: Option<(usize, usize, u64)> = None; // (start, end in buf, staged offset)
@@ -585,7 +647,17 @@ pub fn stage_version(root: &Path, rank: u32, version: u64) -> Result<(Layout, St
                 }
             }
         })?;
+        (io.bytes, io.read, io.copy) = (io.bytes + t.bytes, io.read + t.read, io.copy + t.copy);
     }
-    let stats = RestoreStats { files_opened: catalog.files_opened(), bytes_read, data_len: layout.data_len() };
+    let stats = RestoreStats {
+        files_opened: catalog.files_opened(),
+        bytes_read: io.bytes,
+        data_len: layout.data_len(),
+        pieces: sources.len() as u64,
+        resolve_seconds,
+        plan_seconds,
+        read_seconds: io.read,
+        copy_seconds: io.copy,
+    };
     Ok((layout, staged, stats))
 }

@@ -379,6 +379,20 @@ fn bench_e2e(a: &BenchArgs, dir: &std::path::Path) -> Result<ExitCode> {
         "reopen {:.1} ms (restore {:.1} + rebuild {:.1}); restore of the last version {:.1} ms ({:.2} GB/s)",
         r.reopen_ms, r.reopen_restore_ms, r.reopen_rebuild_ms, r.restore_ms, r.restore_gbps
     );
+    let st = &r.restore_stats;
+    println!(
+        "restore phases: resolve {:.1} ms ({} pieces, {} files), plan {:.1} ms, read+verify {:.1} ms ({} bytes), \
+         copy/stage {:.1} ms{}",
+        st.resolve_seconds * 1e3,
+        st.pieces,
+        st.files_opened,
+        st.plan_seconds * 1e3,
+        st.read_seconds * 1e3,
+        st.bytes_read,
+        st.copy_seconds * 1e3,
+        r.gpu_restore
+            .map_or(String::new(), |g| format!("; GPU H2D {:.1} ms, scatter {:.1} ms", g.h2d_ms, g.scatter_ms))
+    );
     println!("bytes on disk {} = diff files {} + {:.3}%", r.bytes_on_disk, r.diff_bytes, r.disk_overhead_pct);
     if let Some(path) = &a.json {
         let text = serde_json::to_string_pretty(&r).map_err(|e| Error::Internal(e.to_string()))?;
