@@ -690,23 +690,6 @@ extern "C" __global__ void commit_leaves(const u64* counters, const u64* idx, co
     }
 }
 
-// ---------------------------------------------------------------- restore ----
-
-// Scatter: copy k moves len bytes from staged[src_off] to out[dst_off].
-extern "C" __global__ void scatter(const u64* src_off, const u64* dst_off, const u64* len, u64 copies,
-                                   const u8* staged, u8* out) {
-    for (u64 c = blockIdx.x; c < copies; c += gridDim.x) {
-        u64 s = src_off[c], d = dst_off[c], l = len[c];
-        if (((s | d | l) & 7ull) == 0) {
-            const u64* s8 = (const u64*)(staged + s);
-            u64* d8 = (u64*)(out + d);
-            for (u64 w = threadIdx.x; w < l / 8; w += blockDim.x) d8[w] = s8[w];
-        } else {
-            for (u64 b = threadIdx.x; b < l; b += blockDim.x) out[d + b] = staged[s + b];
-        }
-    }
-}
-
 // Loads record entries from the host (a reopened store).
 extern "C" __global__ void insert_entries(u64 count, const u64* klo, const u64* khi, const u32* ver, const u64* node,
                                           Table t) {

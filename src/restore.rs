@@ -217,7 +217,9 @@ pub fn resolve(catalog: &mut Catalog, rank: u32, version: u64) -> Result<(Layout
     resolve_all(catalog, rank, version).map(|r| (r.layout, r.sources))
 }
 
-/// [`resolve`], also listing the cross-rank references followed.
+/// [`resolve`], also listing the cross-rank references followed. The chunk
+/// range is cut into segments that walk the chain in parallel (each claims
+/// only its own chunks), so the walk scales with the cores.
 pub fn resolve_all(catalog: &mut Catalog, rank: u32, version: u64) -> Result<Resolution> {
     let store = catalog.store(rank)?;
     let layout = store.layout()?;
@@ -228,13 +230,9 @@ pub fn resolve_all(catalog: &mut Catalog, rank: u32, version: u64) -> Result<Res
         .iter()
         .map(|v| v.version)
         .collect();
-    let mut unresolved: Vec<Range<u64>> = std::iter::once(0..layout.chunks()).collect();
-    let mut sources = Vec::new();
-    let mut references = Vec::new();
+    // Each version's runs, newest first, sorted by start.
+    let mut walk_order: Vec<VersionRuns> = Vec::with_capacity(chain.len());
     for &v in chain.iter().rev() {
-        if unresolved.is_empty() {
-            break;
-        }
         let reader = catalog.reader(rank, v)?;
         let diff = &reader.diff;
         let mut runs: Vec<Run> = diff
@@ -248,10 +246,82 @@ pub fn resolve_all(catalog: &mut Catalog, rank: u32, version: u64) -> Result<Res
                 reference: s.reference,
             }))
             .collect();
-        runs.sort_unstable_by_key(|r| r.start);
-        let mut claimed = vec![0u64; runs.len()];
+        runs.par_sort_unstable_by_key(|r| r.start);
+        walk_order.push(VersionRuns { version: v, runs, path: reader.path().to_path_buf() });
+    }
+    let n = layout.chunks();
+    let segments = (rayon::current_num_threads() as u64 * 8).clamp(1, n);
+    let walked: Vec<Walked> = (0..segments)
+        .into_par_iter()
+        .map(|i| walk(&walk_order, rank, (n * i / segments)..(n * (i + 1) / segments)))
+        .collect();
+    let mut sources = Vec::with_capacity(walked.iter().map(|w| w.sources.len()).sum());
+    let mut claims: HashMap<(usize, usize), u64> = HashMap::new();
+    for w in walked {
+        if let Some(gap) = w.unresolved {
+            let path = catalog.store(rank)?.diff_path(chain[0]);
+            return Err(Error::corrupt(
+                path,
+                format!("chunks {}..{} are stored in no version of the chain", gap.start, gap.end),
+            ));
+        }
+        sources.extend(w.sources);
+        for (key, c) in w.reference_claims {
+            *claims.entry(key).or_default() += c;
+        }
+    }
+    let mut keys: Vec<(usize, usize)> = claims.keys().copied().collect();
+    keys.sort_unstable();
+    let references = keys
+        .into_iter()
+        .filter_map(|(vi, j)| {
+            let vr = &walk_order[vi];
+            let run = vr.runs[j];
+            let (owner, ver, src) = run.src?;
+            Some(UsedReference {
+                dst: run.start,
+                count: run.count,
+                owner,
+                version: ver,
+                src,
+                digest: run.reference?,
+                whole: claims[&(vi, j)] == run.count,
+                path: vr.path.clone(),
+            })
+        })
+        .collect();
+    sources.par_sort_unstable_by_key(|s| s.dst);
+    Ok(Resolution { layout, sources, references })
+}
+
+/// One version's runs as the walk sees them.
+struct VersionRuns {
+    version: u64,
+    runs: Vec<Run>,
+    path: PathBuf,
+}
+
+/// What walking one segment found.
+struct Walked {
+    sources: Vec<Source>,
+    /// Chunks claimed through each cross-rank reference run `(version index, run index)`.
+    reference_claims: Vec<((usize, usize), u64)>,
+    /// The first chunks no version stores, if any.
+    unresolved: Option<Range<u64>>,
+}
+
+/// Resolves the chunks of `segment`: newest version first, each version's
+/// runs claim the chunks still unresolved (FIXED chunks fall through).
+fn walk(versions: &[VersionRuns], rank: u32, segment: Range<u64>) -> Walked {
+    let mut out = Walked { sources: Vec::new(), reference_claims: Vec::new(), unresolved: None };
+    let mut unresolved: Vec<Range<u64>> = if segment.is_empty() { Vec::new() } else { vec![segment.clone()] };
+    for (vi, vr) in versions.iter().enumerate() {
+        if unresolved.is_empty() {
+            break;
+        }
+        let runs = &vr.runs;
         let mut still = Vec::new();
-        let mut k = 0;
+        let mut k = runs.partition_point(|r| r.start + r.count <= segment.start);
         for gap in unresolved {
             let mut at = gap.start;
             while k < runs.len() && runs[k].start + runs[k].count <= at {
@@ -266,15 +336,17 @@ pub fn resolve_all(catalog: &mut Catalog, rank: u32, version: u64) -> Result<Res
                             at = run.start;
                         }
                         let end = (run.start + run.count).min(gap.end);
-                        let (srank, sver, sstart) = run.src.unwrap_or((rank, v, run.start));
-                        sources.push(Source {
+                        let (srank, sver, sstart) = run.src.unwrap_or((rank, vr.version, run.start));
+                        out.sources.push(Source {
                             dst: at,
                             count: end - at,
                             rank: srank,
                             version: sver,
                             src: sstart + (at - run.start),
                         });
-                        claimed[j] += end - at;
+                        if run.reference.is_some() {
+                            out.reference_claims.push(((vi, j), end - at));
+                        }
                         at = end;
                         j += 1;
                     }
@@ -286,31 +358,10 @@ pub fn resolve_all(catalog: &mut Catalog, rank: u32, version: u64) -> Result<Res
             }
             k = j.saturating_sub(1);
         }
-        for (run, &c) in runs.iter().zip(&claimed) {
-            if let (Some(digest), Some((owner, ver, src)), true) = (run.reference, run.src, c > 0) {
-                references.push(UsedReference {
-                    dst: run.start,
-                    count: run.count,
-                    owner,
-                    version: ver,
-                    src,
-                    digest,
-                    whole: c == run.count,
-                    path: reader.path().to_path_buf(),
-                });
-            }
-        }
         unresolved = still;
     }
-    if let Some(gap) = unresolved.first() {
-        let path = catalog.store(rank)?.diff_path(chain[0]);
-        return Err(Error::corrupt(
-            path,
-            format!("chunks {}..{} are stored in no version of the chain", gap.start, gap.end),
-        ));
-    }
-    sources.par_sort_unstable_by_key(|s| s.dst);
-    Ok(Resolution { layout, sources, references })
+    out.unresolved = unresolved.into_iter().next();
+    out
 }
 
 /// Checks each followed cross-rank reference against its region digest:
@@ -585,79 +636,4 @@ fn read_pieces(reader: &DiffReader, copies: &[Copy], mut sink: impl FnMut(&[u8],
     }
     io.bytes = bytes_read;
     Ok(io)
-}
-
-/// The needed bytes of a version gathered in one buffer (each needed byte
-/// once, unneeded bytes of verified blocks left out), with the copies that
-/// scatter them into place: what a GPU restore uploads.
-#[derive(Debug, Default)]
-pub struct Staged {
-    /// Verified data blocks, concatenated.
-    pub bytes: Vec<u8>,
-    /// `(offset in bytes, destination offset, length)` per copy.
-    pub copies: Vec<(u64, u64, u64)>,
-}
-
-/// Stages `(rank, version)` for a restore elsewhere (the GPU).
-pub fn stage_version(root: &Path, rank: u32, version: u64) -> Result<(Layout, Staged, RestoreStats)> {
-    let mut catalog = Catalog::new(root);
-    let t0 = std::time::Instant::now();
-    let res = resolve_all(&mut catalog, rank, version)?;
-    // References are checked against the owners' bytes before any is used.
-    check_references(&mut catalog, rank, &res.layout, &res.references, None)?;
-    let (layout, sources) = (res.layout, res.sources);
-    let resolve_seconds = t0.elapsed().as_secs_f64();
-    let t1 = std::time::Instant::now();
-    let mut per_file = plan_copies(&mut catalog, rank, &layout, &sources)?;
-    let plan_seconds = t1.elapsed().as_secs_f64();
-    let mut keys: Vec<(u32, u64)> = per_file.keys().copied().collect();
-    keys.sort_unstable();
-    let mut staged = Staged::default();
-    // At most every copied byte once: no reallocation while staging.
-    staged.bytes.reserve(per_file.values().flatten().map(|c| c.len as usize).sum());
-    let mut io = IoTimes::default();
-    for key in keys {
-        let reader = catalog.reader(key.0, key.1)?;
-        let mut copies = per_file.remove(&key).unwrap_or_default();
-        copies.sort_unstable_by_key(|c| c.data_off);
-        let t = read_pieces(reader, &copies, |buf, pieces| {
-            // Stage only the bytes some piece needs (union of the pieces' ranges,
-            // which arrive sorted by start), each once.
-            let mut span: Option<(usize, usize, u64)> = None; // (start, end in buf, staged offset)
-            for &(from, dst, len) in pieces {
-                let at = match span {
-                    Some((start, end, base)) if from <= end => {
-                        if from + len > end {
-                            staged.bytes.extend_from_slice(&buf[end..from + len]);
-                            span = Some((start, from + len, base));
-                        }
-                        base + (from - start) as u64
-                    }
-                    _ => {
-                        let base = staged.bytes.len() as u64;
-                        staged.bytes.extend_from_slice(&buf[from..from + len]);
-                        span = Some((from, from + len, base));
-                        base
-                    }
-                };
-                match staged.copies.last_mut() {
-                    // Contiguous in both buffers: one copy.
-                    Some(last) if last.0 + last.2 == at && last.1 + last.2 == dst => last.2 += len as u64,
-                    _ => staged.copies.push((at, dst, len as u64)),
-                }
-            }
-        })?;
-        (io.bytes, io.read, io.copy) = (io.bytes + t.bytes, io.read + t.read, io.copy + t.copy);
-    }
-    let stats = RestoreStats {
-        files_opened: catalog.files_opened(),
-        bytes_read: io.bytes,
-        data_len: layout.data_len(),
-        pieces: sources.len() as u64,
-        resolve_seconds,
-        plan_seconds,
-        read_seconds: io.read,
-        copy_seconds: io.copy,
-    };
-    Ok((layout, staged, stats))
 }

@@ -90,7 +90,6 @@ pub(crate) struct Kernels {
     pub table_relocate: CudaFunction,
     pub table_rehash: CudaFunction,
     pub insert_entries: CudaFunction,
-    pub scatter: CudaFunction,
     pub block_digests: CudaFunction,
     pub table_locate: CudaFunction,
 }
@@ -158,7 +157,6 @@ impl Gpu {
             table_relocate: f("table_relocate")?,
             table_rehash: f("table_rehash")?,
             insert_entries: f("insert_entries")?,
-            scatter: f("scatter")?,
             block_digests: f("block_digests")?,
             table_locate: f("table_locate")?,
         };
