@@ -8,8 +8,11 @@
 //   flag_ballot -> scan -> compact_flags        region roots, in chunk order
 //   root_info -> scans -> emit_runs -> finish   FIRST / SHIFT tables
 //   gather -> write_header                      one contiguous output buffer
+//   block_digests                               BLAKE3-256 per 64 KiB data block
 // The output is byte-identical to the CPU engine's (src/format/diff_file.rs)
-// up to, not including, the block digests and trailer, which the host adds.
+// up to, not including, the trailer, which the host adds (it hashes only the
+// metadata and the block digests). table_locate rebuilds the record when a
+// store is reopened (src/engine/rebuild.rs).
 
 #define L_FIXED 0
 #define L_FIRST 1
@@ -687,19 +690,6 @@ extern "C" __global__ void commit_leaves(const u64* counters, const u64* idx, co
         u64 i = idx[k];
         prev[2 * i] = dig[2 * i];
         prev[2 * i + 1] = dig[2 * i + 1];
-    }
-}
-
-// Loads record entries from the host (a reopened store).
-extern "C" __global__ void insert_entries(u64 count, const u64* klo, const u64* khi, const u32* ver, const u64* node,
-                                          Table t) {
-    for (u64 k = blockIdx.x * (u64)blockDim.x + threadIdx.x; k < count; k += (u64)gridDim.x * blockDim.x) {
-        dig128 d;
-        d.lo = klo[k];
-        d.hi = khi[k];
-        bool ins;
-        table_insert(t, d, ver[k], node[k], false, ins);
-        count_inserts(t, ins);
     }
 }
 

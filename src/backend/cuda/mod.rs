@@ -89,7 +89,6 @@ pub(crate) struct Kernels {
     pub table_remove: CudaFunction,
     pub table_relocate: CudaFunction,
     pub table_rehash: CudaFunction,
-    pub insert_entries: CudaFunction,
     pub block_digests: CudaFunction,
     pub table_locate: CudaFunction,
 }
@@ -156,7 +155,6 @@ impl Gpu {
             table_remove: f("table_remove")?,
             table_relocate: f("table_relocate")?,
             table_rehash: f("table_rehash")?,
-            insert_entries: f("insert_entries")?,
             block_digests: f("block_digests")?,
             table_locate: f("table_locate")?,
         };

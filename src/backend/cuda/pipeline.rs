@@ -346,33 +346,6 @@ impl GpuDedup {
         cfg(self.gpu.sms * 8, 256)
     }
 
-    /// Loads the host state of a reopened store: previous leaf digests and
-    /// record entries.
-    pub fn load_state(&mut self, previous: Option<&[Digest]>, entries: &[(Digest, RecordEntry)]) -> Result<()> {
-        let st = self.gpu.stream.clone();
-        if let Some(prev) = previous {
-            let words: Vec<u64> = prev.iter().flat_map(|d| [d.0 as u64, (d.0 >> 64) as u64]).collect();
-            st.memcpy_htod(&words, &mut self.prev).map_err(cuda_err)?;
-            self.has_prev = true;
-        }
-        if entries.is_empty() {
-            return Ok(());
-        }
-        self.ensure_table(entries.len() as u64)?;
-        let (klo, khi) = self.upload_digests(entries.iter().map(|(d, _)| *d))?;
-        let ver: Vec<u32> = entries.iter().map(|(_, e)| e.version).collect();
-        let node: Vec<u64> = entries.iter().map(|(_, e)| pack_node(e, self.rank)).collect::<Result<_>>()?;
-        let (ver, node) = (st.clone_htod(&ver).map_err(cuda_err)?, st.clone_htod(&node).map_err(cuda_err)?);
-        let t = self.table.args(&self.gpu);
-        let count = entries.len() as u64;
-        let mut b = st.launch_builder(&self.gpu.k.insert_entries);
-        b.arg(&count).arg(&klo).arg(&khi).arg(&ver).arg(&node).arg(&t);
-        // SAFETY: arguments match the kernel's signature; buffers outlive the launch (synchronized below).
-        unsafe { b.launch(self.grid_stride()) }.map_err(cuda_err)?;
-        self.read_table_stats()?;
-        Ok(())
-    }
-
     /// Rebuilds the state after a reopen from `data`, the restored bytes of
     /// committed version `latest`: one baseline pass of the pipeline without
     /// output (the previous leaves, and the entries a baseline inserts), then
