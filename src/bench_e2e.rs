@@ -6,6 +6,7 @@
 //! alternative in the same run (copy the whole buffer to the host, write it,
 //! fsync).
 
+use crate::memory::DeviceRegion;
 use crate::backend::BackendKind;
 use crate::backend::cuda::{self, Gpu};
 use crate::engine::{CheckpointReport, Engine};
@@ -34,7 +35,7 @@ pub struct E2eOptions {
     pub seed: u64,
     /// Store parameters.
     pub store: StoreOptions,
-    /// `cpu` (host buffer) or `cuda` (device buffer, `checkpoint_device`).
+    /// `cpu` (host buffer) or `cuda` (device buffer, a `DeviceRegion`).
     pub backend: BackendKind,
     /// Store directory (emptied first).
     pub dir: PathBuf,
@@ -140,7 +141,7 @@ impl Buffer {
     fn checkpoint(&self, engine: &mut Engine, version: u64) -> Result<CheckpointReport> {
         match self {
             Buffer::Host(v) => engine.checkpoint(version, v),
-            Buffer::Device(_, d) => engine.checkpoint_device(version, d),
+            Buffer::Device(_, d) => engine.checkpoint(version, DeviceRegion::of(d)?),
         }
     }
 

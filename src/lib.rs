@@ -12,6 +12,7 @@
 //! |---|---|
 //! | [`hash`] | 128-bit chunk and node digests (Murmur3, XXH3, BLAKE3, SHA-1) |
 //! | [`layout`] | the Merkle tree shape over `n` chunks (every node a contiguous range) |
+//! | [`memory`] | what a checkpoint protects: host bytes or a device region the application owns |
 //! | [`record`] | the historical record: digest → where its bytes were first stored |
 //! | [`regions`] | a diff's regions and the rewrite that gives some to other ranks |
 //! | [`dedup`] | the methods Full, Basic, List and Tree (the CPU engine) |
@@ -19,6 +20,7 @@
 //! | [`format`] | the on-disk diff file and manifest codecs (bounds-checked) |
 //! | [`store`] | a rank's directory: writer lock, atomic commits, manifest, collective commit records |
 //! | [`repair`] | `dckpt repair`: remove what no committed version needs, delist what no longer restores |
+//! | [`backend`] | where de-duplication runs (CPU, CUDA) behind one [`backend::Backend`] contract |
 //! | [`engine`] | checkpoint = dedup + write + commit, keeping the state between versions |
 //! | [`restore`] | chain resolution and byte-exact reconstruction |
 //! | [`verify`] | whole-store integrity and reference checks |
@@ -53,6 +55,7 @@ pub mod generate;
 pub mod hash;
 pub mod inspect;
 pub mod layout;
+pub mod memory;
 pub mod record;
 pub mod regions;
 pub mod repair;

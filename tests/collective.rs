@@ -10,7 +10,7 @@
 mod common;
 
 use common::noise;
-use dckpt::backend::cuda::GpuInput;
+use dckpt::memory::Protected;
 use dckpt::collective::regions::max_region_level;
 use dckpt::collective::{reduce_all, step};
 use dckpt::format::diff_file::DiffReader;
@@ -30,7 +30,7 @@ fn collective_version(engines: &mut [Engine], version: u64, data: &[Vec<u8>], ma
     let offers: Vec<step::Offer> = engines
         .iter_mut()
         .zip(data)
-        .map(|(e, d)| step::offer(e, version, GpuInput::Host(d), max_level, k).unwrap())
+        .map(|(e, d)| step::offer(e, version, Protected::Host(d), max_level, k).unwrap())
         .collect();
     let sets: Vec<_> = offers.iter().map(|o| o.set.clone()).collect();
     let merged = reduce_all(&sets, k);

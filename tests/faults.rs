@@ -559,7 +559,7 @@ fn damaged_and_stale_commit_records_never_wedge_the_store() {
         let mut entries = Vec::new();
         for (r, e) in engines.iter_mut().enumerate() {
             let data = version_data(20_000, 10 * v + r as u64);
-            let local = e.deduplicate_local(v, dckpt::backend::cuda::GpuInput::Host(&data)).unwrap();
+            let local = e.deduplicate_local(v, dckpt::memory::Protected::Host(&data)).unwrap();
             let staged = e.stage(local, &data).unwrap();
             let en = staged.entry().clone();
             entries.push(RankEntry {

@@ -13,7 +13,8 @@ mod common;
 
 use common::noise;
 use dckpt::backend::BackendKind;
-use dckpt::backend::cuda::{self, Gpu, GpuDedup, GpuInput};
+use dckpt::backend::cuda::{self, Gpu, GpuDedup};
+use dckpt::memory::Protected;
 use dckpt::dedup::{DedupInput, DedupState};
 use dckpt::format::encode_diff;
 use dckpt::layout::Layout;
@@ -104,7 +105,7 @@ fn gpu_writes_the_cpu_bytes_on_random_sequences() {
             let baseline = i == 0 || (case % 7 == 0 && i == 3);
             let out = method.deduplicator().deduplicate(&cpu, &DedupInput { data: v, version, baseline }).unwrap();
             let want = encode_diff(&out.diff, v);
-            let cp = dev.checkpoint(version, GpuInput::Host(v), baseline).unwrap();
+            let cp = dev.checkpoint(version, Protected::Host(v), baseline).unwrap();
             let got = dev.file_vec(&cp).unwrap();
             if got != want {
                 let at = got.iter().zip(&want).position(|(a, b)| a != b);
@@ -179,7 +180,7 @@ fn collective_version(engines: &mut [Engine], version: u64, data: &[Vec<u8>], le
     let offers: Vec<step::Offer> = engines
         .iter_mut()
         .zip(data)
-        .map(|(e, d)| step::offer(e, version, GpuInput::Host(d), level, 1 << 17).unwrap())
+        .map(|(e, d)| step::offer(e, version, Protected::Host(d), level, 1 << 17).unwrap())
         .collect();
     let merged = reduce_all(&offers.iter().map(|o| o.set.clone()).collect::<Vec<_>>(), 1 << 17);
     let mut staged = Vec::new();

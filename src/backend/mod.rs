@@ -1,15 +1,149 @@
-//! Where de-duplication runs: the CPU engine (`crate::dedup`, rayon) or the
-//! CUDA backend ([`cuda`]), which computes the same diff on the GPU.
+//! Where de-duplication runs: the CPU engine ([`cpu`], over `crate::dedup`
+//! and rayon) or the CUDA backend ([`cuda`]), which computes the same diff on
+//! the GPU.
 //!
-//! Both take the same inputs and record state and write byte-identical
-//! files; the GPU test program (`tests/gpu.rs`) checks it.
+//! Both implement [`Backend`], the one contract the engine drives:
+//! de-duplicate a version into a [`Deduplicated`] (the diff plus the
+//! backend's pending state, [`PendingVersion`]), let the collective layer
+//! give regions away, serialize it, then [`Backend::commit`] it once its
+//! files are durable or [`Backend::rollback`] it. Both take the same inputs
+//! ([`Protected`]), keep the same record and write byte-identical files; the
+//! GPU test program (`tests/gpu.rs`) checks it.
 
+pub mod cpu;
 pub mod cuda;
 
+use crate::diff::Diff;
+use crate::layout::Layout;
+use crate::memory::{Protected, ProtectedMut};
+use crate::regions::{Conversion, FirstBytes};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
+use std::any::Any;
 use std::fmt;
 use std::str::FromStr;
+
+/// A de-duplicated version that is neither committed nor rolled back.
+#[derive(Debug)]
+pub struct Deduplicated {
+    /// The diff as it stands (regions given away are references).
+    pub diff: Diff,
+    /// What the backend needs to serialize and commit it.
+    pub pending: Box<dyn PendingVersion>,
+    /// Device-side times (CUDA backend).
+    pub gpu: Option<cuda::GpuTimings>,
+}
+
+/// The backend-specific part of a [`Deduplicated`] version.
+pub trait PendingVersion: fmt::Debug + Send {
+    /// Where the diff's FIRST bytes are: `data` (the protected host buffer,
+    /// CPU) or the backend's own copy (GPU; `data` is not read).
+    fn first_bytes<'a>(&'a self, diff: &'a Diff, data: &'a [u8]) -> Result<FirstBytes<'a>>;
+
+    /// Turns the converted regions of `diff` into references to their
+    /// owners (`layouts[r]` is rank r's layout); the record entries this
+    /// version adds move to the owners' copies.
+    fn give_away(&mut self, diff: &mut Diff, conv: &[Conversion], layouts: &[Layout]) -> Result<()>;
+
+    /// For the backend that made it: the concrete type.
+    fn into_any(self: Box<Self>) -> Box<dyn Any>;
+
+    /// For the backend that made it: the concrete type, mutably.
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+/// A serialized diff file, ready for the store.
+#[derive(Debug)]
+pub enum DiffBytes<'a> {
+    /// The whole file in host memory.
+    Owned(Vec<u8>),
+    /// Everything up to the trailer in the backend's (pinned) memory, and the trailer.
+    Borrowed {
+        /// The file's bytes before the trailer.
+        prefix: &'a [u8],
+        /// The trailer (BLAKE3-256 of the metadata and block digests).
+        trailer: [u8; 32],
+    },
+}
+
+impl DiffBytes<'_> {
+    /// The file's length.
+    pub fn len(&self) -> usize {
+        match self {
+            DiffBytes::Owned(v) => v.len(),
+            DiffBytes::Borrowed { prefix, .. } => prefix.len() + 32,
+        }
+    }
+
+    /// Whether the file is empty (never, for a valid diff).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The trailer (the last 32 bytes).
+    pub fn trailer(&self) -> Option<&[u8]> {
+        match self {
+            DiffBytes::Owned(v) => v.get(v.len().checked_sub(32)?..),
+            DiffBytes::Borrowed { trailer, .. } => Some(trailer),
+        }
+    }
+
+    /// Writes the whole file to `out`.
+    pub fn write_to(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        match self {
+            DiffBytes::Owned(v) => out.write_all(v),
+            DiffBytes::Borrowed { prefix, trailer } => {
+                out.write_all(prefix)?;
+                out.write_all(trailer)
+            }
+        }
+    }
+}
+
+/// The contract the engine drives, once per version:
+/// [`deduplicate`](Backend::deduplicate) → (collective: give regions away) →
+/// [`serialize`](Backend::serialize) → the store makes the file durable →
+/// [`commit`](Backend::commit), or [`rollback`](Backend::rollback) on any
+/// failure. Until `commit` the backend's history is unchanged; a new
+/// `deduplicate` rolls back a version left pending.
+pub trait Backend: Send {
+    /// Which backend this is.
+    fn kind(&self) -> BackendKind;
+
+    /// Entries in the record (the digests it can de-duplicate against).
+    fn record_entries(&self) -> u64;
+
+    /// De-duplicates `input` as `version` (a `baseline` ignores history).
+    /// `for_collective` keeps the diff's bytes where
+    /// [`PendingVersion::first_bytes`] and `give_away` can read them.
+    fn deduplicate(
+        &mut self,
+        version: u64,
+        input: Protected<'_>,
+        baseline: bool,
+        for_collective: bool,
+    ) -> Result<Deduplicated>;
+
+    /// The diff file of `version` (after regions were given away); applies
+    /// the record moves that giving away implies. `data` is the protected
+    /// host buffer (CPU).
+    fn serialize<'a>(&'a mut self, version: &mut Deduplicated, data: &[u8]) -> Result<DiffBytes<'a>>;
+
+    /// Makes a serialized version's state permanent (its files are durable).
+    fn commit(&mut self, version: Deduplicated) -> Result<()>;
+
+    /// Forgets the pending version, if any.
+    fn rollback(&mut self) -> Result<()>;
+
+    /// Copies restored bytes into the application's memory (host, or device
+    /// memory on the CUDA backend).
+    fn place(&self, bytes: &[u8], dst: ProtectedMut<'_>) -> Result<()>;
+}
+
+/// A pending version made by another backend (an internal error).
+pub(crate) fn foreign() -> Error {
+    Error::Internal("a pending version went to another backend".into())
+}
 
 /// Which backend to use.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -26,7 +26,7 @@ use super::merge::{self, HashFreq, decode_wire, encode_wire, wire_words};
 use super::regions::{self, Conversion};
 use super::step;
 use crate::backend::BackendKind;
-use crate::backend::cuda::GpuInput;
+use crate::memory::Protected;
 use crate::engine::{CheckpointReport, Engine, StagedCheckpoint};
 use crate::layout::Layout;
 use crate::store::StoreOptions;
@@ -157,25 +157,13 @@ impl<'c, C: Communicator> Collective<'c, C> {
         &self.engine
     }
 
-    /// Takes collective checkpoint `version` of `data` (host memory).
-    /// Collective: every rank calls it with the same version. The version is
-    /// committed on every rank at once (rank 0's commit record) or on none;
-    /// on error nothing is visible anywhere.
-    pub fn checkpoint(&mut self, version: u64, data: &[u8]) -> Result<CollectiveReport> {
-        self.checkpoint_input(version, GpuInput::Host(data))
-    }
-
-    /// As [`Collective::checkpoint`], of a device buffer the application
-    /// owns (CUDA backend).
-    pub fn checkpoint_device(
-        &mut self,
-        version: u64,
-        data: &cudarc::driver::CudaSlice<u8>,
-    ) -> Result<CollectiveReport> {
-        self.checkpoint_input(version, GpuInput::Device(data))
-    }
-
-    fn checkpoint_input(&mut self, version: u64, input: GpuInput<'_>) -> Result<CollectiveReport> {
+    /// Takes collective checkpoint `version` of the protected memory (host
+    /// bytes, or a [`DeviceRegion`](crate::memory::DeviceRegion) on the CUDA
+    /// backend). Collective: every rank calls it with the same version. The
+    /// version is committed on every rank at once (rank 0's commit record)
+    /// or on none; on error nothing is visible anywhere.
+    pub fn checkpoint<'a>(&mut self, version: u64, data: impl Into<Protected<'a>>) -> Result<CollectiveReport> {
+        let input = data.into();
         let t0 = Instant::now();
         let me = self.engine.store().manifest().rank;
         let offer = step::offer(&mut self.engine, version, input, self.max_level, self.opts.threshold);
@@ -190,10 +178,7 @@ impl<'c, C: Communicator> Collective<'c, C> {
             }
         };
         let t2 = Instant::now();
-        let host: &[u8] = match input {
-            GpuInput::Host(d) => d,
-            GpuInput::Device(_) => &[],
-        };
+        let host = input.host_bytes();
         let settled = step::settle(&mut self.engine, offer, &merged, &self.layouts, host);
         let (staged, conv) = self.commit_record(version, settled)?;
         // Committed everywhere: this rank's manifest only caches the record.

@@ -7,7 +7,7 @@
 use super::merge::{HashFreq, local_set};
 use super::regions::{self, Conversion, Region};
 use crate::Result;
-use crate::backend::cuda::GpuInput;
+use crate::memory::Protected;
 use crate::engine::{Engine, LocalCheckpoint, StagedCheckpoint};
 use crate::layout::Layout;
 
@@ -26,15 +26,12 @@ pub struct Offer {
 pub fn offer(
     engine: &mut Engine,
     version: u64,
-    input: GpuInput<'_>,
+    input: Protected<'_>,
     max_level: u32,
     threshold: usize,
 ) -> Result<Offer> {
     let local = engine.deduplicate_local(version, input)?;
-    let host: &[u8] = match input {
-        GpuInput::Host(d) => d,
-        GpuInput::Device(_) => &[],
-    };
+    let host = input.host_bytes();
     let rank = local.diff().rank;
     let regions = regions::first_regions(local.diff(), &local.first_bytes(host)?, max_level);
     let set = local_set(rank, regions.iter().map(|r| (r.digest, r.bytes, r.node)), threshold);

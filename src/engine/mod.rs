@@ -9,9 +9,11 @@ mod staged;
 pub use rebuild::{Rebuilt, rebuild_state};
 pub use staged::{LocalCheckpoint, StagedCheckpoint};
 
-use crate::backend::BackendKind;
-use crate::backend::cuda::{Gpu, GpuDedup, GpuInput, GpuTimings};
+use crate::backend::cpu::CpuBackend;
+use crate::backend::cuda::{CudaBackend, Gpu, GpuDedup, GpuTimings};
+use crate::backend::{Backend, BackendKind};
 use crate::dedup::DedupState;
+use crate::memory::{Protected, ProtectedMut};
 use crate::diff::{ChunkCounts, Diff};
 use crate::store::{OpenNotes, Store, StoreOptions};
 use crate::{Error, Result};
@@ -47,12 +49,6 @@ pub struct CheckpointReport {
     pub gpu: Option<GpuTimings>,
 }
 
-/// Where de-duplication runs, with its state.
-enum Worker {
-    Cpu(DedupState),
-    Cuda(Box<GpuDedup>),
-}
-
 /// What opening an engine found and cost (a restart's view).
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct OpenReport {
@@ -80,7 +76,7 @@ pub struct OpenReport {
 /// rank's directory (it holds the store's lock while it lives).
 pub struct Engine {
     store: Store,
-    worker: Worker,
+    backend: Box<dyn Backend>,
     opts: StoreOptions,
     record_len: u64,
     /// The next version must be a baseline (no history could be rebuilt).
@@ -147,7 +143,7 @@ impl Engine {
             BackendKind::Auto if opts.hash == crate::HashAlgo::Sha1 => BackendKind::Cpu,
             other => other.resolve(),
         };
-        let (worker, record_len) = match resolved {
+        let backend: Box<dyn Backend> = match resolved {
             BackendKind::Cuda => {
                 let gpu = Gpu::open(device)?;
                 let mut dev = GpuDedup::new(gpu, layout, opts.hash, opts.method, rank)?;
@@ -162,8 +158,7 @@ impl Engine {
                         Err(e) => damaged(v, e, &mut opened),
                     }
                 }
-                let len = dev.record_entries();
-                (Worker::Cuda(Box::new(dev)), len)
+                Box::new(CudaBackend::new(dev))
             }
             _ => {
                 // Full keeps no state: nothing to restore.
@@ -183,13 +178,13 @@ impl Engine {
                     }
                     None => DedupState::new(layout, opts.hash, rank),
                 };
-                let len = state.record.len() as u64;
-                (Worker::Cpu(state), len)
+                Box::new(CpuBackend::new(state, opts.method))
             }
         };
+        let record_len = backend.record_entries();
         opened.record_entries = record_len;
         opened.total_seconds = t0.elapsed().as_secs_f64();
-        Ok(Engine { store, worker, opts: opts.clone(), record_len, force_baseline, opened })
+        Ok(Engine { store, backend, opts: opts.clone(), record_len, force_baseline, opened })
     }
 
     /// What opening found and cost (timings, clean-up, warnings).
@@ -204,10 +199,7 @@ impl Engine {
 
     /// The backend in use (`Cpu` or `Cuda`).
     pub fn backend(&self) -> BackendKind {
-        match self.worker {
-            Worker::Cpu(_) => BackendKind::Cpu,
-            Worker::Cuda(_) => BackendKind::Cuda,
-        }
+        self.backend.kind()
     }
 
     /// Whether the next checkpoint must be a baseline.
@@ -231,20 +223,30 @@ impl Engine {
         }
     }
 
-    /// Takes checkpoint `version` of `data` (host memory). On error nothing
-    /// is committed and the engine's state is unchanged.
-    pub fn checkpoint(&mut self, version: u64, data: &[u8]) -> Result<CheckpointReport> {
-        self.checkpoint_input(version, GpuInput::Host(data))
+    /// Takes checkpoint `version` of the protected memory: host bytes
+    /// (`&[u8]`, `&Vec<u8>`) or a [`DeviceRegion`](crate::memory::DeviceRegion)
+    /// (CUDA backend). On error nothing is committed and the engine's state
+    /// is unchanged.
+    pub fn checkpoint<'a>(&mut self, version: u64, data: impl Into<Protected<'a>>) -> Result<CheckpointReport> {
+        let input = data.into();
+        let local = self.deduplicate(version, input, false)?;
+        let staged = match self.stage(local, input.host_bytes()) {
+            Ok(s) => s,
+            Err(e) => {
+                // The files are not listed; the backend's pending state goes too.
+                self.abandon()?;
+                return Err(e);
+            }
+        };
+        self.publish(staged)
     }
 
-    /// Takes checkpoint `version` of a device buffer the application owns
-    /// (CUDA backend only).
-    pub fn checkpoint_device(
-        &mut self,
-        version: u64,
-        data: &cudarc::driver::CudaSlice<u8>,
-    ) -> Result<CheckpointReport> {
-        self.checkpoint_input(version, GpuInput::Device(data))
+    /// Restores committed `version` of this rank into `dst` (host memory, or
+    /// device memory on the CUDA backend): every byte verified, cross-rank
+    /// references checked.
+    pub fn restore_into(&self, version: u64, dst: ProtectedMut<'_>) -> Result<()> {
+        let bytes = crate::restore::restore_version(self.store.root(), self.store.manifest().rank, version)?;
+        self.backend.place(&bytes, dst)
     }
 
     /// Makes the next version a baseline: it references nothing older and
@@ -258,23 +260,6 @@ impl Engine {
         &self.opts
     }
 
-    /// A single-rank checkpoint is the staged steps back to back.
-    fn checkpoint_input(&mut self, version: u64, input: GpuInput<'_>) -> Result<CheckpointReport> {
-        let local = self.deduplicate(version, input, false)?;
-        let data = match input {
-            GpuInput::Host(d) => d,
-            GpuInput::Device(_) => &[],
-        };
-        let staged = match self.stage(local, data) {
-            Ok(s) => s,
-            Err(e) => {
-                // The files are not listed; the GPU's pending state goes too.
-                self.abandon()?;
-                return Err(e);
-            }
-        };
-        self.publish(staged)
-    }
 }
 
 /// The report of a written version; the write time runs from `t1` to now.

@@ -3,7 +3,8 @@
 //! device-to-device copy and the pinned D2H bandwidth measured in the same
 //! process as ceilings.
 
-use super::{Gpu, GpuDedup, GpuInput, cuda_err};
+use super::{Gpu, GpuDedup, cuda_err};
+use crate::memory::{DeviceRegion, Protected};
 use crate::layout::Layout;
 use crate::{HashAlgo, Method, Result};
 use cudarc::driver::CudaSlice;
@@ -85,7 +86,7 @@ pub fn run(
         let (mut first_s, mut incr_s, mut stored, mut meta, mut dedup, mut d2h) = (0.0, 0.0, 0u64, 0u64, 0.0, 0.0);
         for (i, v) in versions.iter().enumerate() {
             st.memcpy_htod(*v, &mut data).map_err(cuda_err)?;
-            let c = dev.compute(i as u64 + 1, GpuInput::Device(&data), i == 0)?;
+            let c = dev.compute(i as u64 + 1, Protected::Device(DeviceRegion::of(&data)?), i == 0)?;
             let (body, data_start, t) = (c.data_start + c.data_len, c.data_start, c.timings);
             dev.commit()?;
             let secs = f64::from(t.dedup_ms + t.d2h_ms) / 1e3;

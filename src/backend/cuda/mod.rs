@@ -9,15 +9,18 @@
 
 #![allow(unsafe_code)]
 
+mod backend;
 pub mod bench;
 mod pipeline;
 mod restore;
 
-pub use pipeline::{GpuCheckpoint, GpuDedup, GpuInput, GpuTimings, StoredRun};
+pub use backend::CudaBackend;
+pub use pipeline::{GpuCheckpoint, GpuDedup, GpuTimings, StoredRun};
 pub use restore::{GpuRestoreTimings, restore_on_gpu};
 
+use crate::memory::DeviceRegion;
 use crate::{Error, Result};
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, DeviceRepr};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr};
 use cudarc::nvrtc::{CompileOptions, Ptx};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -53,6 +56,78 @@ pub fn upload_into(gpu: &Gpu, bytes: &[u8], dst: &mut cudarc::driver::CudaSlice<
     }
     gpu.stream.memcpy_htod(bytes, dst).map_err(cuda_err)?;
     gpu.stream.synchronize().map_err(cuda_err)
+}
+
+impl<'a> DeviceRegion<'a> {
+    /// The whole of a cudarc device slice. Waits for the work queued on the
+    /// slice's stream first, so that a checkpoint reads what the application
+    /// last wrote.
+    pub fn of(slice: &'a CudaSlice<u8>) -> Result<Self> {
+        let stream = slice.stream();
+        stream.synchronize().map_err(cuda_err)?;
+        let (ptr, _read) = slice.device_ptr(stream);
+        Ok(DeviceRegion::new_unchecked(ptr, slice.len()))
+    }
+
+    /// The whole of a cudarc device slice, to restore into. Waits for the
+    /// work queued on the slice's stream first.
+    pub fn of_mut(slice: &'a mut CudaSlice<u8>) -> Result<Self> {
+        Self::of(slice)
+    }
+
+    /// A span of device memory given by its address and length (what a C or
+    /// Fortran application passes). The CUDA backend checks that the span
+    /// lies inside one allocation of its device before reading it.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` must be CUDA device memory (or managed memory) that
+    /// stays allocated, and that no other work writes (or, when dckpt
+    /// restores into it, reads), for as long as the region is used (`'a`);
+    /// the application's writes to it must be complete (its streams
+    /// synchronized) before a checkpoint reads it.
+    pub unsafe fn from_raw(ptr: u64, len: usize) -> Self {
+        DeviceRegion::new_unchecked(ptr, len)
+    }
+}
+
+/// Checks that `region` lies inside one allocation on `gpu`'s device: a
+/// host pointer, another device's memory or a span past its allocation's
+/// end is an error here instead of an illegal-address fault in a kernel.
+pub(crate) fn check_region(gpu: &Gpu, region: &DeviceRegion<'_>) -> Result<()> {
+    use cudarc::driver::sys::{CUpointer_attribute as A, cuPointerGetAttribute};
+    if region.is_empty() {
+        return Ok(());
+    }
+    gpu.ctx.bind_to_thread().map_err(cuda_err)?;
+    let attr = |which: A, out: *mut std::ffi::c_void| -> bool {
+        // SAFETY: `out` points to a live local of the size the attribute
+        // returns (u64 for addresses and sizes, i32 for the ordinal); the
+        // driver only reads `region.ptr()` as a number.
+        let status = unsafe { cuPointerGetAttribute(out, which, region.ptr()) };
+        status == cudarc::driver::sys::cudaError_enum::CUDA_SUCCESS
+    };
+    let (mut start, mut size, mut ordinal) = (0u64, 0u64, -1i32);
+    let known = attr(A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, (&raw mut start).cast())
+        && attr(A::CU_POINTER_ATTRIBUTE_RANGE_SIZE, (&raw mut size).cast())
+        && attr(A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (&raw mut ordinal).cast());
+    let end = region.ptr().checked_add(region.len() as u64);
+    let ours = usize::try_from(ordinal).is_ok_and(|o| o == gpu.ctx.ordinal());
+    if !known || !ours || end.is_none_or(|e| e > start.saturating_add(size)) {
+        return Err(Error::InvalidOption(format!(
+            "device region {:#x}+{} bytes is not inside one allocation of CUDA device {} ({})",
+            region.ptr(),
+            region.len(),
+            gpu.ctx.ordinal(),
+            if !known {
+                "not device memory".to_string()
+            } else if !ours {
+                format!("it is on device {ordinal}")
+            } else {
+                format!("its allocation is {size} bytes from {start:#x}")
+            }
+        )));
+    }
+    Ok(())
 }
 
 /// Number of CUDA devices (0 when the driver or libnvrtc is missing).

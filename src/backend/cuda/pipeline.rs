@@ -6,19 +6,11 @@ use crate::diff::{Diff, FirstRun, RegionEncoding};
 use crate::format::{decode_body, encode_meta, trailer_of};
 use crate::hash::Digest;
 use crate::layout::Layout;
+use crate::memory::Protected;
 use crate::record::RecordEntry;
 use crate::{Error, HashAlgo, Method, Result};
 use cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig, PinnedHostSlice, PushKernelArg};
 use std::sync::Arc;
-
-/// Where the protected bytes are.
-#[derive(Clone, Copy)]
-pub enum GpuInput<'a> {
-    /// Host memory: copied to the device first (H2D counted in the timings).
-    Host(&'a [u8]),
-    /// Device memory the application owns.
-    Device(&'a CudaSlice<u8>),
-}
 
 /// Device-side times of one checkpoint, from CUDA events, in milliseconds.
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]
@@ -323,6 +315,11 @@ impl GpuDedup {
         self.layout
     }
 
+    /// The device this pipeline runs on.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
     /// Entries in the device record.
     pub fn record_entries(&self) -> u64 {
         self.table_entries
@@ -355,7 +352,7 @@ impl GpuDedup {
         if self.method == Method::Full {
             return Ok(());
         }
-        self.compute_with(latest, GpuInput::Host(data), true, false)?;
+        self.compute_with(latest, Protected::Host(data), true, false)?;
         self.commit()?;
         // The upload buffer was for the restored bytes; applications that
         // checkpoint device buffers never need it.
@@ -449,7 +446,7 @@ impl GpuDedup {
     /// Computes checkpoint `version` of `input` (a baseline ignores history).
     /// The state changes become permanent with [`GpuDedup::commit`] and are
     /// undone by [`GpuDedup::rollback`].
-    pub fn checkpoint(&mut self, version: u64, input: GpuInput<'_>, baseline: bool) -> Result<GpuCheckpoint> {
+    pub fn checkpoint(&mut self, version: u64, input: Protected<'_>, baseline: bool) -> Result<GpuCheckpoint> {
         let c = self.compute(version, input, baseline)?;
         let host = &self.pinned_host()?[..c.prefix_len];
         let data_end = c.data_start + c.data_len;
@@ -510,6 +507,24 @@ impl GpuDedup {
         }
     }
 
+    /// The device address of the protected bytes: the application's region
+    /// (checked to lie inside one allocation of this device) or the staging
+    /// buffer a host input was uploaded into.
+    fn input_ptr(&self, input: Protected<'_>) -> Result<u64> {
+        match input {
+            Protected::Device(d) => {
+                if d.len() as u64 != self.layout.data_len() {
+                    return Err(length_error(d.len(), self.layout));
+                }
+                super::check_region(&self.gpu, &d)?;
+                Ok(d.ptr())
+            }
+            Protected::Host(_) => {
+                self.staging.as_ref().map(|s| ptr(s, &self.gpu)).ok_or_else(|| Error::Gpu("no staging buffer".into()))
+            }
+        }
+    }
+
     /// Launches the block-digest kernel over `len` bytes at device address
     /// `data`, writing `32 * ceil(len / 64 KiB)` bytes at `out`.
     fn launch_block_digests(&self, data: u64, len: u64, out: u64) -> Result<()> {
@@ -529,13 +544,13 @@ impl GpuDedup {
     /// Like [`GpuDedup::checkpoint`] but leaves the serialized body in the
     /// pinned host buffer: returns `(body bytes, data start, timings)`.
     /// This is the part a checkpoint blocks the application for.
-    pub fn compute(&mut self, version: u64, input: GpuInput<'_>, baseline: bool) -> Result<Computed> {
+    pub fn compute(&mut self, version: u64, input: Protected<'_>, baseline: bool) -> Result<Computed> {
         self.compute_with(version, input, baseline, true)
     }
 
     /// [`GpuDedup::compute`]; without `emit`, stops once the labels and the
     /// record are computed (no digests, no D2H: what a rebuild needs).
-    fn compute_with(&mut self, version: u64, input: GpuInput<'_>, baseline: bool, emit: bool) -> Result<Computed> {
+    fn compute_with(&mut self, version: u64, input: Protected<'_>, baseline: bool, emit: bool) -> Result<Computed> {
         let version32 = u32::try_from(version).map_err(|_| {
             Error::InvalidOption(format!("version {version} exceeds the supported maximum {}", u32::MAX))
         })?;
@@ -547,7 +562,7 @@ impl GpuDedup {
             s.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda_err)
         };
         let e0 = ev(&st)?;
-        if let GpuInput::Host(bytes) = input {
+        if let Protected::Host(bytes) = input {
             if bytes.len() as u64 != self.layout.data_len() {
                 return Err(length_error(bytes.len(), self.layout));
             }
@@ -559,19 +574,10 @@ impl GpuDedup {
             }
         }
         let e1 = ev(&st)?;
-        let src: &CudaSlice<u8> = match input {
-            GpuInput::Device(d) => {
-                if d.len() as u64 != self.layout.data_len() {
-                    return Err(length_error(d.len(), self.layout));
-                }
-                d
-            }
-            GpuInput::Host(_) => self.staging.as_ref().ok_or_else(|| Error::Gpu("no staging buffer".into()))?,
-        };
+        let data_ptr = self.input_ptr(input)?;
         if self.method == Method::Full {
-            return self.copy_whole(version, input, &e0, &e1);
+            return self.copy_whole(version, data_ptr, &e0, &e1);
         }
-        let data_ptr = ptr(src, &self.gpu);
         if baseline {
             self.clear_table()?;
             self.has_prev = false;
@@ -582,7 +588,7 @@ impl GpuDedup {
                 // Most chunks changed: store the version whole (see dedup::is_dense).
                 self.pending = Some(version32);
                 self.pending_dense = true;
-                return self.copy_whole(version, input, &e0, &e1);
+                return self.copy_whole(version, data_ptr, &e0, &e1);
             }
             let (_, overflow) = self.read_table_stats()?;
             if !overflow {
@@ -635,7 +641,7 @@ impl GpuDedup {
     fn copy_whole(
         &mut self,
         version: u64,
-        input: GpuInput<'_>,
+        src: u64,
         e0: &cudarc::driver::CudaEvent,
         e1: &cudarc::driver::CudaEvent,
     ) -> Result<Computed> {
@@ -644,21 +650,27 @@ impl GpuDedup {
         let len = self.layout.data_len() as usize;
         let digests = 32 * (len as u64).div_ceil(BLOCK_SIZE) as usize;
         self.ensure_pinned(meta.len() + len + digests)?;
-        let src: &CudaSlice<u8> = match input {
-            GpuInput::Device(d) => d,
-            GpuInput::Host(_) => self.staging.as_ref().ok_or_else(|| Error::Gpu("no staging buffer".into()))?,
-        };
         let ev = || st.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda_err);
         let e2 = ev()?;
         // Block digests of the input itself, into the (otherwise unused) output buffer.
-        self.launch_block_digests(ptr(src, &self.gpu), len as u64, ptr(&self.out, &self.gpu))?;
+        self.launch_block_digests(src, len as u64, ptr(&self.out, &self.gpu))?;
         {
             let host = match &mut self.pinned {
                 Some(p) => p.as_mut_slice().map_err(cuda_err)?,
                 None => return Err(Error::Internal("pinned buffer".into())),
             };
             host[..meta.len()].copy_from_slice(&meta);
-            st.memcpy_dtoh(src, &mut host[meta.len()..meta.len() + len]).map_err(cuda_err)?;
+            // SAFETY: `src..src + len` is the checked input region (or the
+            // staging buffer), device memory that outlives the copy, which
+            // the synchronize below completes before `host` is read.
+            unsafe {
+                cudarc::driver::result::memcpy_dtoh_async(
+                    &mut host[meta.len()..meta.len() + len],
+                    src,
+                    st.cu_stream(),
+                )
+            }
+            .map_err(cuda_err)?;
             let d = self.out.slice(0..digests);
             st.memcpy_dtoh(&d, &mut host[meta.len() + len..meta.len() + len + digests]).map_err(cuda_err)?;
         }

@@ -1,0 +1,98 @@
+//! The CPU backend: the methods of [`crate::dedup`] over a [`DedupState`],
+//! the FIRST bytes read from the protected host buffer.
+
+use super::{Backend, BackendKind, Deduplicated, DiffBytes, PendingVersion, foreign};
+use crate::dedup::{DedupInput, DedupState, Pending};
+use crate::diff::Diff;
+use crate::layout::Layout;
+use crate::memory::{Protected, ProtectedMut};
+use crate::regions::{self, Conversion, FirstBytes};
+use crate::{Error, Method, Result};
+use std::any::Any;
+
+/// De-duplication on the CPU (rayon).
+#[derive(Debug)]
+pub struct CpuBackend {
+    state: DedupState,
+    method: Method,
+}
+
+impl CpuBackend {
+    /// A backend continuing from `state` with `method`.
+    pub fn new(state: DedupState, method: Method) -> Self {
+        CpuBackend { state, method }
+    }
+}
+
+/// A CPU version's pending record and leaf changes.
+#[derive(Debug)]
+struct CpuPending(Pending);
+
+impl PendingVersion for CpuPending {
+    fn first_bytes<'a>(&'a self, diff: &'a Diff, data: &'a [u8]) -> Result<FirstBytes<'a>> {
+        Ok(FirstBytes::whole(diff.layout, data))
+    }
+
+    fn give_away(&mut self, diff: &mut Diff, conv: &[Conversion], layouts: &[Layout]) -> Result<()> {
+        let (me, layout) = (diff.rank, diff.layout);
+        regions::apply(diff, conv);
+        self.0.remap_entries(|e| regions::relocate(e, me, &layout, conv, layouts));
+        Ok(())
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+impl Backend for CpuBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cpu
+    }
+
+    fn record_entries(&self) -> u64 {
+        self.state.record.len() as u64
+    }
+
+    fn deduplicate(&mut self, version: u64, input: Protected<'_>, baseline: bool, _: bool) -> Result<Deduplicated> {
+        let Protected::Host(data) = input else {
+            return Err(Error::InvalidOption("device memory needs the CUDA backend".into()));
+        };
+        let outcome = self.method.deduplicator().deduplicate(&self.state, &DedupInput { data, version, baseline })?;
+        Ok(Deduplicated { diff: outcome.diff, pending: Box::new(CpuPending(outcome.pending)), gpu: None })
+    }
+
+    fn serialize<'a>(&'a mut self, version: &mut Deduplicated, data: &[u8]) -> Result<DiffBytes<'a>> {
+        Ok(DiffBytes::Owned(crate::format::encode_diff(&version.diff, data)))
+    }
+
+    fn commit(&mut self, version: Deduplicated) -> Result<()> {
+        let pending = version.pending.into_any().downcast::<CpuPending>().map_err(|_| foreign())?;
+        self.state.commit(pending.0);
+        Ok(())
+    }
+
+    fn rollback(&mut self) -> Result<()> {
+        // Nothing changed before commit.
+        Ok(())
+    }
+
+    fn place(&self, bytes: &[u8], dst: ProtectedMut<'_>) -> Result<()> {
+        match dst {
+            ProtectedMut::Host(out) if out.len() == bytes.len() => {
+                out.copy_from_slice(bytes);
+                Ok(())
+            }
+            ProtectedMut::Host(out) => Err(Error::InvalidOption(format!(
+                "{} restored bytes do not fit a {}-byte buffer",
+                bytes.len(),
+                out.len()
+            ))),
+            ProtectedMut::Device(_) => Err(Error::InvalidOption("device memory needs the CUDA backend".into())),
+        }
+    }
+}

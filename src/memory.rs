@@ -1,0 +1,116 @@
+//! The memory a checkpoint protects: host bytes, or a span of CUDA device
+//! memory that the application owns. This is the one input type of the
+//! engine and the backends; no cudarc type appears in it.
+//!
+//! A [`DeviceRegion`] is made at the API edge: from a cudarc slice
+//! ([`DeviceRegion::of`], safe) or from a raw `CUdeviceptr` and a length
+//! ([`DeviceRegion::from_raw`], `unsafe`: the caller vouches that the span is
+//! device memory that stays allocated and unwritten while dckpt reads it —
+//! what a C or Fortran application passes). Both live in the CUDA backend,
+//! the one layer with `unsafe`; the CUDA backend also checks, before it
+//! launches anything, that the span lies inside one allocation of its own
+//! device (a clear error instead of an illegal-address fault).
+
+use std::marker::PhantomData;
+
+/// A span of device memory borrowed from the application for `'a`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceRegion<'a> {
+    ptr: u64,
+    len: usize,
+    _borrow: PhantomData<&'a [u8]>,
+}
+
+impl DeviceRegion<'_> {
+    /// Builds a region without any check; the public constructors (in the
+    /// CUDA backend) establish what it promises.
+    pub(crate) fn new_unchecked(ptr: u64, len: usize) -> Self {
+        DeviceRegion { ptr, len, _borrow: PhantomData }
+    }
+
+    /// The device address of the first byte (a `CUdeviceptr`).
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Bytes in the span.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the span is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// What one checkpoint reads: host memory or device memory.
+#[derive(Clone, Copy, Debug)]
+pub enum Protected<'a> {
+    /// Host memory (the CUDA backend copies it to the device first).
+    Host(&'a [u8]),
+    /// Device memory (the CUDA backend only).
+    Device(DeviceRegion<'a>),
+}
+
+impl<'a> Protected<'a> {
+    /// Bytes protected.
+    pub fn len(&self) -> usize {
+        match self {
+            Protected::Host(b) => b.len(),
+            Protected::Device(d) => d.len(),
+        }
+    }
+
+    /// Whether nothing is protected.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The host bytes, or an empty slice for device memory (the CPU engine
+    /// reads FIRST bytes from here; the GPU carries its own).
+    pub fn host_bytes(&self) -> &'a [u8] {
+        match self {
+            Protected::Host(b) => b,
+            Protected::Device(_) => &[],
+        }
+    }
+}
+
+/// Host bytes: `&[u8]`, `&Vec<u8>`, `&[u8; N]`, ...
+impl<'a, T: AsRef<[u8]> + ?Sized> From<&'a T> for Protected<'a> {
+    fn from(bytes: &'a T) -> Self {
+        Protected::Host(bytes.as_ref())
+    }
+}
+
+impl<'a> From<DeviceRegion<'a>> for Protected<'a> {
+    fn from(region: DeviceRegion<'a>) -> Self {
+        Protected::Device(region)
+    }
+}
+
+/// Where restored bytes go: host memory, or device memory (the CUDA backend
+/// only).
+#[derive(Debug)]
+pub enum ProtectedMut<'a> {
+    /// Host memory.
+    Host(&'a mut [u8]),
+    /// Device memory, written by the CUDA backend.
+    Device(DeviceRegion<'a>),
+}
+
+impl ProtectedMut<'_> {
+    /// Bytes it holds.
+    pub fn len(&self) -> usize {
+        match self {
+            ProtectedMut::Host(b) => b.len(),
+            ProtectedMut::Device(d) => d.len(),
+        }
+    }
+
+    /// Whether it holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
