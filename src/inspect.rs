@@ -88,13 +88,19 @@ pub struct StoreStats {
 
 /// Sum of the sizes of every regular file below `dir` (links not followed).
 pub fn bytes_on_disk(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    bytes_below(&crate::storage::Posix::at(dir), Path::new(""))
+}
+
+/// Sum of the sizes of every regular file below directory `rel` of
+/// `storage` (links not followed; what cannot be listed counts 0).
+pub fn bytes_below(storage: &dyn crate::storage::Storage, rel: &Path) -> u64 {
+    let Ok(entries) = storage.list(rel) else { return 0 };
     entries
-        .flatten()
-        .map(|e| match e.file_type() {
-            Ok(t) if t.is_dir() => bytes_on_disk(&e.path()),
-            Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
-            _ => 0,
+        .iter()
+        .map(|e| match e {
+            e if e.is_symlink => 0,
+            e if e.is_dir => bytes_below(storage, &rel.join(&e.name)),
+            e => e.len,
         })
         .sum()
 }

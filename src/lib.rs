@@ -18,9 +18,11 @@
 //! | [`dedup`] | the methods Full, Basic, List and Tree (the CPU engine) |
 //! | [`diff`] | the in-memory result of one de-duplication |
 //! | [`format`] | the on-disk diff file and manifest codecs (bounds-checked) |
+//! | [`storage`] | the storage contract (durable atomic write, read at offset, list, remove, barrier, lock) and its POSIX implementation |
 //! | [`store`] | a rank's directory: writer lock, atomic commits, manifest, collective commit records |
 //! | [`repair`] | `dckpt repair`: remove what no committed version needs, delist what no longer restores |
 //! | [`backend`] | where de-duplication runs (CPU, CUDA) behind one [`backend::Backend`] contract |
+//! | [`prune`] | `dckpt prune`: delete the versions no kept version needs |
 //! | [`engine`] | checkpoint = dedup + write + commit, keeping the state between versions |
 //! | [`restore`] | chain resolution and byte-exact reconstruction |
 //! | [`verify`] | whole-store integrity and reference checks |
@@ -56,10 +58,12 @@ pub mod hash;
 pub mod inspect;
 pub mod layout;
 pub mod memory;
+pub mod prune;
 pub mod record;
 pub mod regions;
 pub mod repair;
 pub mod restore;
+pub mod storage;
 pub mod store;
 pub mod verify;
 

@@ -13,12 +13,14 @@ use crate::hash::{Digest, subtree_digest};
 use crate::layout::Layout;
 use crate::store::commits::CommitLog;
 use crate::store::{Store, hex};
+use crate::storage::{Posix, Storage};
 use crate::{Error, Result};
 use rayon::prelude::*;
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Counters of one restore, with where its time went.
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
@@ -58,6 +60,7 @@ pub const MAX_OPEN_FILES: usize = 32;
 /// keeping at most [`MAX_OPEN_FILES`] file handles open.
 pub struct Catalog {
     root: PathBuf,
+    storage: Arc<dyn Storage>,
     commits: Option<CommitLog>,
     stores: HashMap<u32, Store>,
     readers: HashMap<(u32, u64), DiffReader>,
@@ -66,10 +69,16 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    /// A catalog over the store root `root`.
+    /// A catalog over the store root `root` (a POSIX directory).
     pub fn new(root: &Path) -> Self {
+        Self::on(Arc::new(Posix::at(root)))
+    }
+
+    /// A catalog over a store on any storage.
+    pub fn on(storage: Arc<dyn Storage>) -> Self {
         Catalog {
-            root: root.to_path_buf(),
+            root: storage.locate(Path::new("")),
+            storage,
             commits: None,
             stores: HashMap::new(),
             readers: HashMap::new(),
@@ -85,12 +94,12 @@ impl Catalog {
     /// The store of `rank` (its manifest rolled forward from the commit records).
     pub fn store(&mut self, rank: u32) -> Result<&Store> {
         if self.commits.is_none() {
-            self.commits = Some(CommitLog::load(&self.root)?);
+            self.commits = Some(CommitLog::load_from(self.storage.as_ref())?);
         }
         let log = self.commits.as_ref().ok_or_else(|| Error::Internal("commit log".into()))?;
         match self.stores.entry(rank) {
             Entry::Occupied(o) => Ok(o.into_mut()),
-            Entry::Vacant(v) => Ok(v.insert(Store::open_with(&self.root, rank, log)?)),
+            Entry::Vacant(v) => Ok(v.insert(Store::open_in(self.storage.clone(), rank, log)?)),
         }
     }
 
@@ -108,7 +117,7 @@ impl Catalog {
             let path = store.diff_path(version);
             let layout = store.layout()?;
             let (hash, method) = (store.manifest().hash, store.manifest().method);
-            let reader = DiffReader::open(&path)?;
+            let reader = DiffReader::open_in(store.storage().clone(), &store.diff_rel(version))?;
             let h = &reader.header;
             if h.rank != rank || h.version != version {
                 return Err(Error::corrupt(&path, format!("file holds rank {} version {}", h.rank, h.version)));

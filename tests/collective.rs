@@ -331,3 +331,46 @@ fn reopening_every_version_stores_within_two_percent_of_an_uninterrupted_run() {
     }
     assert!(dckpt::verify::verify_store(reopened_dir.path()).unwrap().problems.is_empty());
 }
+
+#[test]
+fn prune_keeps_the_owners_files_that_kept_versions_reference() {
+    let len = 1 << 16;
+    let ranks = 3;
+    let dir = tempfile::tempdir().unwrap();
+    let o = opts(Method::Tree, 64, HashAlgo::Murmur3);
+    // Rank 0 re-baselines every second version; the others never do, so
+    // their later versions keep referencing rank 0's early files.
+    let short = StoreOptions { max_chain: Some(2), ..o.clone() };
+    let mut engines: Vec<Engine> = (0..ranks)
+        .map(|r| Engine::open_or_create(dir.path(), r as u32, len as u64, if r == 0 { &short } else { &o }).unwrap())
+        .collect();
+    let level = max_region_level(64, dckpt::collective::auto_region_bytes(len as u64, ranks as u32));
+    let mut bufs = vec![noise(len, 3); ranks];
+    let mut history = Vec::new();
+    for v in 1..=6u64 {
+        for (r, b) in bufs.iter_mut().enumerate() {
+            let at = (v as usize * 4099 + r * 1031) % (len - 256);
+            b[at..at + 256].copy_from_slice(&noise(256, v * 10 + r as u64));
+        }
+        collective_version(&mut engines, v, &bufs, level, 1 << 17);
+        history.push(bufs.clone());
+    }
+    drop(engines);
+    let report = dckpt::prune::prune_store(dir.path(), 1, false).unwrap();
+    let refs = dckpt::inspect::store_stats(dir.path()).unwrap();
+    assert!(refs.total_cross_rank_references > 0, "the ranks reference each other");
+    for r in 0..ranks as u32 {
+        let listed: Vec<u64> =
+            dckpt::store::Store::open(dir.path(), r).unwrap().manifest().versions.iter().map(|e| e.version).collect();
+        for &v in &listed {
+            let got = dckpt::restore::restore_version(dir.path(), r, v).unwrap();
+            assert!(got == history[v as usize - 1][r as usize], "rank {r} version {v} after prune");
+        }
+        assert!(listed.contains(&6));
+    }
+    // Rank 0's chain of version 6 is 5..6; what else of rank 0 stays is what
+    // the other ranks' kept versions read.
+    assert!(report.deleted.iter().all(|&(r, _)| r == 0), "{:?}", report.deleted);
+    let verify = dckpt::verify::verify_store(dir.path()).unwrap();
+    assert!(verify.problems.is_empty(), "{:?}", verify.problems);
+}

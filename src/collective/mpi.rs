@@ -256,7 +256,7 @@ impl<'c, C: Communicator> Collective<'c, C> {
                     })
                     .collect();
                 let record = CommitRecord { version, ranks: self.comm.size() as u32, entries };
-                record.write(self.engine.store().root())
+                record.write_to(self.engine.store().storage().as_ref())
             }
             _ => Ok(()),
         };

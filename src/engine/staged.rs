@@ -100,7 +100,7 @@ impl Engine {
         let file = self.backend.serialize(&mut version, data)?;
         let t1 = Instant::now();
         let trailer = file.trailer();
-        let entry = self.store.write_diff_with(number, baseline, file.len() as u64, trailer, |f| file.write_to(f))?;
+        let entry = self.store.write_diff_with(number, baseline, file.len() as u64, trailer, &mut |f| file.write_to(f))?;
         let logical = version.diff.layout.data_len();
         let report = report_of(&version.diff, entry.file_len, logical, started, t1, version.gpu);
         Ok(StagedCheckpoint { entry, version, report })

@@ -15,9 +15,9 @@ use crate::hash::Digest;
 use crate::layout::Layout;
 use crate::{Error, HashAlgo, Method, Result};
 use rayon::prelude::*;
-use std::fs::File;
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
+use crate::storage::{Posix, ReadAt, Storage};
+use std::sync::Arc;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -325,10 +325,12 @@ pub fn finish_body(mut body: Vec<u8>, data_start: usize) -> Vec<u8> {
 /// An open, metadata-verified diff file. Data blocks are verified as they are read.
 #[derive(Debug)]
 pub struct DiffReader {
+    storage: Arc<dyn Storage>,
+    rel: PathBuf,
     path: PathBuf,
     /// Open while in use; [`DiffReader::release_file`] closes it (the
     /// restore catalog bounds open files) and the next read reopens it.
-    file: Mutex<Option<File>>,
+    file: Mutex<Option<Box<dyn ReadAt>>>,
     /// The header.
     pub header: DiffHeader,
     /// The decoded regions.
@@ -343,8 +345,16 @@ pub struct DiffReader {
 impl DiffReader {
     /// Opens `path`, checks its length, the trailer and every table.
     pub fn open(path: &Path) -> Result<Self> {
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
-        let file_len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let name = path.file_name().ok_or_else(|| Error::io(path, std::io::ErrorKind::InvalidInput.into()))?;
+        Self::open_in(Arc::new(Posix::at(dir)), Path::new(name))
+    }
+
+    /// As [`DiffReader::open`], for file `rel` of `storage`.
+    pub fn open_in(storage: Arc<dyn Storage>, rel: &Path) -> Result<Self> {
+        let path = &storage.locate(rel);
+        let file = storage.open(rel)?;
+        let file_len = file.len();
         let corrupt = |r: String| Error::corrupt(path, r);
         if file_len < HEADER_LEN + DIGEST_LEN {
             return Err(corrupt(format!("file is {file_len} bytes, shorter than a header")));
@@ -393,7 +403,9 @@ impl DiffReader {
             return Err(corrupt(format!("FIRST runs cover {at} bytes but the file holds {}", header.data_bytes)));
         }
         Ok(DiffReader {
-            path: path.to_path_buf(),
+            storage,
+            rel: rel.to_path_buf(),
+            path: path.clone(),
             file: Mutex::new(Some(file)),
             header,
             diff,
@@ -409,9 +421,8 @@ impl DiffReader {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         let mut guard = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if guard.is_none() {
-            let f = File::open(&self.path).map_err(|e| Error::io(&self.path, e))?;
-            let len = f.metadata().map_err(|e| Error::io(&self.path, e))?.len();
-            if len != self.file_len {
+            let f = self.storage.open(&self.rel)?;
+            if f.len() != self.file_len {
                 return Err(Error::corrupt(&self.path, "the file changed while it was being read"));
             }
             *guard = Some(f);

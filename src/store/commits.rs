@@ -14,13 +14,15 @@
 //! (no record) or visible everywhere (record), never half. Text form like the
 //! manifest: a line `dckpt-commit 1 <blake3-256 hex of the rest>`, then JSON.
 
-use super::fsio::{sync_dir, write_atomic};
 use crate::format::manifest::VersionEntry;
+use crate::storage::{self, Posix, Storage};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::fs;
 use std::path::{Path, PathBuf};
+
+/// The directory of commit records, relative to the store root.
+pub const COMMITS_DIR: &str = "commits";
 
 const TAG: &str = "dckpt-commit";
 
@@ -52,12 +54,17 @@ pub struct RankEntry {
 
 /// The directory holding the commit records of `root`.
 pub fn commits_dir(root: &Path) -> PathBuf {
-    root.join("commits")
+    root.join(COMMITS_DIR)
+}
+
+/// The commit record of `version`, relative to the store root.
+pub fn record_rel(version: u64) -> PathBuf {
+    Path::new(COMMITS_DIR).join(format!("v{version:012}.commit"))
 }
 
 /// Path of the commit record of `version`.
 pub fn record_path(root: &Path, version: u64) -> PathBuf {
-    commits_dir(root).join(format!("v{version:012}.commit"))
+    root.join(record_rel(version))
 }
 
 impl CommitRecord {
@@ -90,15 +97,20 @@ impl CommitRecord {
 
     /// Writes the record durably: after this returns the version is committed.
     pub fn write(&self, root: &Path) -> Result<()> {
-        let dir = commits_dir(root);
-        fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-        let path = record_path(root, self.version);
-        write_atomic(&path, &self.encode())?;
-        sync_dir(&dir).inspect_err(|_| {
+        self.write_to(&Posix::at(root))
+    }
+
+    /// As [`CommitRecord::write`], on any storage.
+    pub fn write_to(&self, storage: &dyn Storage) -> Result<()> {
+        let dir = Path::new(COMMITS_DIR);
+        storage.create_dir(dir)?;
+        let rel = record_rel(self.version);
+        storage::write_bytes(storage, &rel, &self.encode())?;
+        storage.barrier(dir).inspect_err(|_| {
             // Not known durable: take it back, so that a failure reported to
             // every rank is a version committed nowhere.
-            let _ = fs::remove_file(&path);
-            let _ = sync_dir(&dir);
+            let _ = storage.remove(&rel);
+            let _ = storage.barrier(dir);
         })
     }
 }
@@ -118,21 +130,20 @@ impl CommitLog {
     /// it alone commits stay invisible until `dckpt repair` decides, and
     /// every other version reads as usual.
     pub fn load(root: &Path) -> Result<Self> {
-        let dir = commits_dir(root);
+        Self::load_from(&Posix::at(root))
+    }
+
+    /// As [`CommitLog::load`], on any storage.
+    pub fn load_from(storage: &dyn Storage) -> Result<Self> {
         let mut log = CommitLog::default();
-        let entries = match fs::read_dir(&dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(log),
-            Err(e) => return Err(Error::io(&dir, e)),
-        };
-        for entry in entries {
-            let entry = entry.map_err(|e| Error::io(&dir, e))?;
-            let name = entry.file_name();
-            let Some(v) = parse_record_name(&name.to_string_lossy()) else { continue };
-            let path = entry.path();
+        for entry in storage.list(Path::new(COMMITS_DIR))? {
+            let Some(v) = parse_record_name(&entry.name) else { continue };
+            let rel = record_rel(v);
+            let path = storage.locate(&rel);
             // Not being able to read a record (EIO, EACCES) is fatal; only
             // bytes that do not decode are damage.
-            let bytes = fs::read(&path).map_err(|e| Error::io(&path, e))?;
+            // A record removed since the listing (set aside by a repair) is gone.
+            let Some(bytes) = storage.read(&rel)? else { continue };
             let record = Ok(bytes).and_then(|b: Vec<u8>| {
                 let r = CommitRecord::decode(&b, &path)?;
                 if r.version != v {

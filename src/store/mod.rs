@@ -17,19 +17,19 @@
 //! opens the store removes what unfinished versions left behind.
 
 pub mod commits;
-pub mod fsio;
 
+pub use crate::storage::fsio;
 pub use fsio::{hex, sync_dir, write_atomic, write_output};
 
 use crate::format::manifest::{Manifest, VersionEntry};
 use crate::layout::Layout;
+use crate::storage::{self, Fill, LockGuard, Posix, Storage};
 use crate::{Error, HashAlgo, Method, Result};
 use commits::CommitLog;
 use serde::{Deserialize, Serialize};
-use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Seek, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Parameters of a store, fixed at its first checkpoint (the last two are
 /// policies that may change between runs). Serde-able for TOML configs.
@@ -61,13 +61,17 @@ impl Default for StoreOptions {
 }
 
 /// One rank's directory: a read-only view ([`Store::open`]) or the one
-/// writer's handle ([`Store::open_writer`], which holds the lock).
+/// writer's handle ([`Store::open_writer`], which holds the lock). Every
+/// access goes through its [`Storage`].
 #[derive(Debug)]
 pub struct Store {
+    storage: Arc<dyn Storage>,
     root: PathBuf,
+    /// The rank directory, relative to the storage root.
+    rel: PathBuf,
     dir: PathBuf,
     manifest: Manifest,
-    lock: Option<File>,
+    lock: Option<Box<dyn LockGuard>>,
 }
 
 /// What [`Store::open_writer`] found and did.
@@ -87,7 +91,12 @@ pub struct OpenNotes {
 
 /// The directory of `rank` under `root`.
 pub fn rank_dir(root: &Path, rank: u32) -> PathBuf {
-    root.join(format!("rank-{rank:05}"))
+    root.join(rank_rel(rank))
+}
+
+/// The directory of `rank`, relative to the store root.
+pub fn rank_rel(rank: u32) -> PathBuf {
+    PathBuf::from(format!("rank-{rank:05}"))
 }
 
 /// The file name of a version's diff file.
@@ -124,23 +133,21 @@ pub fn list_ranks(root: &Path) -> Result<Vec<u32>> {
 
 /// Versions whose diff files are present in a rank directory, sorted.
 pub fn diff_files_present(dir: &Path) -> Result<Vec<u64>> {
-    let mut v: Vec<u64> = match fs::read_dir(dir) {
-        Ok(entries) => entries.flatten().filter_map(|e| parse_diff_name(&e.file_name().to_string_lossy())).collect(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => return Err(Error::io(dir, e)),
-    };
+    versions_present(&Posix::at(dir), Path::new(""))
+}
+
+/// Versions whose diff files are present in directory `rel` of `storage`, sorted.
+pub fn versions_present(storage: &dyn Storage, rel: &Path) -> Result<Vec<u64>> {
+    let mut v: Vec<u64> = storage.list(rel)?.iter().filter_map(|e| parse_diff_name(&e.name)).collect();
     v.sort_unstable();
     Ok(v)
 }
 
 /// Reads a rank's manifest; `Ok(None)` when there is none.
-fn read_manifest(dir: &Path, rank: u32) -> Result<Option<Manifest>> {
-    let path = dir.join("MANIFEST");
-    let bytes = match fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io(&path, e)),
-    };
+fn read_manifest(storage: &dyn Storage, rel: &Path, rank: u32) -> Result<Option<Manifest>> {
+    let mrel = rel.join("MANIFEST");
+    let path = storage.locate(&mrel);
+    let Some(bytes) = storage.read(&mrel)? else { return Ok(None) };
     let manifest = Manifest::decode(&bytes, &path)?;
     if manifest.rank != rank {
         return Err(Error::corrupt(&path, format!("manifest is for rank {}", manifest.rank)));
@@ -175,12 +182,19 @@ impl Store {
 
     /// As [`Store::open`], with the commit log already loaded.
     pub fn open_with(root: &Path, rank: u32, log: &CommitLog) -> Result<Self> {
-        let dir = rank_dir(root, rank);
-        let Some(mut manifest) = read_manifest(&dir, rank)? else {
-            return Err(Error::NoStore { dir: root.to_path_buf(), rank });
+        Self::open_in(Arc::new(Posix::at(root)), rank, log)
+    }
+
+    /// As [`Store::open`], on any storage.
+    pub fn open_in(storage: Arc<dyn Storage>, rank: u32, log: &CommitLog) -> Result<Self> {
+        let root = storage.locate(Path::new(""));
+        let rel = rank_rel(rank);
+        let Some(mut manifest) = read_manifest(storage.as_ref(), &rel, rank)? else {
+            return Err(Error::NoStore { dir: root, rank });
         };
         roll_forward(&mut manifest, log);
-        Ok(Store { root: root.to_path_buf(), dir, manifest, lock: None })
+        let dir = storage.locate(&rel);
+        Ok(Store { storage, root, rel, dir, manifest, lock: None })
     }
 
     /// Opens the store of `rank` for writing, creating it (with an empty
@@ -193,16 +207,27 @@ impl Store {
     /// silently starts a new history where one exists.
     pub fn open_writer(root: &Path, rank: u32, data_len: u64, opts: &StoreOptions) -> Result<(Self, OpenNotes)> {
         Layout::new(data_len, opts.chunk_size)?;
-        fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
         // One spelling of the root from here on (`a/../b` through a missing
-        // `a` has just been created, and now resolves to the real `b`).
-        let root = root.canonicalize().map_err(|e| Error::io(root, e))?;
-        let dir = rank_dir(&root, rank);
-        fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-        let lock = lock_rank_dir(&dir)?;
-        let log = CommitLog::load(&root)?;
+        // `a` is created, and then resolves to the real `b`).
+        Self::open_writer_in(Arc::new(Posix::create(root)?), rank, data_len, opts)
+    }
+
+    /// As [`Store::open_writer`], on any storage.
+    pub fn open_writer_in(
+        storage: Arc<dyn Storage>,
+        rank: u32,
+        data_len: u64,
+        opts: &StoreOptions,
+    ) -> Result<(Self, OpenNotes)> {
+        Layout::new(data_len, opts.chunk_size)?;
+        let root = storage.locate(Path::new(""));
+        let rel = rank_rel(rank);
+        let dir = storage.locate(&rel);
+        storage.create_dir(&rel)?;
+        let lock = storage.lock(&rel.join("LOCK"))?;
+        let log = CommitLog::load_from(storage.as_ref())?;
         let mut notes = OpenNotes::default();
-        let read = read_manifest(&dir, rank).map_err(|e| match e {
+        let read = read_manifest(storage.as_ref(), &rel, rank).map_err(|e| match e {
             Error::Corrupt { path, reason } => Error::NeedsRepair {
                 dir: dir.clone(),
                 reason: format!(
@@ -219,7 +244,7 @@ impl Store {
                 m
             }
             None => {
-                let present = diff_files_present(&dir)?;
+                let present = versions_present(storage.as_ref(), &rel)?;
                 let committed = log.entries_of(rank).count();
                 if !present.is_empty() || committed > 0 {
                     return Err(Error::NeedsRepair {
@@ -244,7 +269,7 @@ impl Store {
                 }
             }
         };
-        let mut store = Store { root: root.clone(), dir, manifest, lock: Some(lock) };
+        let mut store = Store { storage, root, rel, dir, manifest, lock: Some(lock) };
         if store.manifest.versions.is_empty() {
             // Parameters are fixed by the first committed version, not by an
             // open: an empty store takes the ones asked for.
@@ -289,33 +314,43 @@ impl Store {
     /// writer (holding the lock) calls it.
     fn remove_unfinished(&self, commits: bool, damaged: &[u64]) -> Result<Vec<PathBuf>> {
         let mut removed = Vec::new();
-        let mut dirs = vec![self.dir.clone()];
+        let mut dirs = vec![self.rel.clone()];
         if commits {
-            dirs.push(commits::commits_dir(&self.root));
+            dirs.push(PathBuf::from(commits::COMMITS_DIR));
         }
         for dir in &dirs {
-            let Ok(entries) = fs::read_dir(dir) else { continue };
-            for entry in entries.flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
+            let Ok(entries) = self.storage.list(dir) else { continue };
+            let before = removed.len();
+            for entry in entries {
                 // Files and links only; a version whose commit record is
                 // damaged keeps its files for `dckpt repair` to judge.
-                let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-                let stale = !is_dir
-                    && (fsio::is_temp_name(&name)
-                        || (dir == &self.dir
-                            && parse_diff_name(&name)
+                let name = &entry.name;
+                let stale = !entry.is_dir
+                    && (storage::is_temp_name(name)
+                        || (dir == &self.rel
+                            && parse_diff_name(name)
                                 .is_some_and(|v| self.manifest.get(v).is_none() && !damaged.contains(&v))));
                 if stale {
-                    let path = entry.path();
-                    fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
-                    removed.push(path);
+                    let rel = dir.join(name);
+                    self.storage.remove(&rel)?;
+                    removed.push(self.storage.locate(&rel));
                 }
             }
-            if !removed.is_empty() {
-                sync_dir(dir)?;
+            if removed.len() > before {
+                self.storage.barrier(dir)?;
             }
         }
         Ok(removed)
+    }
+
+    /// The storage the store lives on.
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.storage
+    }
+
+    /// A version's diff file, relative to the storage root.
+    pub fn diff_rel(&self, version: u64) -> PathBuf {
+        self.rel.join(diff_file_name(version))
     }
 
     /// The store's root directory (all ranks).
@@ -370,7 +405,7 @@ impl Store {
     /// open the store removes it) until [`Store::publish`] lists the returned
     /// entry, or a collective commit record names it.
     pub fn write_files(&self, version: u64, baseline: bool, diff: &[u8]) -> Result<VersionEntry> {
-        self.write_diff_with(version, baseline, diff.len() as u64, diff.get(diff.len().saturating_sub(32)..), |f| {
+        self.write_diff_with(version, baseline, diff.len() as u64, diff.get(diff.len().saturating_sub(32)..), &mut |f| {
             f.write_all(diff)
         })
     }
@@ -383,15 +418,15 @@ impl Store {
         baseline: bool,
         file_len: u64,
         trailer: Option<&[u8]>,
-        fill: impl FnOnce(&mut File) -> std::io::Result<()>,
+        fill: Fill<'_>,
     ) -> Result<VersionEntry> {
         self.check_writer()?;
         self.check_newer(version)?;
         let trailer = trailer
             .filter(|t| t.len() == 32 && file_len >= 32)
             .ok_or_else(|| Error::Internal("a diff file too short to hold a trailer".into()))?;
-        fsio::write_atomic_with(&self.diff_path(version), fill)?;
-        sync_dir(&self.dir)?;
+        self.storage.write_atomic(&self.diff_rel(version), fill)?;
+        self.storage.barrier(&self.rel)?;
         Ok(VersionEntry { version, baseline, file_len, trailer: hex(trailer) })
     }
 
@@ -422,37 +457,16 @@ impl Store {
     }
 
     fn write_manifest(&self, m: &Manifest) -> Result<()> {
-        write_atomic(&self.dir.join("MANIFEST"), &m.encode())?;
-        sync_dir(&self.dir)
+        storage::write_bytes(self.storage.as_ref(), &self.rel.join("MANIFEST"), &m.encode())?;
+        self.storage.barrier(&self.rel)
     }
 }
 
-/// Takes the writer lock of a rank directory (`LOCK`, an advisory `flock`
-/// held for the handle's life; the holder's pid is written into it for the
-/// message a second writer gets).
-pub fn lock_rank_dir(dir: &Path) -> Result<File> {
-    let path = dir.join("LOCK");
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&path)
-        .map_err(|e| Error::io(&path, e))?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            let mut text = String::new();
-            let _ = file.read_to_string(&mut text);
-            let holder = text.trim().parse::<u32>().map(|p| format!(" (pid {p})")).unwrap_or_default();
-            return Err(Error::Locked { dir: dir.to_path_buf(), holder });
-        }
-        Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&path, e)),
-    }
-    // The pid is a courtesy for the message above; failing to write it is harmless.
-    let _ = file.set_len(0).and_then(|()| file.rewind()).and_then(|()| write!(file, "{}", std::process::id()));
-    Ok(file)
+/// Takes the writer lock of a POSIX rank directory (`LOCK`, an advisory
+/// `flock` held for the guard's life; the holder's pid is written into it
+/// for the message a second writer gets).
+pub fn lock_rank_dir(dir: &Path) -> Result<Box<dyn LockGuard>> {
+    Posix::at(dir).lock(Path::new("LOCK"))
 }
 
 #[cfg(test)]

@@ -40,6 +40,19 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Delete every version that the last N versions of each rank do not
+    /// need (their chains, the files they read, the owners they reference).
+    Prune {
+        /// Store directory.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Versions to keep per rank (the newest).
+        #[arg(long)]
+        keep: u64,
+        /// Only report what would be deleted.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Per-version statistics of every rank under D.
     Inspect {
         /// Store directory.
@@ -65,6 +78,7 @@ fn main() -> ExitCode {
         Command::Restore(a) => store_cmds::restore(a),
         Command::Verify { dir } => store_cmds::verify(&dir),
         Command::Repair { dir, dry_run } => store_cmds::repair(&dir, dry_run),
+        Command::Prune { dir, keep, dry_run } => store_cmds::prune(&dir, keep, dry_run),
         Command::Inspect { dir, json } => store_cmds::inspect(&dir, json),
         Command::Bench(a) => bench_cmd::bench(a),
         Command::Gen(a) => bench_cmd::generate(a),

@@ -148,6 +148,24 @@ pub fn repair(dir: &Path, dry_run: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+pub fn prune(dir: &Path, keep: u64, dry_run: bool) -> Result<ExitCode> {
+    let report = dckpt::prune::prune_store(dir, keep, dry_run)?;
+    let verb = if dry_run { "would delete" } else { "deleted" };
+    for (rank, version) in &report.deleted {
+        println!("rank {rank}: {verb} version {version}");
+    }
+    println!(
+        "{}{} rank(s): kept {} version(s), {verb} {} ({} bytes), {} commit record(s)",
+        if dry_run { "dry run: " } else { "" },
+        report.ranks,
+        report.kept.len(),
+        report.deleted.len(),
+        report.bytes_removed,
+        report.records_removed.len()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn inspect(dir: &Path, json: bool) -> Result<ExitCode> {
     let all = dckpt::inspect::store_stats(dir)?;
     if json {
