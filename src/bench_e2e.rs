@@ -6,11 +6,11 @@
 //! alternative in the same run (copy the whole buffer to the host, write it,
 //! fsync).
 
-use crate::memory::DeviceRegion;
 use crate::backend::BackendKind;
 use crate::backend::cuda::{self, Gpu};
 use crate::engine::{CheckpointReport, Engine};
 use crate::generate::{Shape, Workload};
+use crate::memory::DeviceRegion;
 use crate::store::StoreOptions;
 use crate::{Error, Result};
 use serde::Serialize;

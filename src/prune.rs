@@ -66,7 +66,8 @@ pub fn prune_store(root: &Path, keep: u64, dry_run: bool) -> Result<PruneReport>
     // 1. Manifests without the deleted versions: they are no longer committed.
     let mut doomed: Vec<(u32, u64, PathBuf)> = Vec::new();
     for (&rank, m) in &manifests {
-        let (kept, gone): (Vec<_>, Vec<_>) = m.versions.iter().cloned().partition(|e| needed.contains(&(rank, e.version)));
+        let (kept, gone): (Vec<_>, Vec<_>) =
+            m.versions.iter().cloned().partition(|e| needed.contains(&(rank, e.version)));
         report.kept.extend(kept.iter().map(|e| (rank, e.version)));
         if gone.is_empty() {
             continue;
@@ -133,10 +134,11 @@ fn needed_versions(
         if !needed.insert((rank, version)) {
             continue;
         }
-        let chain = manifests
-            .get(&rank)
-            .and_then(|m| m.chain(version))
-            .ok_or_else(|| Error::MissingVersion { dir: storage.locate(Path::new("")), rank, version })?;
+        let chain = manifests.get(&rank).and_then(|m| m.chain(version)).ok_or_else(|| Error::MissingVersion {
+            dir: storage.locate(Path::new("")),
+            rank,
+            version,
+        })?;
         work.extend(chain.iter().map(|e| (rank, e.version)));
         let res = resolve_all(&mut catalog, rank, version)?;
         work.extend(res.sources.iter().map(|s| (s.rank, s.version)));

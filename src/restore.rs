@@ -11,9 +11,9 @@
 use crate::format::diff_file::DiffReader;
 use crate::hash::{Digest, subtree_digest};
 use crate::layout::Layout;
+use crate::storage::{Posix, Storage};
 use crate::store::commits::CommitLog;
 use crate::store::{Store, hex};
-use crate::storage::{Posix, Storage};
 use crate::{Error, Result};
 use rayon::prelude::*;
 use std::collections::hash_map::Entry;

@@ -206,3 +206,40 @@ fn collective_checkpoint_under_mpirun_then_offline_restore_verify_inspect() {
 fn collective_options_need_collective() {
     fails(&["checkpoint", "--dir", "d", "--version", "1", "--threshold", "8", "f"], "--collective");
 }
+
+#[test]
+fn prune_deletes_old_chains_and_what_stays_restores() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("store");
+    let mut data = noise(20_000, 5);
+    let mut files = Vec::new();
+    for v in 1..=5 {
+        data[v * 100] ^= 0x5a;
+        let f = t.path().join(format!("in{v}"));
+        std::fs::write(&f, &data).unwrap();
+        ok(&[
+            "checkpoint",
+            "--dir",
+            s(&dir),
+            "--version",
+            &v.to_string(),
+            "--max-chain",
+            "2",
+            "--chunk-size",
+            "64",
+            s(&f),
+        ]);
+        files.push(f);
+    }
+    // Baselines at 1, 3, 5: keeping the last version needs only 5.
+    let out = ok(&["prune", "--dir", s(&dir), "--keep", "1", "--dry-run"]);
+    assert!(out.contains("would delete 4"), "{out}");
+    let out = ok(&["prune", "--dir", s(&dir), "--keep", "1"]);
+    assert!(out.contains("deleted 4"), "{out}");
+    let restored = t.path().join("out");
+    ok(&["restore", "--dir", s(&dir), "--version", "5", "--output", s(&restored)]);
+    assert!(std::fs::read(&restored).unwrap() == std::fs::read(&files[4]).unwrap());
+    fails(&["restore", "--dir", s(&dir), "--version", "2", "--output", s(&restored)], "E003");
+    ok(&["verify", "--dir", s(&dir)]);
+    fails(&["prune", "--dir", s(&dir), "--keep", "0"], "at least one");
+}

@@ -10,11 +10,11 @@
 mod common;
 
 use common::noise;
-use dckpt::memory::Protected;
 use dckpt::collective::regions::max_region_level;
 use dckpt::collective::{reduce_all, step};
 use dckpt::format::diff_file::DiffReader;
 use dckpt::layout::Layout;
+use dckpt::memory::Protected;
 use dckpt::{Engine, HashAlgo, Method, StoreOptions};
 use proptest::prelude::*;
 use std::path::Path;
@@ -371,6 +371,8 @@ fn prune_keeps_the_owners_files_that_kept_versions_reference() {
     // Rank 0's chain of version 6 is 5..6; what else of rank 0 stays is what
     // the other ranks' kept versions read.
     assert!(report.deleted.iter().all(|&(r, _)| r == 0), "{:?}", report.deleted);
+    assert!(!report.deleted.is_empty(), "rank 0's middle versions go");
+    assert!(report.kept.contains(&(0, 1)), "rank 0's baseline stays: the other ranks read it");
     let verify = dckpt::verify::verify_store(dir.path()).unwrap();
     assert!(verify.problems.is_empty(), "{:?}", verify.problems);
 }

@@ -8,16 +8,17 @@
 //! prints `skipped` and passes. `scripts/gpu-check.sh` runs it on the GPU
 //! machine.
 #![allow(clippy::unwrap_used)] // tests may panic on setup failures
+#![allow(unsafe_code)] // DeviceRegion::from_raw is the C ABI's constructor; one test calls it
 
 mod common;
 
 use common::noise;
 use dckpt::backend::BackendKind;
 use dckpt::backend::cuda::{self, Gpu, GpuDedup};
-use dckpt::memory::Protected;
 use dckpt::dedup::{DedupInput, DedupState};
 use dckpt::format::encode_diff;
 use dckpt::layout::Layout;
+use dckpt::memory::{DeviceRegion, Protected, ProtectedMut};
 use dckpt::{Engine, HashAlgo, Method, StoreOptions};
 use std::sync::Arc;
 
@@ -250,4 +251,39 @@ fn collective_versions_on_the_gpu_match_the_cpu_and_restore() {
         let report = dckpt::verify::verify_store(tg.path()).unwrap();
         assert!(report.problems.is_empty(), "case {case}: {:?}", report.problems);
     }
+}
+
+#[test]
+fn device_regions_are_checked_and_restore_in_place() {
+    let Some(gpu) = gpu() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let o = StoreOptions { chunk_size: 64, method: Method::Tree, hash: HashAlgo::Murmur3, ..StoreOptions::default() };
+    let len = 1 << 20;
+    let mut host = noise(len, 11);
+    let dev = cuda::upload(&gpu, &host).unwrap();
+    let mut e = Engine::open_with_backend(dir.path(), 0, len as u64, &o, BackendKind::Cuda).unwrap();
+    let region = DeviceRegion::of(&dev).unwrap();
+    e.checkpoint(1, region).unwrap();
+    // A raw region (what C and Fortran pass) that runs past its allocation,
+    // and a host address: clear errors, and the engine goes on.
+    let bigger = cuda::upload(&gpu, &vec![0u8; 2 * len]).unwrap();
+    let past = DeviceRegion::of(&bigger).unwrap();
+    // SAFETY: a span starting half way into a live 2-MiB allocation; the
+    // check must refuse it before any kernel reads past its end.
+    let tail = unsafe { DeviceRegion::from_raw(past.ptr() + len as u64 + 4096, len) };
+    let err = e.checkpoint(2, tail).unwrap_err().to_string();
+    assert!(err.contains("not inside one allocation"), "{err}");
+    // SAFETY: a host address; the check must refuse it.
+    let wild = unsafe { DeviceRegion::from_raw(host.as_ptr() as u64, len) };
+    let err = e.checkpoint(2, wild).unwrap_err().to_string();
+    assert!(err.contains("not inside one allocation"), "{err}");
+    host[100..200].fill(7);
+    let dev2 = cuda::upload(&gpu, &host).unwrap();
+    e.checkpoint(2, DeviceRegion::of(&dev2).unwrap()).unwrap();
+    let mut out = cuda::upload(&gpu, &vec![0u8; len]).unwrap();
+    e.restore_into(2, ProtectedMut::Device(DeviceRegion::of_mut(&mut out).unwrap())).unwrap();
+    assert!(gpu.stream_clone_dtoh(&out).unwrap() == host, "restored in place on the device");
+    let mut back = vec![0u8; len];
+    e.restore_into(1, ProtectedMut::Host(&mut back)).unwrap();
+    assert!(back == noise(len, 11));
 }

@@ -7,9 +7,9 @@
 use super::merge::{HashFreq, local_set};
 use super::regions::{self, Conversion, Region};
 use crate::Result;
-use crate::memory::Protected;
 use crate::engine::{Engine, LocalCheckpoint, StagedCheckpoint};
 use crate::layout::Layout;
+use crate::memory::Protected;
 
 /// A rank's de-duplicated version and the regions it offers.
 #[derive(Debug)]

@@ -13,8 +13,8 @@ use crate::backend::cpu::CpuBackend;
 use crate::backend::cuda::{CudaBackend, Gpu, GpuDedup, GpuTimings};
 use crate::backend::{Backend, BackendKind};
 use crate::dedup::DedupState;
-use crate::memory::{Protected, ProtectedMut};
 use crate::diff::{ChunkCounts, Diff};
+use crate::memory::{Protected, ProtectedMut};
 use crate::store::{OpenNotes, Store, StoreOptions};
 use crate::{Error, Result};
 use std::path::Path;
@@ -259,7 +259,6 @@ impl Engine {
     pub fn options(&self) -> &StoreOptions {
         &self.opts
     }
-
 }
 
 /// The report of a written version; the write time runs from `t1` to now.

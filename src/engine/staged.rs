@@ -5,13 +5,13 @@
 //! ([`Engine::publish`]) — or give up ([`Engine::abandon`]). Both backends.
 
 use super::{CheckpointReport, Engine, report_of};
-use crate::{Error, Result};
 use crate::backend::Deduplicated;
 use crate::diff::Diff;
 use crate::format::manifest::VersionEntry;
 use crate::layout::Layout;
 use crate::memory::Protected;
 use crate::regions::{Conversion, FirstBytes};
+use crate::{Error, Result};
 use std::time::Instant;
 
 /// One version de-duplicated on this rank and not yet written.
@@ -100,7 +100,8 @@ impl Engine {
         let file = self.backend.serialize(&mut version, data)?;
         let t1 = Instant::now();
         let trailer = file.trailer();
-        let entry = self.store.write_diff_with(number, baseline, file.len() as u64, trailer, &mut |f| file.write_to(f))?;
+        let entry =
+            self.store.write_diff_with(number, baseline, file.len() as u64, trailer, &mut |f| file.write_to(f))?;
         let logical = version.diff.layout.data_len();
         let report = report_of(&version.diff, entry.file_len, logical, started, t1, version.gpu);
         Ok(StagedCheckpoint { entry, version, report })

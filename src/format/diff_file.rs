@@ -13,12 +13,12 @@ use super::codec::{Cursor, PutLe, table_len};
 use crate::diff::{Diff, FirstRun, RegionEncoding, ShiftRun};
 use crate::hash::Digest;
 use crate::layout::Layout;
+use crate::storage::{Posix, ReadAt, Storage};
 use crate::{Error, HashAlgo, Method, Result};
 use rayon::prelude::*;
 use std::ops::Range;
-use crate::storage::{Posix, ReadAt, Storage};
-use std::sync::Arc;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::Mutex;
 
 /// File magic.

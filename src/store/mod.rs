@@ -405,9 +405,13 @@ impl Store {
     /// open the store removes it) until [`Store::publish`] lists the returned
     /// entry, or a collective commit record names it.
     pub fn write_files(&self, version: u64, baseline: bool, diff: &[u8]) -> Result<VersionEntry> {
-        self.write_diff_with(version, baseline, diff.len() as u64, diff.get(diff.len().saturating_sub(32)..), &mut |f| {
-            f.write_all(diff)
-        })
+        self.write_diff_with(
+            version,
+            baseline,
+            diff.len() as u64,
+            diff.get(diff.len().saturating_sub(32)..),
+            &mut |f| f.write_all(diff),
+        )
     }
 
     /// As [`Store::write_files`], with the file's bytes written by `fill`

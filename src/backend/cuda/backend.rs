@@ -128,13 +128,8 @@ impl Backend for CudaBackend {
         } else {
             GpuFile::Pinned { file_len: cp.file_len, trailer: cp.trailer }
         };
-        let pending = GpuPending {
-            file,
-            data_start: cp.data_start,
-            dense: cp.diff.dense,
-            moved: Vec::new(),
-            forget: Vec::new(),
-        };
+        let pending =
+            GpuPending { file, data_start: cp.data_start, dense: cp.diff.dense, moved: Vec::new(), forget: Vec::new() };
         Ok(Deduplicated { diff: cp.diff, pending: Box::new(pending), gpu: Some(cp.timings) })
     }
 

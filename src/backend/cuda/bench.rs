@@ -4,8 +4,8 @@
 //! process as ceilings.
 
 use super::{Gpu, GpuDedup, cuda_err};
-use crate::memory::{DeviceRegion, Protected};
 use crate::layout::Layout;
+use crate::memory::{DeviceRegion, Protected};
 use crate::{HashAlgo, Method, Result};
 use cudarc::driver::CudaSlice;
 use serde::Serialize;

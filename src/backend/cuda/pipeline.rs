@@ -664,11 +664,7 @@ impl GpuDedup {
             // staging buffer), device memory that outlives the copy, which
             // the synchronize below completes before `host` is read.
             unsafe {
-                cudarc::driver::result::memcpy_dtoh_async(
-                    &mut host[meta.len()..meta.len() + len],
-                    src,
-                    st.cu_stream(),
-                )
+                cudarc::driver::result::memcpy_dtoh_async(&mut host[meta.len()..meta.len() + len], src, st.cu_stream())
             }
             .map_err(cuda_err)?;
             let d = self.out.slice(0..digests);
