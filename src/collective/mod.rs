@@ -18,6 +18,8 @@ pub mod bench;
 pub mod merge;
 #[cfg(feature = "mpi")]
 pub mod mpi;
+#[cfg(feature = "mpi")]
+mod reduce;
 pub mod regions;
 pub mod step;
 
