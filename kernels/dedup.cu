@@ -166,35 +166,6 @@ extern "C" __global__ void table_rollback(Table t, u32 version) {
     }
 }
 
-// Removes the listed digests if `version` inserted them: a collective
-// checkpoint gave those regions to other ranks, so this rank no longer
-// stores their bytes.
-extern "C" __global__ void table_remove(u64 count, const u64* klo, const u64* khi, u32 version, Table t) {
-    for (u64 k = blockIdx.x * (u64)blockDim.x + threadIdx.x; k < count; k += (u64)gridDim.x * blockDim.x) {
-        dig128 d;
-        d.lo = klo[k];
-        d.hi = khi[k];
-        long long s = table_find(t, d);
-        if (s >= 0 && t.slots[s].ver == version &&
-            atomicCAS(&t.slots[s].flags, SLOT_FULL, SLOT_DEAD) == SLOT_FULL) {
-            atomicAdd(t.count, (u64)-1ll);
-        }
-    }
-}
-
-// Points the listed digests inserted by `version` at another rank's copy
-// (`node` packs the owner, see node_owner_plus1).
-extern "C" __global__ void table_relocate(u64 count, const u64* klo, const u64* khi, const u64* node, u32 version,
-                                          Table t) {
-    for (u64 k = blockIdx.x * (u64)blockDim.x + threadIdx.x; k < count; k += (u64)gridDim.x * blockDim.x) {
-        dig128 d;
-        d.lo = klo[k];
-        d.hi = khi[k];
-        long long s = table_find(t, d);
-        if (s >= 0 && t.slots[s].ver == version) t.slots[s].node = node[k];
-    }
-}
-
 extern "C" __global__ void table_rehash(Table from, Table to) {
     for (u64 s = blockIdx.x * (u64)blockDim.x + threadIdx.x; s <= from.mask; s += (u64)gridDim.x * blockDim.x) {
         Slot x = from.slots[s];

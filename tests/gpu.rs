@@ -287,3 +287,53 @@ fn device_regions_are_checked_and_restore_in_place() {
     e.restore_into(1, ProtectedMut::Host(&mut back)).unwrap();
     assert!(back == noise(len, 11));
 }
+
+#[test]
+fn regions_given_away_are_found_at_their_owners_in_later_versions() {
+    if gpu().is_none() {
+        return;
+    }
+    // Version 1: a shared half, so the reduction gives most of it to one
+    // owner. Version 2: every rank copies an aligned block of that half into
+    // its private half. The block is found through the record, which must
+    // point at the owner's copy (the device moved the entries when the
+    // regions were given away): the GPU's files equal the CPU's.
+    let (ranks, len, cs) = (3usize, 1usize << 20, 128usize);
+    let shared = noise(len / 2, 7);
+    let v1: Vec<Vec<u8>> = (0..ranks)
+        .map(|r| {
+            let mut d = shared.clone();
+            d.extend_from_slice(&noise(len / 2, 100 + r as u64));
+            d
+        })
+        .collect();
+    let v2: Vec<Vec<u8>> = v1
+        .iter()
+        .map(|d| {
+            let mut d = d.clone();
+            d.copy_within(0..1 << 16, len / 2 + (1 << 17));
+            d
+        })
+        .collect();
+    let opts = StoreOptions { chunk_size: cs as u32, method: Method::Tree, ..StoreOptions::default() };
+    let (tg, tc) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let open = |dir: &std::path::Path, b| -> Vec<Engine> {
+        (0..ranks).map(|r| Engine::open_with_backend(dir, r as u32, len as u64, &opts, b).unwrap()).collect()
+    };
+    let (mut g, mut c) = (open(tg.path(), BackendKind::Cuda), open(tc.path(), BackendKind::Cpu));
+    let level = dckpt::collective::regions::max_region_level(cs as u32, 1 << 16);
+    for (v, data) in [&v1, &v2].into_iter().enumerate() {
+        collective_version(&mut g, v as u64 + 1, data, level);
+        collective_version(&mut c, v as u64 + 1, data, level);
+    }
+    let stats = dckpt::inspect::store_stats(tc.path()).unwrap();
+    assert!(stats.total_cross_rank_references > 0, "the shared half was given away");
+    for r in 0..ranks {
+        for (v, want) in [&v1, &v2].into_iter().enumerate() {
+            let f = |d: &std::path::Path| std::fs::read(d.join(format!("rank-{r:05}/v{:012}.dckpt", v + 1))).unwrap();
+            assert!(f(tg.path()) == f(tc.path()), "rank {r} version {} differs from the CPU's", v + 1);
+            let got = dckpt::restore::restore_version(tg.path(), r as u32, v as u64 + 1).unwrap();
+            assert!(got == want[r], "rank {r} version {} restores", v + 1);
+        }
+    }
+}

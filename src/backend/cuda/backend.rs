@@ -3,15 +3,12 @@
 //! single-rank path), or is copied to host memory for the collective step,
 //! which reads its FIRST bytes and may rewrite it.
 
-use super::{GpuDedup, cuda_err};
+use super::{GpuDedup, StoredRun, cuda_err};
 use crate::backend::{Backend, BackendKind, Deduplicated, DiffBytes, PendingVersion, foreign};
-use crate::dedup::record_entries;
 use crate::diff::Diff;
 use crate::format::{encode_meta, finish_body};
-use crate::hash::Digest;
 use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
-use crate::record::RecordEntry;
 use crate::regions::{self, Conversion, FirstBytes};
 use crate::{Error, Result};
 use std::any::Any;
@@ -39,15 +36,51 @@ enum GpuFile {
 }
 
 /// A GPU version: its file, FIRST data at `data_start`; the device holds the
-/// pending record. `moved` are entries to point at other ranks' copies,
-/// `forget` digests to drop from it (regions given away).
+/// pending record. `given` maps every chunk to where it is stored once
+/// regions were given away (the owners' copies, or this rank's own): the
+/// device moves the pending entries by it before the version is written.
 #[derive(Debug)]
 struct GpuPending {
     file: GpuFile,
     data_start: usize,
     dense: bool,
-    moved: Vec<(Digest, RecordEntry)>,
-    forget: Vec<Digest>,
+    given: Option<Vec<StoredRun>>,
+}
+
+/// Where each chunk of `version` is stored after giving `conv` away: the
+/// converted regions at their owners', the gaps between them at home.
+/// Host work proportional to the conversions, not to the data.
+fn stored_runs(
+    version: u64,
+    me: u32,
+    layout: &Layout,
+    conv: &[Conversion],
+    layouts: &[Layout],
+) -> Result<Vec<StoredRun>> {
+    let version = u32::try_from(version).map_err(|_| Error::InvalidOption(format!("version {version} too large")))?;
+    let n = layout.chunks();
+    let home = |dst: u64, count: u64| StoredRun { dst, count, src: dst, rank: me, version, owner_chunks: n };
+    let mut runs = Vec::with_capacity(2 * conv.len() + 1);
+    let mut at = 0;
+    for c in conv {
+        let owner = layouts.get(c.owner as usize).ok_or_else(|| Error::Internal("owner layout".into()))?;
+        if c.region.start > at {
+            runs.push(home(at, c.region.start - at));
+        }
+        runs.push(StoredRun {
+            dst: c.region.start,
+            count: c.region.count,
+            src: c.owner_start,
+            rank: c.owner,
+            version,
+            owner_chunks: owner.chunks(),
+        });
+        at = c.region.start + c.region.count;
+    }
+    if at < n {
+        runs.push(home(at, n - at));
+    }
+    Ok(runs)
 }
 
 fn pinned_here() -> Error {
@@ -73,23 +106,17 @@ impl PendingVersion for GpuPending {
         }
         let GpuFile::Host(file) = &mut self.file else { return Err(pinned_here()) };
         let (me, layout) = (diff.rank, diff.layout);
+        if !self.dense {
+            // The entries the device inserted for this version move as the
+            // CPU's pending record moves (regions::relocate).
+            self.given = Some(stored_runs(diff.version, me, &layout, conv, layouts)?);
+        }
         let before = diff.clone();
         regions::apply(diff, conv);
         let first_data = file
             .get(self.data_start..self.data_start + before.data_bytes() as usize)
             .ok_or_else(|| Error::Internal("GPU diff data".into()))?;
         let kept = FirstBytes::gathered(&before, first_data).gather(&diff.first);
-        if !self.dense {
-            // What the device inserted for this version (the entries the
-            // CPU's pending record holds), moved as the CPU moves them.
-            for (d, e) in record_entries(&before, first_data) {
-                match regions::relocate(&e, me, &layout, conv, layouts) {
-                    Some(m) if m == e => {}
-                    Some(m) => self.moved.push((d, m)),
-                    None => self.forget.push(d),
-                }
-            }
-        }
         let mut body = encode_meta(diff);
         self.data_start = body.len();
         body.extend_from_slice(&kept);
@@ -128,15 +155,15 @@ impl Backend for CudaBackend {
         } else {
             GpuFile::Pinned { file_len: cp.file_len, trailer: cp.trailer }
         };
-        let pending =
-            GpuPending { file, data_start: cp.data_start, dense: cp.diff.dense, moved: Vec::new(), forget: Vec::new() };
+        let pending = GpuPending { file, data_start: cp.data_start, dense: cp.diff.dense, given: None };
         Ok(Deduplicated { diff: cp.diff, pending: Box::new(pending), gpu: Some(cp.timings) })
     }
 
     fn serialize<'a>(&'a mut self, version: &mut Deduplicated, _: &[u8]) -> Result<DiffBytes<'a>> {
         let p = version.pending.as_any_mut().downcast_mut::<GpuPending>().ok_or_else(foreign)?;
-        self.dev.forget(&std::mem::take(&mut p.forget))?;
-        self.dev.relocate(&std::mem::take(&mut p.moved))?;
+        if let Some(runs) = p.given.take() {
+            self.dev.locate_entries(version.diff.version, &runs)?;
+        }
         match &mut p.file {
             GpuFile::Host(bytes) => Ok(DiffBytes::Owned(std::mem::take(bytes))),
             GpuFile::Pinned { file_len, trailer } => {

@@ -4,10 +4,8 @@
 use super::{Gpu, LevelArgs, TableArgs, cuda_err};
 use crate::diff::{Diff, FirstRun, RegionEncoding};
 use crate::format::{decode_body, encode_meta, trailer_of};
-use crate::hash::Digest;
 use crate::layout::Layout;
 use crate::memory::Protected;
-use crate::record::RecordEntry;
 use crate::{Error, HashAlgo, Method, Result};
 use cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig, PinnedHostSlice, PushKernelArg};
 use std::sync::Arc;
@@ -80,23 +78,6 @@ const BLOCK_SIZE: u64 = 65536;
 /// the level) hold the owner rank + 1 of entries that point at another
 /// rank's copy (kernels/dedup.cu, `node_owner_plus1`).
 const OWNER_SHIFT: u32 = 40;
-
-/// A record entry's node as a device slot holds it: this rank's nodes as
-/// is, another rank's with `owner + 1` packed above the index.
-fn pack_node(e: &RecordEntry, me: u32) -> Result<u64> {
-    let index = e.node.index();
-    if index >> OWNER_SHIFT != 0 {
-        return Err(Error::Gpu(format!("node index {index} exceeds the GPU record's {OWNER_SHIFT} bits")));
-    }
-    if e.rank == me {
-        return Ok(e.node.raw());
-    }
-    let owner = u64::from(e.rank) + 1;
-    if owner >> (58 - OWNER_SHIFT) != 0 {
-        return Err(Error::Gpu(format!("rank {} exceeds what the GPU record can name", e.rank)));
-    }
-    Ok(e.node.raw() | (owner << OWNER_SHIFT))
-}
 
 /// Kernel codes of the digest algorithms.
 fn algo_code(hash: HashAlgo) -> Result<i32> {
@@ -360,8 +341,21 @@ impl GpuDedup {
         if !self.method.uses_record() || self.table_entries == 0 {
             return Ok(());
         }
-        let latest32 =
-            u32::try_from(latest).map_err(|_| Error::InvalidOption(format!("version {latest} too large")))?;
+        self.locate_entries(latest, runs)
+    }
+
+    /// Moves every live entry that `version` inserted to where its node's
+    /// bytes are stored per `runs` (this version's chunks `dst..dst + count`
+    /// are chunks `src..` of `(rank, version)`, sorted by `dst`, covering
+    /// every chunk an entry may name), or drops it when its node is not one
+    /// aligned node of the same shape there: the rule of `engine::rebuild`'s
+    /// `locate` and of `regions::relocate`, on the device (`table_locate`).
+    pub fn locate_entries(&mut self, version: u64, runs: &[StoredRun]) -> Result<()> {
+        let version32 =
+            u32::try_from(version).map_err(|_| Error::InvalidOption(format!("version {version} too large")))?;
+        if let Some(r) = runs.iter().find(|r| u64::from(r.rank) + 1 >= 1 << (58 - OWNER_SHIFT)) {
+            return Err(Error::Gpu(format!("rank {} exceeds what the GPU record can name", r.rank)));
+        }
         let st = self.gpu.stream.clone();
         let col = |f: fn(&StoredRun) -> u64| -> Result<CudaSlice<u64>> {
             let v: Vec<u64> = runs.iter().map(f).collect();
@@ -376,7 +370,7 @@ impl GpuDedup {
         let t = self.table.args(&self.gpu);
         let (me, n, nruns) = (self.rank, self.layout.chunks(), runs.len() as u64);
         let mut b = st.launch_builder(&self.gpu.k.table_locate);
-        b.arg(&t).arg(&latest32).arg(&me).arg(&n).arg(&nruns);
+        b.arg(&t).arg(&version32).arg(&me).arg(&n).arg(&nruns);
         b.arg(&dst).arg(&count).arg(&src).arg(&rank).arg(&ver).arg(&chunks);
         // SAFETY: arguments follow table_locate's signature; the run arrays
         // hold `nruns` elements (at least one) and outlive the launch, which
@@ -707,57 +701,6 @@ impl GpuDedup {
         stats[1] = 0;
         self.gpu.stream.memcpy_htod(&stats, &mut self.table.stats).map_err(cuda_err)?;
         self.table_entries = stats[0];
-        Ok(())
-    }
-
-    /// Copies digests to the device as (low words, high words).
-    fn upload_digests(
-        &self,
-        digests: impl Iterator<Item = Digest> + Clone,
-    ) -> Result<(CudaSlice<u64>, CudaSlice<u64>)> {
-        let st = &self.gpu.stream;
-        let klo: Vec<u64> = digests.clone().map(|d| d.0 as u64).collect();
-        let khi: Vec<u64> = digests.map(|d| (d.0 >> 64) as u64).collect();
-        Ok((st.clone_htod(&klo).map_err(cuda_err)?, st.clone_htod(&khi).map_err(cuda_err)?))
-    }
-
-    /// Removes `digests` from the record if the pending checkpoint inserted
-    /// them (a collective checkpoint gave their regions to other ranks).
-    pub fn forget(&mut self, digests: &[Digest]) -> Result<()> {
-        let Some(version) = self.pending else { return Ok(()) };
-        if digests.is_empty() {
-            return Ok(());
-        }
-        let st = self.gpu.stream.clone();
-        let (klo, khi) = self.upload_digests(digests.iter().copied())?;
-        let t = self.table.args(&self.gpu);
-        let count = digests.len() as u64;
-        let mut b = st.launch_builder(&self.gpu.k.table_remove);
-        b.arg(&count).arg(&klo).arg(&khi).arg(&version).arg(&t);
-        // SAFETY: arguments match the kernel's signature; buffers outlive the launch (synchronized below).
-        unsafe { b.launch(self.grid_stride()) }.map_err(cuda_err)?;
-        self.read_table_stats()?;
-        Ok(())
-    }
-
-    /// Points record entries the pending checkpoint inserted at other ranks'
-    /// copies (a collective checkpoint gave their regions away).
-    pub fn relocate(&mut self, moved: &[(Digest, RecordEntry)]) -> Result<()> {
-        let Some(version) = self.pending else { return Ok(()) };
-        if moved.is_empty() {
-            return Ok(());
-        }
-        let st = self.gpu.stream.clone();
-        let (klo, khi) = self.upload_digests(moved.iter().map(|(d, _)| *d))?;
-        let node: Vec<u64> = moved.iter().map(|(_, e)| pack_node(e, self.rank)).collect::<Result<_>>()?;
-        let node = st.clone_htod(&node).map_err(cuda_err)?;
-        let t = self.table.args(&self.gpu);
-        let count = moved.len() as u64;
-        let mut b = st.launch_builder(&self.gpu.k.table_relocate);
-        b.arg(&count).arg(&klo).arg(&khi).arg(&node).arg(&version).arg(&t);
-        // SAFETY: arguments match the kernel's signature; buffers outlive the launch (synchronized below).
-        unsafe { b.launch(self.grid_stride()) }.map_err(cuda_err)?;
-        self.read_table_stats()?;
         Ok(())
     }
 
