@@ -125,6 +125,17 @@ pub enum Error {
         /// The file being written.
         path: PathBuf,
     },
+    /// A checkpoint version could not be made durable on a tier (the
+    /// asynchronous flush failed; older versions there are intact).
+    #[error("version {version} is not durable on the {tier} tier: {reason}")]
+    NotDurable {
+        /// The version.
+        version: u64,
+        /// The tier (`local`, `shared`).
+        tier: String,
+        /// Why.
+        reason: String,
+    },
     /// An internal invariant failed (a bug: please report it).
     #[error("internal error: {0}")]
     Internal(String),
@@ -165,6 +176,8 @@ pub enum ErrorKind {
     NeedsRepair = 14,
     /// [`Error::NoSpace`].
     NoSpace = 15,
+    /// [`Error::NotDurable`].
+    NotDurable = 16,
     /// [`Error::Internal`].
     Internal = 99,
 }
@@ -197,6 +210,7 @@ impl Error {
             Error::UnsafePath { .. } => ErrorKind::UnsafePath,
             Error::NeedsRepair { .. } => ErrorKind::NeedsRepair,
             Error::NoSpace { .. } => ErrorKind::NoSpace,
+            Error::NotDurable { .. } => ErrorKind::NotDurable,
             Error::Internal(_) => ErrorKind::Internal,
         }
     }

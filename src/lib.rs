@@ -24,6 +24,7 @@
 //! | [`backend`] | where de-duplication runs (CPU, CUDA) behind one [`backend::Backend`] contract |
 //! | [`prune`] | `dckpt prune`: delete the versions no kept version needs |
 //! | [`engine`] | checkpoint = dedup + write + commit, keeping the state between versions |
+//! | [`tiers`] | asynchronous multi-level checkpoints: host cache, local and shared directories, background flush |
 //! | [`restore`] | chain resolution and byte-exact reconstruction |
 //! | [`verify`] | whole-store integrity and reference checks |
 //! | [`inspect`] | per-version statistics |
@@ -65,6 +66,7 @@ pub mod repair;
 pub mod restore;
 pub mod storage;
 pub mod store;
+pub mod tiers;
 pub mod verify;
 
 pub use dedup::Method;

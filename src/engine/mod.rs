@@ -187,6 +187,18 @@ impl Engine {
         Ok(Engine { store, backend, opts: opts.clone(), record_len, force_baseline, opened })
     }
 
+    /// Takes the engine apart for the asynchronous tiers, which drive the
+    /// backend themselves and hand the store to their first disk tier.
+    pub(crate) fn into_parts(self) -> EngineParts {
+        EngineParts {
+            store: self.store,
+            backend: self.backend,
+            opts: self.opts,
+            force_baseline: self.force_baseline,
+            opened: self.opened,
+        }
+    }
+
     /// What opening found and cost (timings, clean-up, warnings).
     pub fn open_report(&self) -> &OpenReport {
         &self.opened
@@ -259,6 +271,15 @@ impl Engine {
     pub fn options(&self) -> &StoreOptions {
         &self.opts
     }
+}
+
+/// An engine's parts ([`Engine::into_parts`]).
+pub(crate) struct EngineParts {
+    pub store: Store,
+    pub backend: Box<dyn Backend>,
+    pub opts: StoreOptions,
+    pub force_baseline: bool,
+    pub opened: OpenReport,
 }
 
 /// The report of a written version; the write time runs from `t1` to now.

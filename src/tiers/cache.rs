@@ -1,0 +1,205 @@
+//! The host cache tier: a budget of host memory, allocated and touched
+//! once when the tiers open, lent out in fixed-size segments to hold diff
+//! files until the first disk tier has them. A checkpoint copies its file
+//! into segments and returns; the flusher writes them out and gives them
+//! back. When every segment is lent, a checkpoint waits (backpressure) and
+//! says how long.
+//!
+//! Segments move by ownership (a `Box<[u8]>` travels with its job), so the
+//! application thread and the flusher never share a byte.
+
+use crate::{Error, Result};
+use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// Bytes per segment.
+pub const SEGMENT_BYTES: usize = 4 << 20;
+
+/// The pre-allocated host cache.
+#[derive(Debug)]
+pub struct HostCache {
+    free: Mutex<Vec<Box<[u8]>>>,
+    returned: Condvar,
+    segments: usize,
+}
+
+/// A diff file held in cache segments.
+#[derive(Debug, Default)]
+pub struct Cached {
+    segments: Vec<Box<[u8]>>,
+    len: usize,
+}
+
+impl Cached {
+    /// The file's length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The file's bytes, segment by segment.
+    pub fn pieces(&self) -> impl Iterator<Item = &[u8]> {
+        let mut left = self.len;
+        self.segments.iter().map(move |s| {
+            let n = left.min(s.len());
+            left -= n;
+            &s[..n]
+        })
+    }
+
+    /// Writes the whole file to `out`.
+    pub fn write_to(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        self.pieces().try_for_each(|p| out.write_all(p))
+    }
+
+    /// The last 32 bytes (a diff file's trailer).
+    pub fn trailer(&self) -> Option<[u8; 32]> {
+        let mut t = [0u8; 32];
+        let start = self.len.checked_sub(32)?;
+        let mut at = 0;
+        for p in self.pieces() {
+            let (lo, hi) = (at, at + p.len());
+            for (i, b) in p.iter().enumerate() {
+                if lo + i >= start {
+                    t[lo + i - start] = *b;
+                }
+            }
+            at = hi;
+        }
+        Some(t)
+    }
+}
+
+impl HostCache {
+    /// A cache of `bytes` (rounded up to whole segments, at least one),
+    /// allocated and touched now.
+    pub fn new(bytes: u64) -> Result<Self> {
+        let segments = usize::try_from(bytes.div_ceil(SEGMENT_BYTES as u64))
+            .map_err(|_| Error::InvalidOption(format!("host cache of {bytes} bytes")))?
+            .max(1);
+        let free = (0..segments).map(|_| vec![0u8; SEGMENT_BYTES].into_boxed_slice()).collect();
+        Ok(HostCache { free: Mutex::new(free), returned: Condvar::new(), segments })
+    }
+
+    /// Capacity in bytes.
+    pub fn capacity(&self) -> u64 {
+        (self.segments * SEGMENT_BYTES) as u64
+    }
+
+    /// Bytes lent out now.
+    pub fn in_use(&self) -> u64 {
+        let free = self.free.lock().unwrap_or_else(PoisonError::into_inner).len();
+        ((self.segments - free) * SEGMENT_BYTES) as u64
+    }
+
+    /// Copies a file of `len` bytes, written by `fill` into a sink, into
+    /// cache segments; waits while the cache is full. Returns the cached
+    /// file and the time spent waiting. A file larger than the whole cache
+    /// is an error (it could never fit).
+    pub fn store(
+        &self,
+        len: usize,
+        fill: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+    ) -> Result<(Cached, Duration)> {
+        let need = len.div_ceil(SEGMENT_BYTES).max(1);
+        if need > self.segments {
+            return Err(Error::InvalidOption(format!(
+                "a {len}-byte diff does not fit the {}-byte host cache (raise host_cache_size)",
+                self.capacity()
+            )));
+        }
+        let t = Instant::now();
+        let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
+        while free.len() < need {
+            free = self.returned.wait(free).unwrap_or_else(PoisonError::into_inner);
+        }
+        let at = free.len() - need;
+        let segments: Vec<Box<[u8]>> = free.drain(at..).collect();
+        drop(free);
+        let waited = t.elapsed();
+        let mut cached = Cached { segments, len: 0 };
+        let mut w = SegmentWriter { cached: &mut cached, len };
+        let filled = fill(&mut w);
+        if let Err(e) = filled.and_then(|()| w.finish()) {
+            self.give_back(cached);
+            return Err(Error::Internal(format!("copying a diff into the host cache: {e}")));
+        }
+        cached.len = len;
+        Ok((cached, waited))
+    }
+
+    /// Returns a cached file's segments.
+    pub fn give_back(&self, cached: Cached) {
+        let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
+        free.extend(cached.segments);
+        drop(free);
+        self.returned.notify_all();
+    }
+}
+
+/// Writes sequentially into a cached file's segments.
+struct SegmentWriter<'a> {
+    cached: &'a mut Cached,
+    len: usize,
+}
+
+impl SegmentWriter<'_> {
+    fn finish(&self) -> std::io::Result<()> {
+        if self.cached.len == self.len {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(format!("{} of {} bytes written", self.cached.len, self.len)))
+        }
+    }
+}
+
+impl std::io::Write for SegmentWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let at = self.cached.len;
+        if at + buf.len() > self.len {
+            return Err(std::io::Error::other("more bytes than announced"));
+        }
+        let (seg, off) = (at / SEGMENT_BYTES, at % SEGMENT_BYTES);
+        let n = buf.len().min(SEGMENT_BYTES - off);
+        let dst = self.cached.segments.get_mut(seg).ok_or_else(|| std::io::Error::other("segment"))?;
+        dst[off..off + n].copy_from_slice(&buf[..n]);
+        self.cached.len += n;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_round_trip_through_segments_and_a_full_cache_waits() {
+        let cache = std::sync::Arc::new(HostCache::new(3 * SEGMENT_BYTES as u64).expect("cache"));
+        let bytes: Vec<u8> = (0..SEGMENT_BYTES * 2 + 77).map(|i| (i * 7 % 251) as u8).collect();
+        let (c, waited) = cache.store(bytes.len(), |w| w.write_all(&bytes)).expect("store");
+        assert!(waited < Duration::from_secs(1));
+        let mut back = Vec::new();
+        c.write_to(&mut back).expect("write");
+        assert_eq!(back, bytes);
+        assert_eq!(c.trailer().expect("trailer").as_slice(), &bytes[bytes.len() - 32..]);
+        assert_eq!(cache.in_use(), 3 * SEGMENT_BYTES as u64);
+        // Full: the next store waits until the first file is given back.
+        let other = std::sync::Arc::clone(&cache);
+        let t = std::thread::spawn(move || other.store(10, |w| w.write_all(&[1; 10])).expect("store").1);
+        std::thread::sleep(Duration::from_millis(50));
+        cache.give_back(c);
+        assert!(t.join().expect("join") >= Duration::from_millis(40), "it waited for room");
+        // Too large for the whole cache: an error, not a hang.
+        assert!(cache.store(4 * SEGMENT_BYTES, |_| Ok(())).is_err());
+        // A short fill is an error and gives its segments back.
+        assert!(cache.store(100, |w| w.write_all(&[0; 10])).is_err());
+    }
+}

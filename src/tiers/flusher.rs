@@ -1,0 +1,207 @@
+//! The background flush: one worker thread per disk tier, in a pipeline.
+//! The first tier's worker writes each version from the host cache, then
+//! gives the cache segments back and hands the version to the next tier's
+//! worker, which copies the first tier's file (or, if that write failed,
+//! the cached bytes). Each tier is a [`Store`] with its own manifest and the
+//! store's commit protocol, so a version is listed on a tier only once its
+//! file is durable there.
+//!
+//! A version whose chain is incomplete on a tier (an earlier version of it
+//! failed there) fails there too: a chain is never listed with a hole. Any
+//! failure asks the application side for a baseline, which starts a new
+//! chain on every tier.
+
+use super::cache::{Cached, HostCache};
+use super::state::{Progress, TierState};
+use crate::format::manifest::VersionEntry;
+use crate::store::Store;
+use crate::{Error, Result};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+
+/// One version to flush.
+pub(crate) struct Job {
+    /// The version.
+    pub version: u64,
+    /// Whether it is a baseline.
+    pub baseline: bool,
+    /// The version before it in its chain (`None` for a baseline).
+    pub prev: Option<u64>,
+    /// Where its bytes are now.
+    pub source: Source,
+}
+
+/// Where a version's file is read from.
+pub(crate) enum Source {
+    /// The host cache.
+    Cache(Cached),
+    /// A durable file on an earlier tier, with its length.
+    File(PathBuf, u64),
+}
+
+/// What each tier worker shares with the application side.
+pub(crate) struct Shared {
+    /// Per-version, per-tier states.
+    pub progress: Progress,
+    /// Set by a worker when a version failed somewhere: the next checkpoint
+    /// must be a baseline.
+    pub needs_baseline: AtomicBool,
+    /// The host cache (workers give segments back).
+    pub cache: Arc<HostCache>,
+}
+
+/// The running workers.
+pub(crate) struct Flusher {
+    first: Option<Sender<Job>>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl Flusher {
+    /// Starts one worker per store (tier order: fastest first).
+    pub fn start(stores: Vec<(String, Store)>, shared: Arc<Shared>) -> Result<Self> {
+        let mut workers = Vec::new();
+        let mut next: Option<Sender<Job>> = None;
+        let count = stores.len();
+        // Built from the last tier back, so each worker knows its successor.
+        for (i, (name, store)) in stores.into_iter().enumerate().rev() {
+            let (tx, rx) = channel::<Job>();
+            let worker = Worker { tier: i, name, store, last: None, shared: Arc::clone(&shared), next: next.take() };
+            let handle = std::thread::Builder::new()
+                .name(format!("dckpt-flush-{i}"))
+                .spawn(move || worker.run(rx))
+                .map_err(|e| Error::Internal(format!("starting a flush thread: {e}")))?;
+            workers.push(handle);
+            next = Some(tx);
+        }
+        debug_assert_eq!(workers.len(), count);
+        Ok(Flusher { first: next, workers })
+    }
+
+    /// Queues a version (the first tier takes it next).
+    pub fn submit(&self, job: Job) -> Result<()> {
+        let Some(tx) = &self.first else { return Err(Error::Internal("the flusher has stopped".into())) };
+        tx.send(job).map_err(|_| Error::Internal("a flush thread has stopped".into()))
+    }
+
+    /// Lets every queued version finish, then stops the workers.
+    pub fn stop(&mut self) {
+        self.first = None;
+        for w in self.workers.drain(..) {
+            // A worker never panics on a user-reachable path; if it did, its
+            // versions stay `Queued` and `wait` reports them.
+            let _ = w.join();
+        }
+    }
+}
+
+impl Drop for Flusher {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One tier's worker.
+struct Worker {
+    tier: usize,
+    name: String,
+    store: Store,
+    /// The newest version durable here, and whether it ends an intact chain.
+    last: Option<u64>,
+    shared: Arc<Shared>,
+    next: Option<Sender<Job>>,
+}
+
+impl Worker {
+    fn run(mut self, rx: Receiver<Job>) {
+        // Versions already on this tier when the flush started.
+        self.last = self.store.manifest().latest().map(|v| v.version);
+        while let Ok(job) = rx.recv() {
+            let version = job.version;
+            self.shared.progress.set(version, self.tier, TierState::Writing);
+            let outcome = self.flush(&job);
+            let state = match &outcome {
+                Ok(()) => {
+                    self.last = Some(version);
+                    TierState::Durable
+                }
+                Err(e) => {
+                    self.shared.needs_baseline.store(true, Ordering::SeqCst);
+                    TierState::Failed(e.to_string())
+                }
+            };
+            // What the next tier reads: this tier's file if it is durable
+            // (the cache segments go back now), else the cached bytes; the
+            // last tier gives them back in any case.
+            let forward = match job.source {
+                Source::Cache(c) if outcome.is_ok() || self.next.is_none() => {
+                    let len = c.len() as u64;
+                    self.shared.cache.give_back(c);
+                    Source::File(self.store.diff_path(version), len)
+                }
+                s => s,
+            };
+            self.shared.progress.set(version, self.tier, state);
+            if let Some(next) = &self.next {
+                let job = Job { version, baseline: job.baseline, prev: job.prev, source: forward };
+                if let Err(lost) = next.send(job)
+                    && let Source::Cache(c) = lost.0.source
+                {
+                    self.shared.cache.give_back(c);
+                }
+            }
+        }
+    }
+
+    /// Writes and lists one version on this tier.
+    fn flush(&mut self, job: &Job) -> Result<()> {
+        if !job.baseline && job.prev != self.last {
+            return Err(Error::NotDurable {
+                version: job.version,
+                tier: self.name.clone(),
+                reason: format!(
+                    "its chain is incomplete on this tier (version {} is missing); the next checkpoint is a baseline",
+                    job.prev.map_or_else(|| "?".into(), |p| p.to_string())
+                ),
+            });
+        }
+        let entry: VersionEntry = match &job.source {
+            Source::Cache(c) => {
+                let trailer = c.trailer();
+                self.store.write_diff_with(
+                    job.version,
+                    job.baseline,
+                    c.len() as u64,
+                    trailer.as_ref().map(|t| &t[..]),
+                    &mut |w| c.write_to(w),
+                )?
+            }
+            Source::File(path, len) => {
+                let trailer = read_trailer(path, *len)?;
+                let src = Mutex::new(std::fs::File::open(path).map_err(|e| Error::io(path, e))?);
+                self.store.write_diff_with(job.version, job.baseline, *len, Some(&trailer), &mut |w| {
+                    let mut f = src.lock().unwrap_or_else(PoisonError::into_inner);
+                    let copied = std::io::copy(&mut *f, w)?;
+                    if copied == *len {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::other(format!("the source changed: {copied} of {len} bytes")))
+                    }
+                })?
+            }
+        };
+        self.store.publish(entry)
+    }
+}
+
+/// The last 32 bytes of a file of `len` bytes.
+fn read_trailer(path: &std::path::Path, len: u64) -> Result<[u8; 32]> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut t = [0u8; 32];
+    let at = len.checked_sub(32).ok_or_else(|| Error::corrupt(path, "shorter than a trailer"))?;
+    f.read_exact_at(&mut t, at).map_err(|e| Error::io(path, e))?;
+    Ok(t)
+}

@@ -1,0 +1,311 @@
+//! Asynchronous multi-level checkpointing: the application waits only for
+//! the de-duplication and the copy of its diff into the host cache; flush
+//! workers make it durable on a node-local directory and a shared directory
+//! in the background (HPDC'23's multi-level cache, over dckpt's diffs).
+//!
+//! ```text
+//! checkpoint(v) ──► backend dedup ──► serialize into host-cache segments ──► return
+//!                                          │ (cache full: the caller waits, reported)
+//!                       flush worker 0 ◄───┘  write + fsync + rename + manifest on tier 0
+//!                            │ segments back to the cache
+//!                       flush worker 1        copy tier 0's file to tier 1, same protocol
+//! wait(v) / is_durable(v, tier) ◄── per-version, per-tier states ([`state`])
+//! ```
+//!
+//! Two-phase completion: [`TieredEngine::checkpoint`] returns once the
+//! application's memory may change again; [`TieredEngine::wait`] returns
+//! once the version is durable on every tier (or says which tier failed).
+//! The backend's history advances at `checkpoint`: a version that then fails
+//! to flush makes the next checkpoint a baseline, so no chain on any tier is
+//! ever listed with a hole, and the versions already durable stay intact.
+//! Dropping the engine (or [`TieredEngine::finalize`]) waits for every
+//! queued version: data is never dropped.
+
+pub mod cache;
+mod flusher;
+pub mod state;
+
+use crate::backend::{Backend, BackendKind};
+use crate::engine::{Engine, OpenReport};
+use crate::memory::{Protected, ProtectedMut};
+use crate::store::{Store, StoreOptions};
+use crate::{Error, Result};
+use cache::HostCache;
+use flusher::{Flusher, Job, Shared, Source};
+use serde::{Deserialize, Serialize};
+use state::{Progress, TierState};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+/// Where the tiers are and how large the cache is. Serde-able for configs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TierOptions {
+    /// A node-local directory (fast scratch), if any.
+    pub local: Option<PathBuf>,
+    /// A shared directory every rank sees (a parallel file system), if any.
+    pub shared: Option<PathBuf>,
+    /// Bytes of host memory for the cache, allocated when the engine opens.
+    /// A diff larger than this cannot be taken (a clear error).
+    pub host_cache_bytes: u64,
+}
+
+impl Default for TierOptions {
+    fn default() -> Self {
+        TierOptions { local: None, shared: None, host_cache_bytes: 1 << 30 }
+    }
+}
+
+impl TierOptions {
+    /// The disk tiers, fastest first, with their names.
+    fn disks(&self) -> Vec<(String, PathBuf)> {
+        let mut v = Vec::new();
+        if let Some(p) = &self.local {
+            v.push(("local".to_string(), p.clone()));
+        }
+        if let Some(p) = &self.shared {
+            v.push(("shared".to_string(), p.clone()));
+        }
+        v
+    }
+}
+
+/// What one asynchronous checkpoint cost the application.
+#[derive(Clone, Debug, Serialize)]
+pub struct TieredReport {
+    /// The version.
+    pub version: u64,
+    /// Whether it is a baseline.
+    pub baseline: bool,
+    /// Bytes of its diff file.
+    pub file_bytes: u64,
+    /// Seconds de-duplicating and serializing (the backend).
+    pub dedup_seconds: f64,
+    /// Seconds copying the file into the host cache.
+    pub cache_seconds: f64,
+    /// Seconds waiting for room in the host cache (backpressure: the flush
+    /// is slower than the checkpoints).
+    pub backpressure_seconds: f64,
+    /// Seconds from the call to its return: what the application waited.
+    pub total_seconds: f64,
+    /// Device-side times (CUDA backend).
+    pub gpu: Option<crate::backend::cuda::GpuTimings>,
+}
+
+/// A rank's checkpointing engine over a host cache and one or two disk
+/// tiers, flushing in the background (see the module documentation).
+pub struct TieredEngine {
+    backend: Box<dyn Backend>,
+    opts: StoreOptions,
+    shared: Arc<Shared>,
+    flusher: Flusher,
+    /// The newest version taken, its chain length, and whether it was taken
+    /// at all (versions must increase).
+    latest: Option<u64>,
+    chain_len: u64,
+    force_baseline: bool,
+    rank: u32,
+    roots: Vec<PathBuf>,
+    opened: OpenReport,
+}
+
+impl TieredEngine {
+    /// Opens the tiers of `rank` for a buffer of `data_len` bytes. The
+    /// de-duplication state is rebuilt from the tier holding the newest
+    /// committed version (as [`Engine`] does); if the tiers disagree on it,
+    /// the next checkpoint is a baseline, so that every tier holds whole
+    /// chains again.
+    pub fn open(
+        rank: u32,
+        data_len: u64,
+        opts: &StoreOptions,
+        tiers: &TierOptions,
+        backend: BackendKind,
+    ) -> Result<Self> {
+        let disks = tiers.disks();
+        if disks.is_empty() {
+            return Err(Error::InvalidOption("the tiers need a local or a shared directory (or both)".into()));
+        }
+        // Which tier is newest: read-only views first (no lock taken twice).
+        let latest_of =
+            |root: &PathBuf| Store::open(root, rank).ok().and_then(|s| s.manifest().latest().map(|v| v.version));
+        let latests: Vec<Option<u64>> = disks.iter().map(|(_, p)| latest_of(p)).collect();
+        let newest = (0..disks.len()).max_by_key(|&i| (latests[i], std::cmp::Reverse(i))).unwrap_or(0);
+        let engine = Engine::open_with_backend(&disks[newest].1, rank, data_len, opts, backend)?;
+        let parts = engine.into_parts();
+        let mut stores: Vec<(String, Store)> = Vec::with_capacity(disks.len());
+        let mut base = Some(parts.store);
+        for (i, (name, root)) in disks.iter().enumerate() {
+            let store = match base.take_if(|_| i == newest) {
+                Some(s) => s,
+                None => Store::open_writer(root, rank, data_len, opts)?.0,
+            };
+            stores.push((name.clone(), store));
+        }
+        let latest = latests[newest];
+        let disagree = latests.iter().any(|l| *l != latest);
+        let chain_len = {
+            let m = stores[newest].1.manifest();
+            latest.and_then(|v| m.chain(v)).map_or(0, |c| c.len() as u64)
+        };
+        let roots = stores.iter().map(|(_, s)| s.root().to_path_buf()).collect();
+        let cache = Arc::new(HostCache::new(tiers.host_cache_bytes)?);
+        let progress = Progress::new(stores.iter().map(|(n, _)| n.clone()).collect());
+        let shared = Arc::new(Shared { progress, needs_baseline: Default::default(), cache });
+        let flusher = Flusher::start(stores, Arc::clone(&shared))?;
+        Ok(TieredEngine {
+            backend: parts.backend,
+            opts: parts.opts,
+            shared,
+            flusher,
+            latest,
+            chain_len,
+            force_baseline: parts.force_baseline || disagree,
+            rank,
+            roots,
+            opened: parts.opened,
+        })
+    }
+
+    /// What opening found and cost.
+    pub fn open_report(&self) -> &OpenReport {
+        &self.opened
+    }
+
+    /// The backend in use.
+    pub fn backend(&self) -> BackendKind {
+        self.backend.kind()
+    }
+
+    /// The tiers' names, fastest first (`local`, `shared`).
+    pub fn tiers(&self) -> &[String] {
+        self.shared.progress.tiers()
+    }
+
+    /// The host cache's capacity and the bytes it holds now.
+    pub fn cache_usage(&self) -> (u64, u64) {
+        (self.shared.cache.capacity(), self.shared.cache.in_use())
+    }
+
+    fn next_is_baseline(&self) -> bool {
+        self.force_baseline
+            || self.latest.is_none()
+            || self.shared.needs_baseline.load(Ordering::SeqCst)
+            || self.opts.max_chain.is_some_and(|max| self.chain_len >= max.max(1))
+            || self.opts.max_record_entries.is_some_and(|max| self.backend.record_entries() > max)
+    }
+
+    /// Takes checkpoint `version` of the protected memory and returns as
+    /// soon as the memory may change again: the diff is in the host cache,
+    /// queued for every tier. On error nothing was queued and the history is
+    /// unchanged.
+    pub fn checkpoint<'a>(&mut self, version: u64, data: impl Into<Protected<'a>>) -> Result<TieredReport> {
+        let t0 = Instant::now();
+        if let Some(latest) = self.latest.filter(|&l| l >= version) {
+            return Err(Error::VersionNotNewer { latest, requested: version });
+        }
+        let input = data.into();
+        let baseline = self.next_is_baseline();
+        if baseline {
+            // Failures before this point are answered by this baseline.
+            self.shared.needs_baseline.store(false, Ordering::SeqCst);
+        }
+        let mut d = self.backend.deduplicate(version, input, baseline, false)?;
+        let stored = (|| {
+            let file = self.backend.serialize(&mut d, input.host_bytes())?;
+            let t1 = Instant::now();
+            let (cached, waited) = self.shared.cache.store(file.len(), |w| file.write_to(w))?;
+            Ok::<_, Error>((cached, waited, t1))
+        })();
+        let (cached, waited, t1) = match stored {
+            Ok(s) => s,
+            Err(e) => {
+                self.backend.rollback()?;
+                if baseline {
+                    self.shared.needs_baseline.store(true, Ordering::SeqCst);
+                }
+                return Err(e);
+            }
+        };
+        let t2 = Instant::now();
+        let file_bytes = cached.len() as u64;
+        let gpu = d.gpu;
+        self.backend.commit(d)?;
+        let prev = if baseline { None } else { self.latest };
+        self.shared.progress.register(version);
+        self.flusher.submit(Job { version, baseline, prev, source: Source::Cache(cached) })?;
+        self.latest = Some(version);
+        self.chain_len = if baseline { 1 } else { self.chain_len + 1 };
+        self.force_baseline = false;
+        let cache_seconds = (t2 - t1).as_secs_f64() - waited.as_secs_f64();
+        Ok(TieredReport {
+            version,
+            baseline,
+            file_bytes,
+            dedup_seconds: (t1 - t0).as_secs_f64(),
+            cache_seconds: cache_seconds.max(0.0),
+            backpressure_seconds: waited.as_secs_f64(),
+            total_seconds: t0.elapsed().as_secs_f64(),
+            gpu,
+        })
+    }
+
+    /// Blocks until `version` is durable on every tier; an error names the
+    /// tier where it is not (it may still be durable on another: see
+    /// [`TieredEngine::is_durable`]).
+    pub fn wait(&self, version: u64) -> Result<()> {
+        if self.latest.is_none_or(|l| version > l) {
+            return Err(Error::MissingVersion { dir: self.roots[0].clone(), rank: self.rank, version });
+        }
+        self.shared.progress.wait(version)
+    }
+
+    /// Blocks until every version taken so far is settled on every tier;
+    /// the first failure, if any.
+    pub fn wait_all(&self) -> Result<()> {
+        self.shared.progress.wait_all()
+    }
+
+    /// Whether `version` is durable on tier `tier` (its name) now.
+    pub fn is_durable(&self, version: u64, tier: &str) -> bool {
+        let Some(i) = self.tiers().iter().position(|t| t == tier) else { return false };
+        match self.shared.progress.states(version) {
+            Some(states) => states.get(i) == Some(&TierState::Durable),
+            // Not tracked any more: the tier's manifest says.
+            None => Store::open(&self.roots[i], self.rank).is_ok_and(|s| s.manifest().get(version).is_some()),
+        }
+    }
+
+    /// A version's state on every tier (`None` once it is no longer tracked).
+    pub fn states(&self, version: u64) -> Option<Vec<TierState>> {
+        self.shared.progress.states(version)
+    }
+
+    /// Restores `version` into `dst` from the fastest tier where it is
+    /// durable (waiting for it to be durable somewhere first).
+    pub fn restore_into(&self, version: u64, dst: ProtectedMut<'_>) -> Result<()> {
+        let _ = self.shared.progress.wait(version);
+        let tier = (0..self.roots.len())
+            .find(|&i| self.is_durable(version, &self.tiers()[i]))
+            .ok_or_else(|| Error::MissingVersion { dir: self.roots[0].clone(), rank: self.rank, version })?;
+        let bytes = crate::restore::restore_version(&self.roots[tier], self.rank, version)?;
+        self.backend.place(&bytes, dst)
+    }
+
+    /// Waits for every queued version and stops the flush workers; the
+    /// first flush failure, if any.
+    pub fn finalize(mut self) -> Result<()> {
+        let result = self.shared.progress.wait_all();
+        self.flusher.stop();
+        result
+    }
+}
+
+impl Drop for TieredEngine {
+    fn drop(&mut self) {
+        // The flusher's own drop lets every queued version finish.
+        self.flusher.stop();
+    }
+}

@@ -1,0 +1,116 @@
+//! The life cycle of a version on each tier, shared between the
+//! application side and the flush workers: `Queued` (in the host cache,
+//! waiting for this tier) → `Writing` → `Durable` (its file fsynced, renamed
+//! and listed in this tier's manifest) or `Failed`. [`Progress::wait`]
+//! blocks until a version is settled on every tier.
+
+use crate::{Error, Result};
+use std::collections::BTreeMap;
+use std::sync::{Condvar, Mutex, PoisonError};
+
+/// A version's state on one tier.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum TierState {
+    /// Held in the host cache; this tier has not started it.
+    Queued,
+    /// Being written to this tier.
+    Writing,
+    /// Durable and listed on this tier.
+    Durable,
+    /// Not written here, with the reason (older versions are intact).
+    Failed(String),
+}
+
+impl TierState {
+    /// Whether the tier is done with the version (durable or failed).
+    pub fn settled(&self) -> bool {
+        matches!(self, TierState::Durable | TierState::Failed(_))
+    }
+}
+
+/// Versions settled on every tier beyond this many are forgotten (their
+/// state is then read from the tiers' manifests).
+const REMEMBERED: usize = 4096;
+
+/// Every in-flight or recent version's state per tier.
+#[derive(Debug)]
+pub struct Progress {
+    tiers: Vec<String>,
+    states: Mutex<BTreeMap<u64, Vec<TierState>>>,
+    changed: Condvar,
+}
+
+impl Progress {
+    /// Progress over the named tiers (fastest first).
+    pub fn new(tiers: Vec<String>) -> Self {
+        Progress { tiers, states: Mutex::new(BTreeMap::new()), changed: Condvar::new() }
+    }
+
+    /// The tiers' names.
+    pub fn tiers(&self) -> &[String] {
+        &self.tiers
+    }
+
+    /// Records a new version, queued on every tier.
+    pub fn register(&self, version: u64) {
+        let mut s = self.states.lock().unwrap_or_else(PoisonError::into_inner);
+        s.insert(version, vec![TierState::Queued; self.tiers.len()]);
+        while s.len() > REMEMBERED {
+            let Some((&oldest, states)) = s.iter().next() else { break };
+            if !states.iter().all(TierState::settled) {
+                break;
+            }
+            s.remove(&oldest);
+        }
+    }
+
+    /// Sets a version's state on tier `tier`.
+    pub fn set(&self, version: u64, tier: usize, state: TierState) {
+        let mut s = self.states.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(slot) = s.get_mut(&version).and_then(|v| v.get_mut(tier)) {
+            *slot = state;
+        }
+        drop(s);
+        self.changed.notify_all();
+    }
+
+    /// A version's state on each tier (`None` when it is not remembered).
+    pub fn states(&self, version: u64) -> Option<Vec<TierState>> {
+        self.states.lock().unwrap_or_else(PoisonError::into_inner).get(&version).cloned()
+    }
+
+    /// Blocks until `version` is settled on every tier; `Ok` when it is
+    /// durable on all of them, otherwise the first tier's failure.
+    pub fn wait(&self, version: u64) -> Result<()> {
+        let mut s = self.states.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            match s.get(&version) {
+                None => return Ok(()),
+                Some(v) if v.iter().all(TierState::settled) => break,
+                Some(_) => s = self.changed.wait(s).unwrap_or_else(PoisonError::into_inner),
+            }
+        }
+        let states = s.get(&version).cloned().unwrap_or_default();
+        drop(s);
+        for (tier, state) in self.tiers.iter().zip(states) {
+            if let TierState::Failed(reason) = state {
+                return Err(Error::NotDurable { version, tier: tier.clone(), reason });
+            }
+        }
+        Ok(())
+    }
+
+    /// Blocks until every registered version is settled on every tier.
+    pub fn wait_all(&self) -> Result<()> {
+        let versions: Vec<u64> = self.states.lock().unwrap_or_else(PoisonError::into_inner).keys().copied().collect();
+        let mut first = Ok(());
+        for v in versions {
+            if let Err(e) = self.wait(v)
+                && first.is_ok()
+            {
+                first = Err(e);
+            }
+        }
+        first
+    }
+}

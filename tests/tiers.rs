@@ -1,0 +1,189 @@
+//! The asynchronous tiers: checkpoints return once the diff is in the host
+//! cache; every version becomes durable on the local and the shared tier
+//! with the same bytes a synchronous engine writes; a tier that fails (a
+//! full disk) fails only the versions it cannot hold, says so through
+//! `wait`, leaves older versions intact, and the next checkpoint is a
+//! baseline that heals the tier.
+#![allow(clippy::unwrap_used)] // tests may panic on setup failures
+
+mod common;
+
+use common::noise;
+use dckpt::backend::BackendKind;
+use dckpt::memory::ProtectedMut;
+use dckpt::restore::restore_version;
+use dckpt::tiers::state::TierState;
+use dckpt::tiers::{TierOptions, TieredEngine};
+use dckpt::{Engine, ErrorKind, Method, StoreOptions};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn versions(n: usize, len: usize, seed: u64) -> Vec<Vec<u8>> {
+    let mut v = noise(len, seed);
+    (0..n)
+        .map(|i| {
+            for k in 0..8 {
+                let at = (i * 7919 + k * 104_729) % (len - 200);
+                v[at..at + 200].copy_from_slice(&noise(200, seed * 100 + i as u64 * 10 + k as u64));
+            }
+            v.clone()
+        })
+        .collect()
+}
+
+fn opts() -> StoreOptions {
+    StoreOptions { chunk_size: 64, method: Method::Tree, max_chain: Some(4), ..StoreOptions::default() }
+}
+
+fn tiers(local: Option<PathBuf>, shared: Option<PathBuf>, cache: u64) -> TierOptions {
+    TierOptions { local, shared, host_cache_bytes: cache }
+}
+
+fn diff_file(root: &Path, v: u64) -> Vec<u8> {
+    std::fs::read(root.join(format!("rank-00000/v{v:012}.dckpt"))).unwrap()
+}
+
+#[test]
+fn every_version_reaches_both_tiers_with_the_synchronous_bytes() {
+    let t = tempfile::tempdir().unwrap();
+    let (local, shared, sync) = (t.path().join("local"), t.path().join("shared"), t.path().join("sync"));
+    let vs = versions(9, 1 << 18, 1);
+    let mut e = TieredEngine::open(
+        0,
+        vs[0].len() as u64,
+        &opts(),
+        &tiers(Some(local.clone()), Some(shared.clone()), 8 << 20),
+        BackendKind::Cpu,
+    )
+    .unwrap();
+    assert_eq!(e.tiers(), ["local", "shared"]);
+    for (i, v) in vs.iter().enumerate() {
+        let r = e.checkpoint(i as u64 + 1, v).unwrap();
+        assert_eq!(r.baseline, i % 4 == 0, "max_chain 4 re-baselines every fourth version");
+    }
+    e.wait_all().unwrap();
+    for v in 1..=vs.len() as u64 {
+        assert!(e.is_durable(v, "local") && e.is_durable(v, "shared"));
+        assert_eq!(e.states(v).unwrap(), vec![TierState::Durable, TierState::Durable]);
+    }
+    let mut back = vec![0u8; vs[0].len()];
+    e.restore_into(5, ProtectedMut::Host(&mut back)).unwrap();
+    assert!(back == vs[4]);
+    e.finalize().unwrap();
+    // The same files a synchronous engine writes, on both tiers.
+    let mut s = Engine::open_or_create(&sync, 0, vs[0].len() as u64, &opts()).unwrap();
+    for (i, v) in vs.iter().enumerate() {
+        s.checkpoint(i as u64 + 1, v).unwrap();
+    }
+    for v in 1..=vs.len() as u64 {
+        let want = diff_file(&sync, v);
+        assert!(diff_file(&local, v) == want && diff_file(&shared, v) == want, "version {v}");
+        assert!(restore_version(&shared, 0, v).unwrap() == vs[v as usize - 1]);
+    }
+}
+
+#[test]
+fn a_shared_tier_alone_and_a_small_cache_still_hold_every_version() {
+    let t = tempfile::tempdir().unwrap();
+    let shared = t.path().join("shared");
+    let vs = versions(6, 1 << 20, 2);
+    // One 4 MiB segment: each checkpoint may wait for the previous flush.
+    let mut e =
+        TieredEngine::open(0, vs[0].len() as u64, &opts(), &tiers(None, Some(shared.clone()), 1), BackendKind::Cpu)
+            .unwrap();
+    assert_eq!(e.cache_usage().0, 4 << 20);
+    for (i, v) in vs.iter().enumerate() {
+        let r = e.checkpoint(i as u64 + 1, v).unwrap();
+        assert!(r.total_seconds >= r.backpressure_seconds);
+    }
+    e.finalize().unwrap();
+    for (i, v) in vs.iter().enumerate() {
+        assert!(restore_version(&shared, 0, i as u64 + 1).unwrap() == *v);
+    }
+    // Reopening continues the history from the tier.
+    let mut e = TieredEngine::open(
+        0,
+        vs[0].len() as u64,
+        &opts(),
+        &tiers(None, Some(shared.clone()), 8 << 20),
+        BackendKind::Cpu,
+    )
+    .unwrap();
+    assert!(e.checkpoint(6, &vs[5]).is_err_and(|err| err.kind() == ErrorKind::VersionNotNewer));
+    let mut next = vs[5].clone();
+    next[10] ^= 1;
+    assert!(!e.checkpoint(7, &next).unwrap().baseline, "the chain continues after a reopen");
+    e.finalize().unwrap();
+    assert!(restore_version(&shared, 0, 7).unwrap() == next);
+    assert!(TieredEngine::open(0, 10, &opts(), &tiers(None, None, 1), BackendKind::Cpu).is_err(), "no disk tier");
+}
+
+/// A small tmpfs, unmounted on drop; `None` where mounting is not allowed.
+struct SmallFs(PathBuf);
+
+impl SmallFs {
+    fn mount(at: &Path, size: &str) -> Option<Self> {
+        std::fs::create_dir_all(at).ok()?;
+        let at_s = at.to_str()?;
+        let st = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs", at_s]).status();
+        st.ok().filter(|s| s.success()).map(|_| SmallFs(at.to_path_buf()))
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_shared_tier_fails_its_versions_clearly_and_a_baseline_heals_it() {
+    let t = tempfile::tempdir().unwrap();
+    let Some(fs) = SmallFs::mount(&t.path().join("mnt"), "4m") else {
+        println!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let (local, shared) = (t.path().join("local"), fs.0.join("shared"));
+    let len = 1 << 20;
+    let vs = versions(4, len, 3);
+    let o = StoreOptions { max_chain: None, ..opts() };
+    let mut e = TieredEngine::open(
+        0,
+        len as u64,
+        &o,
+        &tiers(Some(local.clone()), Some(shared.clone()), 8 << 20),
+        BackendKind::Cpu,
+    )
+    .unwrap();
+    e.checkpoint(1, &vs[0]).unwrap();
+    e.wait(1).unwrap();
+    // Fill the shared tier: version 2 cannot be written there, version 3
+    // (its chain broken there) neither; the local tier holds both.
+    let filler = fs.0.join("filler");
+    std::fs::write(&filler, vec![1u8; 4 * len - dckpt::inspect::bytes_on_disk(&fs.0) as usize - 100_000]).ok();
+    let mut big = vs[1].clone();
+    big[..300_000].copy_from_slice(&noise(300_000, 99));
+    e.checkpoint(2, &big).unwrap();
+    let err = e.wait(2).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotDurable, "{err}");
+    assert!(err.to_string().contains("shared") && err.to_string().contains("no space"), "{err}");
+    assert!(e.is_durable(2, "local") && !e.is_durable(2, "shared"));
+    std::fs::remove_file(&filler).unwrap();
+    // The failure made this a baseline: both tiers hold it whole.
+    let r = e.checkpoint(3, &vs[2]).unwrap();
+    assert!(r.baseline, "a failed flush makes the next checkpoint a baseline");
+    e.wait(3).unwrap();
+    let r = e.checkpoint(4, &vs[3]).unwrap();
+    assert!(!r.baseline);
+    let err = e.finalize().unwrap_err();
+    assert!(err.to_string().contains("version 2 is not durable"), "finalize reports the failed flush: {err}");
+    assert!(restore_version(&shared, 0, 1).unwrap() == vs[0], "older versions stay intact");
+    assert!(restore_version(&shared, 0, 2).is_err(), "never listed where it is not durable");
+    for (v, want) in [(2, &big), (3, &vs[2]), (4, &vs[3])] {
+        assert!(restore_version(&local, 0, v).unwrap() == *want);
+    }
+    for (v, want) in [(3, &vs[2]), (4, &vs[3])] {
+        assert!(restore_version(&shared, 0, v).unwrap() == *want);
+    }
+    assert!(dckpt::verify::verify_store(&shared).unwrap().problems.is_empty());
+}
