@@ -6,6 +6,10 @@
 # memory (CUDA) and in host memory (CPU path), Tree, 128 B chunks.
 #
 #   scripts/gpu-e2e.sh [SIZE]          default 4G; JSON + logs under ${OUT:-target/gpu-e2e}
+#
+# TIERED=6G also runs every workload through the asynchronous tiers (host
+# cache of that size, local + shared directories beside the store) in the
+# same process and prints what the application waits for either way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 size=${1:-4G}
@@ -27,6 +31,7 @@ for spec in ${RUNS:-cuda:scattered:0.01 cuda:clustered:0.01 cuda:scattered:0.10 
     echo "== $name ($size)"
     rm -rf "$work"
     .device/dckpt bench --e2e "$work" --backend "$backend" --synthetic "$workload" --size "$size" \
-        --versions 10 --method tree --chunk-size 128 --json "$out/$name.json" 2>&1 | tee "$out/$name.txt" || true
-    rm -rf "$work"
+        --versions 10 --method tree --chunk-size 128 ${TIERED:+--tiered "$TIERED"} \
+        --json "$out/$name.json" 2>&1 | tee "$out/$name.txt" || true
+    rm -rf "$work" "$work.tiered"
 done

@@ -10,8 +10,9 @@ use crate::backend::BackendKind;
 use crate::backend::cuda::{self, Gpu};
 use crate::engine::{CheckpointReport, Engine};
 use crate::generate::{Shape, Workload};
-use crate::memory::DeviceRegion;
+use crate::memory::{DeviceRegion, Protected};
 use crate::store::StoreOptions;
+use crate::tiers::{TierOptions, TieredEngine};
 use crate::{Error, Result};
 use serde::Serialize;
 use std::io::Write;
@@ -39,6 +40,37 @@ pub struct E2eOptions {
     pub backend: BackendKind,
     /// Store directory (emptied first).
     pub dir: PathBuf,
+    /// Also run the same versions through the asynchronous tiers (host
+    /// cache of this many bytes; local and shared directories beside `dir`),
+    /// in the same process.
+    pub tiered_cache_bytes: Option<u64>,
+}
+
+/// The same versions through the asynchronous tiers ([`crate::tiers`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct E2eTiered {
+    /// Host cache bytes.
+    pub host_cache_bytes: u64,
+    /// Per version: what the application waited (call to return), ms.
+    pub checkpoint_ms: Vec<f64>,
+    /// Medians over the incremental versions: the call, the backend's
+    /// de-duplication and serialization, the copy into the cache, and the
+    /// wait for room in it.
+    pub median_checkpoint_ms: f64,
+    /// Median backend time.
+    pub median_dedup_ms: f64,
+    /// Median copy into the host cache.
+    pub median_cache_ms: f64,
+    /// Median wait for room (backpressure).
+    pub median_backpressure_ms: f64,
+    /// From the last call's return until every version was durable on both tiers.
+    pub drain_ms: f64,
+    /// All versions, first call to durable everywhere.
+    pub total_ms: f64,
+    /// The synchronous run's sum of checkpoint calls, for comparison.
+    pub sync_total_ms: f64,
+    /// Median incremental application-visible time over the synchronous one's.
+    pub ratio_to_sync: f64,
 }
 
 /// One checkpoint as the application saw it.
@@ -109,6 +141,8 @@ pub struct E2eReport {
     pub bytes_on_disk: u64,
     /// bytes_on_disk / diff_bytes − 1, in percent.
     pub disk_overhead_pct: f64,
+    /// The asynchronous tiers, when asked for.
+    pub tiered: Option<E2eTiered>,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -138,11 +172,15 @@ impl Buffer {
         Ok(())
     }
 
+    fn protected(&self) -> Result<Protected<'_>> {
+        Ok(match self {
+            Buffer::Host(v) => Protected::Host(v),
+            Buffer::Device(_, d) => Protected::Device(DeviceRegion::of(d)?),
+        })
+    }
+
     fn checkpoint(&self, engine: &mut Engine, version: u64) -> Result<CheckpointReport> {
-        match self {
-            Buffer::Host(v) => engine.checkpoint(version, v),
-            Buffer::Device(_, d) => engine.checkpoint(version, DeviceRegion::of(d)?),
-        }
+        engine.checkpoint(version, self.protected()?)
     }
 
     /// The naive copy to host memory.
@@ -200,6 +238,14 @@ pub fn run(o: &E2eOptions, mut progress: impl FnMut(&str)) -> Result<E2eReport> 
         progress("checkpoint");
     }
     drop(engine);
+    let tiered = match o.tiered_cache_bytes {
+        Some(cache) => {
+            let sync_total_ms = versions.iter().map(|v| v.checkpoint_ms).sum();
+            let sync_median = median(versions.iter().skip(1).map(|v| v.checkpoint_ms).collect());
+            Some(run_tiered(o, cache, backend, &mut buf, sync_total_ms, sync_median, &mut progress)?)
+        }
+        None => None,
+    };
     // The naive alternative, twice (the median of two is the faster one: page cache warm-up).
     let naive_path = o.dir.join("naive.bin");
     let (mut copies, mut writes) = (Vec::new(), Vec::new());
@@ -229,7 +275,8 @@ pub fn run(o: &E2eOptions, mut progress: impl FnMut(&str)) -> Result<E2eReport> 
                 return Err(Error::Internal("the restored bytes differ from the last version".into()));
             }
             drop(got);
-            Ok(finish(o, backend, device, versions, (copies, writes), (reopen_ms, &opened), restore))
+            let r = finish(o, backend, device, versions, (copies, writes), (reopen_ms, &opened), restore);
+            Ok(E2eReport { tiered, ..r })
         }
         Buffer::Device(gpu, want) => {
             let (got, stats, timings) = cuda::restore_on_gpu(gpu, &o.dir, 0, last)?;
@@ -237,9 +284,68 @@ pub fn run(o: &E2eOptions, mut progress: impl FnMut(&str)) -> Result<E2eReport> 
             if gpu.stream_clone_dtoh(&got)? != gpu.stream_clone_dtoh(want)? {
                 return Err(Error::Internal("the restored bytes differ from the last version".into()));
             }
-            Ok(finish(o, backend, device, versions, (copies, writes), (reopen_ms, &opened), restore))
+            let r = finish(o, backend, device, versions, (copies, writes), (reopen_ms, &opened), restore);
+            Ok(E2eReport { tiered, ..r })
         }
     }
+}
+
+/// The same versions again (the workload regenerated from its seed), through
+/// the asynchronous tiers beside `o.dir`; the last version is checked on the
+/// shared tier.
+fn run_tiered(
+    o: &E2eOptions,
+    cache: u64,
+    backend: BackendKind,
+    buf: &mut Buffer,
+    sync_total_ms: f64,
+    sync_median_ms: f64,
+    progress: &mut impl FnMut(&str),
+) -> Result<E2eTiered> {
+    let base = o.dir.with_extension("tiered");
+    if base.exists() {
+        std::fs::remove_dir_all(&base).map_err(|e| Error::io(&base, e))?;
+    }
+    let tiers =
+        TierOptions { local: Some(base.join("local")), shared: Some(base.join("shared")), host_cache_bytes: cache };
+    let mut w = Workload::new(o.size, o.change, o.shape, o.seed)?.with_granule(o.granule)?;
+    buf.load(w.current())?;
+    let mut e = TieredEngine::open(0, o.size as u64, &o.store, &tiers, backend)?;
+    let mut reports = Vec::new();
+    let start = Instant::now();
+    for v in 1..=u64::from(o.versions) {
+        if v > 1 {
+            w.advance();
+            buf.load(w.current())?;
+        }
+        reports.push(e.checkpoint(v, buf.protected()?)?);
+        progress("tiered checkpoint");
+    }
+    let t = Instant::now();
+    e.wait_all()?;
+    let drain_ms = ms(t);
+    let total_ms = ms(start);
+    e.finalize()?;
+    let shared = base.join("shared");
+    let last = crate::restore::restore_version(&shared, 0, u64::from(o.versions))?;
+    if last != w.current() {
+        return Err(Error::Internal("the shared tier's last version differs".into()));
+    }
+    std::fs::remove_dir_all(&base).map_err(|e| Error::io(&base, e))?;
+    let inc = || reports.iter().skip(1);
+    let median_checkpoint_ms = median(inc().map(|r| r.total_seconds * 1e3).collect());
+    Ok(E2eTiered {
+        host_cache_bytes: cache,
+        checkpoint_ms: reports.iter().map(|r| r.total_seconds * 1e3).collect(),
+        median_checkpoint_ms,
+        median_dedup_ms: median(inc().map(|r| r.dedup_seconds * 1e3).collect()),
+        median_cache_ms: median(inc().map(|r| r.cache_seconds * 1e3).collect()),
+        median_backpressure_ms: median(inc().map(|r| r.backpressure_seconds * 1e3).collect()),
+        drain_ms,
+        total_ms,
+        sync_total_ms,
+        ratio_to_sync: median_checkpoint_ms / sync_median_ms,
+    })
 }
 
 fn finish(
@@ -282,6 +388,7 @@ fn finish(
         bytes_on_disk,
         disk_overhead_pct: (bytes_on_disk as f64 / diff_bytes.max(1) as f64 - 1.0) * 100.0,
         versions,
+        tiered: None,
     }
 }
 

@@ -53,6 +53,7 @@ pub mod dedup;
 pub mod diff;
 pub mod engine;
 pub mod error;
+pub mod failpoint;
 pub mod format;
 pub mod generate;
 pub mod hash;

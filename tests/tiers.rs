@@ -187,3 +187,78 @@ fn a_full_shared_tier_fails_its_versions_clearly_and_a_baseline_heals_it() {
     }
     assert!(dckpt::verify::verify_store(&shared).unwrap().problems.is_empty());
 }
+
+/// Child side of the kill test: checkpoints six versions through both tiers
+/// (the parent arms a crash point through `DCKPT_CRASH_AT`).
+#[test]
+fn crash_child() {
+    let Some(root) = std::env::var_os("DCKPT_TIERS_CHILD") else { return };
+    let root = PathBuf::from(root);
+    let vs = versions(6, 1 << 16, 5);
+    let o = opts();
+    let tiers = tiers(Some(root.join("local")), Some(root.join("shared")), 1);
+    let mut e = TieredEngine::open(0, vs[0].len() as u64, &o, &tiers, BackendKind::Cpu).unwrap();
+    for (i, v) in vs.iter().enumerate() {
+        e.checkpoint(i as u64 + 1, v).unwrap();
+    }
+    e.finalize().unwrap();
+}
+
+#[test]
+fn a_kill_at_every_step_leaves_tiers_that_restore_and_continue() {
+    let vs = versions(6, 1 << 16, 5);
+    let exe = std::env::current_exe().unwrap();
+    let mut killed_at = Vec::new();
+    for point in dckpt::failpoint::POINTS {
+        for nth in [1, 2, 5] {
+            let t = tempfile::tempdir().unwrap();
+            let status = Command::new(&exe)
+                .args(["--exact", "crash_child", "--test-threads=1", "--nocapture"])
+                .env("DCKPT_TIERS_CHILD", t.path())
+                .env("DCKPT_CRASH_AT", format!("{point}:{nth}"))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .unwrap();
+            if !status.success() {
+                killed_at.push(format!("{point}:{nth}"));
+            }
+            let (local, shared) = (t.path().join("local"), t.path().join("shared"));
+            let mut newest = 0;
+            for tier in [&local, &shared] {
+                let Ok(store) = dckpt::store::Store::open(tier, 0) else { continue };
+                for e in &store.manifest().versions {
+                    let got = restore_version(tier, 0, e.version).unwrap();
+                    assert!(
+                        got == vs[e.version as usize - 1],
+                        "{point}:{nth}: {} version {}",
+                        tier.display(),
+                        e.version
+                    );
+                    newest = newest.max(e.version);
+                }
+            }
+            // The next checkpoint proceeds on both tiers.
+            let mut e = TieredEngine::open(
+                0,
+                vs[0].len() as u64,
+                &opts(),
+                &tiers(Some(local.clone()), Some(shared.clone()), 8 << 20),
+                BackendKind::Cpu,
+            )
+            .unwrap();
+            let mut next = vs[5].clone();
+            next[7] ^= 0x42;
+            e.checkpoint(newest + 1, &next).unwrap();
+            e.finalize().unwrap_or_else(|err| panic!("{point}:{nth}: {err}"));
+            for tier in [&local, &shared] {
+                assert!(restore_version(tier, 0, newest + 1).unwrap() == next, "{point}:{nth}");
+                let report = dckpt::verify::verify_store(tier).unwrap();
+                assert!(report.problems.is_empty(), "{point}:{nth}: {:?}", report.problems);
+            }
+        }
+    }
+    for point in dckpt::failpoint::POINTS {
+        assert!(killed_at.iter().any(|k| k.starts_with(point)), "no run was killed at {point}: {killed_at:?}");
+    }
+}

@@ -88,6 +88,14 @@ impl DiffBytes<'_> {
         }
     }
 
+    /// The file as consecutive pieces.
+    pub fn parts(&self) -> Vec<&[u8]> {
+        match self {
+            DiffBytes::Owned(v) => vec![v],
+            DiffBytes::Borrowed { prefix, trailer } => vec![prefix, trailer],
+        }
+    }
+
     /// Writes the whole file to `out`.
     pub fn write_to(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
         match self {

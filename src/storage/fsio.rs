@@ -51,7 +51,11 @@ pub fn create_exclusive(path: &Path) -> Result<File> {
 pub fn write_atomic_with(path: &Path, fill: impl FnOnce(&mut File) -> std::io::Result<()>) -> Result<()> {
     let tmp = temp_path(path);
     let mut file = create_exclusive(&tmp)?;
-    let result = fill(&mut file).and_then(|()| file.sync_all()).and_then(|()| fs::rename(&tmp, path));
+    let result = fill(&mut file).and_then(|()| file.sync_all()).and_then(|()| {
+        crate::failpoint::hit("store.temp_written");
+        fs::rename(&tmp, path)
+    });
+    crate::failpoint::hit("store.renamed");
     result.map_err(|e| {
         let _ = fs::remove_file(&tmp);
         Error::io(path, e)

@@ -431,6 +431,7 @@ impl Store {
             .ok_or_else(|| Error::Internal("a diff file too short to hold a trailer".into()))?;
         self.storage.write_atomic(&self.diff_rel(version), fill)?;
         self.storage.barrier(&self.rel)?;
+        crate::failpoint::hit("store.file_durable");
         Ok(VersionEntry { version, baseline, file_len, trailer: hex(trailer) })
     }
 
@@ -462,6 +463,7 @@ impl Store {
 
     fn write_manifest(&self, m: &Manifest) -> Result<()> {
         storage::write_bytes(self.storage.as_ref(), &self.rel.join("MANIFEST"), &m.encode())?;
+        crate::failpoint::hit("store.manifest_written");
         self.storage.barrier(&self.rel)
     }
 }

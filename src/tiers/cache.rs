@@ -9,7 +9,7 @@
 //! application thread and the flusher never share a byte.
 
 use crate::{Error, Result};
-use std::sync::{Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Bytes per segment.
@@ -18,16 +18,40 @@ pub const SEGMENT_BYTES: usize = 4 << 20;
 /// The pre-allocated host cache.
 #[derive(Debug)]
 pub struct HostCache {
-    free: Mutex<Vec<Box<[u8]>>>,
-    returned: Condvar,
+    pool: Arc<Pool>,
     segments: usize,
 }
 
-/// A diff file held in cache segments.
-#[derive(Debug, Default)]
+/// The segments not lent out.
+#[derive(Debug)]
+struct Pool {
+    free: Mutex<Vec<Box<[u8]>>>,
+    returned: Condvar,
+}
+
+impl Pool {
+    fn put(&self, segments: Vec<Box<[u8]>>) {
+        if segments.is_empty() {
+            return;
+        }
+        self.free.lock().unwrap_or_else(PoisonError::into_inner).extend(segments);
+        self.returned.notify_all();
+    }
+}
+
+/// A diff file held in cache segments; its segments go back to the cache
+/// when it is dropped.
+#[derive(Debug)]
 pub struct Cached {
     segments: Vec<Box<[u8]>>,
     len: usize,
+    pool: Arc<Pool>,
+}
+
+impl Drop for Cached {
+    fn drop(&mut self) {
+        self.pool.put(std::mem::take(&mut self.segments));
+    }
 }
 
 impl Cached {
@@ -81,8 +105,10 @@ impl HostCache {
         let segments = usize::try_from(bytes.div_ceil(SEGMENT_BYTES as u64))
             .map_err(|_| Error::InvalidOption(format!("host cache of {bytes} bytes")))?
             .max(1);
-        let free = (0..segments).map(|_| vec![0u8; SEGMENT_BYTES].into_boxed_slice()).collect();
-        Ok(HostCache { free: Mutex::new(free), returned: Condvar::new(), segments })
+        // Written now, so that no checkpoint pays the page faults (a zeroed
+        // allocation would only map its pages on first write).
+        let free = (0..segments).map(|_| vec![0xa5u8; SEGMENT_BYTES].into_boxed_slice()).collect();
+        Ok(HostCache { pool: Arc::new(Pool { free: Mutex::new(free), returned: Condvar::new() }), segments })
     }
 
     /// Capacity in bytes.
@@ -92,7 +118,7 @@ impl HostCache {
 
     /// Bytes lent out now.
     pub fn in_use(&self) -> u64 {
-        let free = self.free.lock().unwrap_or_else(PoisonError::into_inner).len();
+        let free = self.pool.free.lock().unwrap_or_else(PoisonError::into_inner).len();
         ((self.segments - free) * SEGMENT_BYTES) as u64
     }
 
@@ -105,6 +131,41 @@ impl HostCache {
         len: usize,
         fill: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
     ) -> Result<(Cached, Duration)> {
+        let (mut cached, waited) = self.take(len)?;
+        let mut w = SegmentWriter { cached: &mut cached, len };
+        let filled = fill(&mut w);
+        if let Err(e) = filled.and_then(|()| w.finish()) {
+            return Err(Error::Internal(format!("copying a diff into the host cache: {e}")));
+        }
+        cached.len = len;
+        Ok((cached, waited))
+    }
+
+    /// Copies a file given as consecutive `parts` into cache segments, the
+    /// segments in parallel; waits while the cache is full. Returns the
+    /// cached file and the time spent waiting.
+    pub fn store_parts(&self, parts: &[&[u8]]) -> Result<(Cached, Duration)> {
+        use rayon::prelude::*;
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let (mut cached, waited) = self.take(len)?;
+        cached.segments.par_iter_mut().enumerate().for_each(|(i, seg)| {
+            let (lo, hi) = (i * SEGMENT_BYTES, ((i + 1) * SEGMENT_BYTES).min(len));
+            let mut at = 0; // start of the current part in the file
+            for p in parts {
+                let (plo, phi) = (at, at + p.len());
+                at = phi;
+                let (s, e) = (lo.max(plo), hi.min(phi));
+                if s < e {
+                    seg[s - lo..e - lo].copy_from_slice(&p[s - plo..e - plo]);
+                }
+            }
+        });
+        cached.len = len;
+        Ok((cached, waited))
+    }
+
+    /// Lends enough segments for `len` bytes, waiting for room.
+    fn take(&self, len: usize) -> Result<(Cached, Duration)> {
         let need = len.div_ceil(SEGMENT_BYTES).max(1);
         if need > self.segments {
             return Err(Error::InvalidOption(format!(
@@ -113,31 +174,13 @@ impl HostCache {
             )));
         }
         let t = Instant::now();
-        let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut free = self.pool.free.lock().unwrap_or_else(PoisonError::into_inner);
         while free.len() < need {
-            free = self.returned.wait(free).unwrap_or_else(PoisonError::into_inner);
+            free = self.pool.returned.wait(free).unwrap_or_else(PoisonError::into_inner);
         }
         let at = free.len() - need;
         let segments: Vec<Box<[u8]>> = free.drain(at..).collect();
-        drop(free);
-        let waited = t.elapsed();
-        let mut cached = Cached { segments, len: 0 };
-        let mut w = SegmentWriter { cached: &mut cached, len };
-        let filled = fill(&mut w);
-        if let Err(e) = filled.and_then(|()| w.finish()) {
-            self.give_back(cached);
-            return Err(Error::Internal(format!("copying a diff into the host cache: {e}")));
-        }
-        cached.len = len;
-        Ok((cached, waited))
-    }
-
-    /// Returns a cached file's segments.
-    pub fn give_back(&self, cached: Cached) {
-        let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
-        free.extend(cached.segments);
-        drop(free);
-        self.returned.notify_all();
+        Ok((Cached { segments, len: 0, pool: Arc::clone(&self.pool) }, t.elapsed()))
     }
 }
 
@@ -195,10 +238,17 @@ mod tests {
         let other = std::sync::Arc::clone(&cache);
         let t = std::thread::spawn(move || other.store(10, |w| w.write_all(&[1; 10])).expect("store").1);
         std::thread::sleep(Duration::from_millis(50));
-        cache.give_back(c);
+        drop(c);
         assert!(t.join().expect("join") >= Duration::from_millis(40), "it waited for room");
         // Too large for the whole cache: an error, not a hang.
         assert!(cache.store(4 * SEGMENT_BYTES, |_| Ok(())).is_err());
+        // Parts across segment boundaries land in order.
+        let (a, b) = bytes.split_at(SEGMENT_BYTES + 5);
+        let (c, _) = cache.store_parts(&[a, &b[..10], &b[10..]]).expect("store");
+        let mut back = Vec::new();
+        c.write_to(&mut back).expect("write");
+        assert_eq!(back, bytes);
+        drop(c);
         // A short fill is an error and gives its segments back.
         assert!(cache.store(100, |w| w.write_all(&[0; 10])).is_err());
     }

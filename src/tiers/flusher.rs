@@ -49,7 +49,7 @@ pub(crate) struct Shared {
     /// Set by a worker when a version failed somewhere: the next checkpoint
     /// must be a baseline.
     pub needs_baseline: AtomicBool,
-    /// The host cache (workers give segments back).
+    /// The host cache (a cached file's segments go back when it is dropped).
     pub cache: Arc<HostCache>,
 }
 
@@ -124,6 +124,7 @@ impl Worker {
             let outcome = self.flush(&job);
             let state = match &outcome {
                 Ok(()) => {
+                    crate::failpoint::hit("flush.durable");
                     self.last = Some(version);
                     TierState::Durable
                 }
@@ -138,7 +139,7 @@ impl Worker {
             let forward = match job.source {
                 Source::Cache(c) if outcome.is_ok() || self.next.is_none() => {
                     let len = c.len() as u64;
-                    self.shared.cache.give_back(c);
+                    drop(c); // the segments go back to the cache
                     Source::File(self.store.diff_path(version), len)
                 }
                 s => s,
@@ -146,11 +147,8 @@ impl Worker {
             self.shared.progress.set(version, self.tier, state);
             if let Some(next) = &self.next {
                 let job = Job { version, baseline: job.baseline, prev: job.prev, source: forward };
-                if let Err(lost) = next.send(job)
-                    && let Source::Cache(c) = lost.0.source
-                {
-                    self.shared.cache.give_back(c);
-                }
+                // A stopped successor drops the job (and any cache segments with it).
+                let _ = next.send(job);
             }
         }
     }

@@ -213,10 +213,11 @@ impl TieredEngine {
             self.shared.needs_baseline.store(false, Ordering::SeqCst);
         }
         let mut d = self.backend.deduplicate(version, input, baseline, false)?;
+        crate::failpoint::hit("checkpoint.deduplicated");
         let stored = (|| {
             let file = self.backend.serialize(&mut d, input.host_bytes())?;
             let t1 = Instant::now();
-            let (cached, waited) = self.shared.cache.store(file.len(), |w| file.write_to(w))?;
+            let (cached, waited) = self.shared.cache.store_parts(&file.parts())?;
             Ok::<_, Error>((cached, waited, t1))
         })();
         let (cached, waited, t1) = match stored {
@@ -229,6 +230,7 @@ impl TieredEngine {
                 return Err(e);
             }
         };
+        crate::failpoint::hit("checkpoint.cached");
         let t2 = Instant::now();
         let file_bytes = cached.len() as u64;
         let gpu = d.gpu;

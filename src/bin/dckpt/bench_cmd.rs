@@ -61,6 +61,11 @@ pub struct BenchArgs {
     /// (cuda: the buffer lives in device memory).
     #[arg(long, requires = "synthetic")]
     e2e: Option<PathBuf>,
+    /// With --e2e: also run the versions through the asynchronous tiers
+    /// (local and shared directories beside DIR) with a host cache of this
+    /// size (e.g. 1G), and compare what the application waits for.
+    #[arg(long, requires = "e2e")]
+    tiered: Option<String>,
     /// Successive versions of one rank's buffer (same length).
     #[arg(required_unless_present = "synthetic")]
     files: Vec<PathBuf>,
@@ -343,8 +348,10 @@ fn bench_e2e(a: &BenchArgs, dir: &std::path::Path) -> Result<ExitCode> {
         store: dckpt::StoreOptions { chunk_size: a.chunk_size, method, hash: a.hash, ..Default::default() },
         backend: a.backend,
         dir: dir.to_path_buf(),
+        tiered_cache_bytes: a.tiered.as_deref().map(parse_size).transpose()?,
     };
-    let pb = bar(opts.versions as usize + 2, "e2e");
+    let tiered_steps = if opts.tiered_cache_bytes.is_some() { opts.versions as usize } else { 0 };
+    let pb = bar(opts.versions as usize + 2 + tiered_steps, "e2e");
     let r = dckpt::bench_e2e::run(&opts, |_| pb.inc(1))?;
     pb.finish_and_clear();
     println!(
@@ -394,6 +401,24 @@ fn bench_e2e(a: &BenchArgs, dir: &std::path::Path) -> Result<ExitCode> {
             .map_or(String::new(), |g| format!("; GPU H2D {:.1} ms, scatter {:.1} ms", g.h2d_ms, g.scatter_ms))
     );
     println!("bytes on disk {} = diff files {} + {:.3}%", r.bytes_on_disk, r.diff_bytes, r.disk_overhead_pct);
+    if let Some(t) = &r.tiered {
+        let calls: Vec<String> = t.checkpoint_ms.iter().map(|m| format!("{m:.1}")).collect();
+        println!(
+            "tiered (host cache {} B, local + shared): calls [{}] ms; median incremental {:.1} ms = dedup {:.1} + \
+             cache copy {:.1} + waiting for room {:.1}; {:.3}x the synchronous call; durable everywhere {:.1} ms after \
+             the last call; all versions {:.1} ms vs {:.1} ms of synchronous calls",
+            t.host_cache_bytes,
+            calls.join(" "),
+            t.median_checkpoint_ms,
+            t.median_dedup_ms,
+            t.median_cache_ms,
+            t.median_backpressure_ms,
+            t.ratio_to_sync,
+            t.drain_ms,
+            t.total_ms,
+            t.sync_total_ms
+        );
+    }
     if let Some(path) = &a.json {
         let text = serde_json::to_string_pretty(&r).map_err(|e| Error::Internal(e.to_string()))?;
         std::fs::write(path, text).map_err(|e| Error::io(path, e))?;
