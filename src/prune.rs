@@ -1,6 +1,8 @@
 //! `dckpt prune`: deletes the versions that no kept version needs.
 //!
-//! The kept versions are the last `keep` listed versions of every rank.
+//! The kept versions are the newest `keep` version numbers of the store, on
+//! every rank that lists them (a collective version stays whole), and the
+//! newest `keep` versions of each rank.
 //! What they need is found by the restore's own resolution, to a fixpoint:
 //! each kept version needs its chain (baseline to it), every file its bytes
 //! are read from, and the owners' files of the cross-rank references it
@@ -13,7 +15,10 @@
 //! whose every rank's version was deleted. A crash in between leaves diff
 //! files of uncommitted versions, which the next writer removes, or commit
 //! records older than every manifest's latest version, which never list a
-//! version again (roll-forward only appends newer versions).
+//! version again (roll-forward only appends newer versions). A crash between
+//! two ranks' manifest rewrites can leave a rank listing versions being
+//! deleted whose owners' files are already gone: running `prune` again
+//! finishes the deletion.
 
 use crate::format::manifest::Manifest;
 use crate::restore::{Catalog, resolve_all};
@@ -124,10 +129,17 @@ fn needed_versions(
     keep: u64,
 ) -> Result<BTreeSet<(u32, u64)>> {
     let mut needed: BTreeSet<(u32, u64)> = BTreeSet::new();
+    // The newest `keep` version numbers of the whole store, kept on every
+    // rank that lists them (a collective version stays whole), and each
+    // rank's own newest `keep`.
+    let keep = usize::try_from(keep).unwrap_or(usize::MAX);
+    let all: BTreeSet<u64> = manifests.values().flat_map(|m| m.versions.iter().map(|e| e.version)).collect();
+    let newest: BTreeSet<u64> = all.iter().rev().take(keep).copied().collect();
     let mut work: Vec<(u32, u64)> = Vec::new();
     for (&rank, m) in manifests {
-        let n = m.versions.len().saturating_sub(usize::try_from(keep).unwrap_or(usize::MAX));
-        work.extend(m.versions[n..].iter().map(|e| (rank, e.version)));
+        let own = m.versions.len().saturating_sub(keep);
+        work.extend(m.versions[own..].iter().map(|e| (rank, e.version)));
+        work.extend(m.versions.iter().filter(|e| newest.contains(&e.version)).map(|e| (rank, e.version)));
     }
     let mut catalog = Catalog::on(storage.clone());
     while let Some((rank, version)) = work.pop() {

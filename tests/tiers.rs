@@ -262,3 +262,41 @@ fn a_kill_at_every_step_leaves_tiers_that_restore_and_continue() {
         assert!(killed_at.iter().any(|k| k.starts_with(point)), "no run was killed at {point}: {killed_at:?}");
     }
 }
+
+#[test]
+fn wait_asks_the_tiers_about_versions_it_does_not_track() {
+    let t = tempfile::tempdir().unwrap();
+    let (local, shared) = (t.path().join("local"), t.path().join("shared"));
+    let vs = versions(3, 1 << 16, 8);
+    let mut e = TieredEngine::open(
+        0,
+        vs[0].len() as u64,
+        &opts(),
+        &tiers(Some(local.clone()), None, 8 << 20),
+        BackendKind::Cpu,
+    )
+    .unwrap();
+    e.checkpoint(1, &vs[0]).unwrap();
+    e.checkpoint(2, &vs[1]).unwrap();
+    e.finalize().unwrap();
+    // A shared tier added later has none of them: waiting on an earlier
+    // run's version says where it is not, and the tiers disagree, so the
+    // next checkpoint is a baseline that both tiers hold.
+    let mut e = TieredEngine::open(
+        0,
+        vs[0].len() as u64,
+        &opts(),
+        &tiers(Some(local), Some(shared.clone()), 8 << 20),
+        BackendKind::Cpu,
+    )
+    .unwrap();
+    let err = e.wait(2).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotDurable);
+    assert!(err.to_string().contains("shared"), "{err}");
+    assert!(e.is_durable(2, "local") && !e.is_durable(2, "shared"));
+    assert!(e.wait(9).is_err_and(|e| e.kind() == ErrorKind::MissingVersion), "never taken");
+    assert!(e.checkpoint(3, &vs[2]).unwrap().baseline);
+    e.wait(3).unwrap();
+    e.finalize().unwrap();
+    assert!(restore_version(&shared, 0, 3).unwrap() == vs[2]);
+}

@@ -82,17 +82,11 @@ impl Cached {
 
     /// The last 32 bytes (a diff file's trailer).
     pub fn trailer(&self) -> Option<[u8; 32]> {
-        let mut t = [0u8; 32];
         let start = self.len.checked_sub(32)?;
-        let mut at = 0;
-        for p in self.pieces() {
-            let (lo, hi) = (at, at + p.len());
-            for (i, b) in p.iter().enumerate() {
-                if lo + i >= start {
-                    t[lo + i - start] = *b;
-                }
-            }
-            at = hi;
+        let mut t = [0u8; 32];
+        for (k, b) in t.iter_mut().enumerate() {
+            let at = start + k;
+            *b = *self.segments.get(at / SEGMENT_BYTES)?.get(at % SEGMENT_BYTES)?;
         }
         Some(t)
     }

@@ -90,8 +90,7 @@ impl Flusher {
     pub fn stop(&mut self) {
         self.first = None;
         for w in self.workers.drain(..) {
-            // A worker never panics on a user-reachable path; if it did, its
-            // versions stay `Queued` and `wait` reports them.
+            // A worker that panicked has failed what it left (SettleOnExit).
             let _ = w.join();
         }
     }
@@ -116,6 +115,9 @@ struct Worker {
 
 impl Worker {
     fn run(mut self, rx: Receiver<Job>) {
+        // However this thread ends (its queue closed, or a panic), what it
+        // never settled is failed, so that no `wait` blocks forever.
+        let _settle = SettleOnExit { shared: Arc::clone(&self.shared), tier: self.tier, name: self.name.clone() };
         // Versions already on this tier when the flush started.
         self.last = self.store.manifest().latest().map(|v| v.version);
         while let Ok(job) = rx.recv() {
@@ -147,8 +149,13 @@ impl Worker {
             self.shared.progress.set(version, self.tier, state);
             if let Some(next) = &self.next {
                 let job = Job { version, baseline: job.baseline, prev: job.prev, source: forward };
-                // A stopped successor drops the job (and any cache segments with it).
-                let _ = next.send(job);
+                // A stopped successor drops the job (and any cache segments
+                // with it); the version is then not durable there.
+                if next.send(job).is_err() {
+                    self.shared.needs_baseline.store(true, Ordering::SeqCst);
+                    let why = "the flush thread of the next tier has stopped".to_string();
+                    self.shared.progress.set(version, self.tier + 1, TierState::Failed(why));
+                }
             }
         }
     }
@@ -191,6 +198,21 @@ impl Worker {
             }
         };
         self.store.publish(entry)
+    }
+}
+
+/// Fails what a worker leaves unsettled when it stops.
+struct SettleOnExit {
+    shared: Arc<Shared>,
+    tier: usize,
+    name: String,
+}
+
+impl Drop for SettleOnExit {
+    fn drop(&mut self) {
+        self.shared.needs_baseline.store(true, Ordering::SeqCst);
+        let why = format!("the flush thread of the {} tier stopped before writing it", self.name);
+        self.shared.progress.fail_unsettled(self.tier, &why);
     }
 }
 

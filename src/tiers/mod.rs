@@ -208,10 +208,6 @@ impl TieredEngine {
         }
         let input = data.into();
         let baseline = self.next_is_baseline();
-        if baseline {
-            // Failures before this point are answered by this baseline.
-            self.shared.needs_baseline.store(false, Ordering::SeqCst);
-        }
         let mut d = self.backend.deduplicate(version, input, baseline, false)?;
         crate::failpoint::hit("checkpoint.deduplicated");
         let stored = (|| {
@@ -224,9 +220,6 @@ impl TieredEngine {
             Ok(s) => s,
             Err(e) => {
                 self.backend.rollback()?;
-                if baseline {
-                    self.shared.needs_baseline.store(true, Ordering::SeqCst);
-                }
                 return Err(e);
             }
         };
@@ -235,10 +228,22 @@ impl TieredEngine {
         let file_bytes = cached.len() as u64;
         let gpu = d.gpu;
         self.backend.commit(d)?;
+        if baseline {
+            // Every failure reported so far concerns an older version, which
+            // this baseline's new chain no longer needs.
+            self.shared.needs_baseline.store(false, Ordering::SeqCst);
+        }
         let prev = if baseline { None } else { self.latest };
         self.shared.progress.register(version);
-        self.flusher.submit(Job { version, baseline, prev, source: Source::Cache(cached) })?;
         self.latest = Some(version);
+        if let Err(e) = self.flusher.submit(Job { version, baseline, prev, source: Source::Cache(cached) }) {
+            // The history has this version but no tier will: start over.
+            self.force_baseline = true;
+            for tier in 0..self.roots.len() {
+                self.shared.progress.set(version, tier, TierState::Failed(e.to_string()));
+            }
+            return Err(e);
+        }
         self.chain_len = if baseline { 1 } else { self.chain_len + 1 };
         self.force_baseline = false;
         let cache_seconds = (t2 - t1).as_secs_f64() - waited.as_secs_f64();
@@ -261,7 +266,26 @@ impl TieredEngine {
         if self.latest.is_none_or(|l| version > l) {
             return Err(Error::MissingVersion { dir: self.roots[0].clone(), rank: self.rank, version });
         }
-        self.shared.progress.wait(version)
+        if self.shared.progress.wait(version)? {
+            return Ok(());
+        }
+        // Not tracked (an earlier run's version, a checkpoint that failed,
+        // or one durable everywhere long ago): the tiers' manifests say.
+        for (i, tier) in self.tiers().iter().enumerate() {
+            if !self.listed(version, i) {
+                return Err(Error::NotDurable {
+                    version,
+                    tier: tier.clone(),
+                    reason: format!("it is not listed in {}", self.roots[i].display()),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether tier `i`'s manifest lists `version` now.
+    fn listed(&self, version: u64, i: usize) -> bool {
+        Store::open(&self.roots[i], self.rank).is_ok_and(|s| s.manifest().get(version).is_some())
     }
 
     /// Blocks until every version taken so far is settled on every tier;
@@ -276,7 +300,7 @@ impl TieredEngine {
         match self.shared.progress.states(version) {
             Some(states) => states.get(i) == Some(&TierState::Durable),
             // Not tracked any more: the tier's manifest says.
-            None => Store::open(&self.roots[i], self.rank).is_ok_and(|s| s.manifest().get(version).is_some()),
+            None => self.listed(version, i),
         }
     }
 

@@ -28,8 +28,8 @@ impl TierState {
     }
 }
 
-/// Versions settled on every tier beyond this many are forgotten (their
-/// state is then read from the tiers' manifests).
+/// Versions durable on every tier beyond this many are forgotten (their
+/// state is then read from the tiers' manifests); failed ones are kept.
 const REMEMBERED: usize = 4096;
 
 /// Every in-flight or recent version's state per tier.
@@ -55,12 +55,18 @@ impl Progress {
     pub fn register(&self, version: u64) {
         let mut s = self.states.lock().unwrap_or_else(PoisonError::into_inner);
         s.insert(version, vec![TierState::Queued; self.tiers.len()]);
-        while s.len() > REMEMBERED {
-            let Some((&oldest, states)) = s.iter().next() else { break };
-            if !states.iter().all(TierState::settled) {
-                break;
+        // Forget the oldest versions durable everywhere; failures stay (so
+        // that `wait` and `wait_all` keep reporting them).
+        if s.len() > REMEMBERED {
+            let done: Vec<u64> = s
+                .iter()
+                .filter(|(_, st)| st.iter().all(|t| *t == TierState::Durable))
+                .map(|(v, _)| *v)
+                .take(s.len() - REMEMBERED)
+                .collect();
+            for v in done {
+                s.remove(&v);
             }
-            s.remove(&oldest);
         }
     }
 
@@ -74,18 +80,32 @@ impl Progress {
         self.changed.notify_all();
     }
 
+    /// Fails every version not yet settled on tier `tier` (its worker has
+    /// stopped and will never settle them).
+    pub fn fail_unsettled(&self, tier: usize, reason: &str) {
+        let mut s = self.states.lock().unwrap_or_else(PoisonError::into_inner);
+        for states in s.values_mut() {
+            if let Some(state) = states.get_mut(tier).filter(|st| !st.settled()) {
+                *state = TierState::Failed(reason.to_string());
+            }
+        }
+        drop(s);
+        self.changed.notify_all();
+    }
+
     /// A version's state on each tier (`None` when it is not remembered).
     pub fn states(&self, version: u64) -> Option<Vec<TierState>> {
         self.states.lock().unwrap_or_else(PoisonError::into_inner).get(&version).cloned()
     }
 
-    /// Blocks until `version` is settled on every tier; `Ok` when it is
-    /// durable on all of them, otherwise the first tier's failure.
-    pub fn wait(&self, version: u64) -> Result<()> {
+    /// Blocks until `version` is settled on every tier; `Ok(true)` when it
+    /// is durable on all of them, `Ok(false)` when it is not tracked (the
+    /// caller asks the tiers), otherwise the first tier's failure.
+    pub fn wait(&self, version: u64) -> Result<bool> {
         let mut s = self.states.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
             match s.get(&version) {
-                None => return Ok(()),
+                None => return Ok(false),
                 Some(v) if v.iter().all(TierState::settled) => break,
                 Some(_) => s = self.changed.wait(s).unwrap_or_else(PoisonError::into_inner),
             }
@@ -97,7 +117,7 @@ impl Progress {
                 return Err(Error::NotDurable { version, tier: tier.clone(), reason });
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Blocks until every registered version is settled on every tier.
@@ -105,7 +125,7 @@ impl Progress {
         let versions: Vec<u64> = self.states.lock().unwrap_or_else(PoisonError::into_inner).keys().copied().collect();
         let mut first = Ok(());
         for v in versions {
-            if let Err(e) = self.wait(v)
+            if let Err(e) = self.wait(v).map(|_| ())
                 && first.is_ok()
             {
                 first = Err(e);
