@@ -337,3 +337,45 @@ fn regions_given_away_are_found_at_their_owners_in_later_versions() {
         }
     }
 }
+
+#[test]
+fn tiered_gpu_checkpoints_write_the_cpu_files_on_every_tier() {
+    use dckpt::tiers::{TierOptions, TieredEngine};
+    let Some(gpu) = gpu() else { return };
+    let t = tempfile::tempdir().unwrap();
+    let len = 1 << 20;
+    let o = StoreOptions { chunk_size: 128, method: Method::Tree, max_chain: Some(3), ..StoreOptions::default() };
+    let mut data = noise(len, 21);
+    let (mut g, mut c) = {
+        let tiers = |name: &str| TierOptions {
+            local: Some(t.path().join(name).join("local")),
+            shared: Some(t.path().join(name).join("shared")),
+            host_cache_bytes: 16 << 20,
+        };
+        (
+            TieredEngine::open(0, len as u64, &o, &tiers("gpu"), BackendKind::Cuda).unwrap(),
+            TieredEngine::open(0, len as u64, &o, &tiers("cpu"), BackendKind::Cpu).unwrap(),
+        )
+    };
+    for v in 1..=6u64 {
+        for k in 0..20 {
+            let at = (v as usize * 7919 + k * 52_361) % (len - 100);
+            data[at..at + 100].copy_from_slice(&noise(100, v * 100 + k as u64));
+        }
+        let dev = cuda::upload(&gpu, &data).unwrap();
+        g.checkpoint(v, DeviceRegion::of(&dev).unwrap()).unwrap();
+        c.checkpoint(v, &data).unwrap();
+    }
+    g.finalize().unwrap();
+    c.finalize().unwrap();
+    for tier in ["local", "shared"] {
+        for v in 1..=6u64 {
+            let f = |b: &str| {
+                std::fs::read(t.path().join(b).join(tier).join(format!("rank-00000/v{v:012}.dckpt"))).unwrap()
+            };
+            assert!(f("gpu") == f("cpu"), "{tier} version {v}: the GPU's file differs from the CPU's");
+        }
+        let got = dckpt::restore::restore_version(&t.path().join("gpu").join(tier), 0, 6).unwrap();
+        assert!(got == data);
+    }
+}

@@ -126,6 +126,19 @@ proptest! {
         let one = encode_all(1);
         prop_assert_eq!(&one, &encode_all(2));
         prop_assert_eq!(&one, &encode_all(3));
+        // Sealing a file handed over in pieces without its trailer (the
+        // asynchronous tiers' GPU path) gives the trailer it was written with.
+        for f in &one {
+            let n = f.len();
+            let cut = (n / 3, 2 * n / 3);
+            let mut unsealed = f.clone();
+            unsealed[n - 32..].fill(0);
+            let pieces = [&unsealed[..cut.0], &unsealed[cut.0..cut.1], &unsealed[cut.1..]];
+            let sealed = dckpt::format::seal(&pieces, n as u64).unwrap();
+            prop_assert_eq!(&sealed[..], &f[n - 32..]);
+            // A file whose length disagrees with its header is refused.
+            prop_assert!(dckpt::format::seal(&pieces, n as u64 + 1).is_err());
+        }
     }
 }
 

@@ -146,7 +146,36 @@ pub trait Backend: Send {
     /// Copies restored bytes into the application's memory (host, or device
     /// memory on the CUDA backend).
     fn place(&self, bytes: &[u8], dst: ProtectedMut<'_>) -> Result<()>;
+
+    /// The asynchronous tiers' path, all in one: de-duplicates `input`,
+    /// hands its diff file to `sink` as consecutive parts, then commits.
+    /// `sealed` is false when the backend left the file's last 32 bytes (its
+    /// trailer) unwritten, so that nothing but the de-duplication precedes
+    /// the hand-off: the consumer seals it ([`crate::format::seal`]). On any
+    /// error, the sink's included, the version is rolled back. Returns the
+    /// device-side times (CUDA backend).
+    fn checkpoint_into(
+        &mut self,
+        version: u64,
+        input: Protected<'_>,
+        baseline: bool,
+        sink: Sink<'_>,
+    ) -> Result<Option<cuda::GpuTimings>> {
+        let mut d = self.deduplicate(version, input, baseline, false)?;
+        let gpu = d.gpu;
+        let handed = self.serialize(&mut d, input.host_bytes()).and_then(|file| sink(&file.parts(), true));
+        if let Err(e) = handed {
+            self.rollback()?;
+            return Err(e);
+        }
+        self.commit(d)?;
+        Ok(gpu)
+    }
 }
+
+/// Receives a diff file as consecutive parts, and whether it is sealed
+/// ([`Backend::checkpoint_into`]).
+pub type Sink<'a> = &'a mut dyn FnMut(&[&[u8]], bool) -> Result<()>;
 
 /// A pending version made by another backend (an internal error).
 pub(crate) fn foreign() -> Error {

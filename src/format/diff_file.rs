@@ -304,6 +304,48 @@ pub fn trailer_of(meta: &[u8], digests: &[u8]) -> [u8; 32] {
     *hasher.finalize().as_bytes()
 }
 
+/// The trailer of a complete diff file of `file_len` bytes given as
+/// consecutive `pieces` (its last 32 bytes, the trailer's place, are not
+/// read): the same digest as [`trailer_of`], for a consumer that seals a file
+/// the GPU wrote without one (the asynchronous tiers). Checks that the
+/// header describes exactly `file_len` bytes.
+pub fn seal(pieces: &[&[u8]], file_len: u64) -> Result<[u8; 32], String> {
+    let mut head = [0u8; HEADER_LEN as usize];
+    copy_range(pieces, 0..HEADER_LEN, &mut |at, p| head[at as usize..at as usize + p.len()].copy_from_slice(p));
+    let header = DiffHeader::decode(&head)?;
+    let expected = header.file_len(file_len)?;
+    if expected != file_len {
+        return Err(format!("file is {file_len} bytes but its header describes {expected}"));
+    }
+    let data_start = HEADER_LEN + header.meta_len(file_len)?;
+    let data_end = data_start + header.data_bytes;
+    let mut hasher = blake3::Hasher::new();
+    for range in [0..data_start, data_end..file_len - DIGEST_LEN] {
+        copy_range(pieces, range, &mut |_, p| {
+            if p.len() >= 1 << 20 {
+                hasher.update_rayon(p);
+            } else {
+                hasher.update(p);
+            }
+        });
+    }
+    Ok(*hasher.finalize().as_bytes())
+}
+
+/// Calls `f(offset in range, bytes)` for the parts of `pieces` (consecutive)
+/// that fall in `range`, in order.
+fn copy_range(pieces: &[&[u8]], range: std::ops::Range<u64>, f: &mut dyn FnMut(u64, &[u8])) {
+    let mut at = 0u64;
+    for p in pieces {
+        let (lo, hi) = (at, at + p.len() as u64);
+        at = hi;
+        let (s, e) = (range.start.max(lo), range.end.min(hi));
+        if s < e {
+            f(s - range.start, &p[(s - lo) as usize..(e - lo) as usize]);
+        }
+    }
+}
+
 /// Appends the block digests and the trailer to a body whose data starts at
 /// `data_start`, completing the file.
 pub fn finish_body(mut body: Vec<u8>, data_start: usize) -> Vec<u8> {

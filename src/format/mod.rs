@@ -9,6 +9,6 @@ pub mod diff_file;
 pub mod manifest;
 
 pub use diff_file::{
-    DiffHeader, DiffReader, decode_body, encode_body, encode_diff, encode_meta, finish_body, trailer_of,
+    DiffHeader, DiffReader, decode_body, encode_body, encode_diff, encode_meta, finish_body, seal, trailer_of,
 };
 pub use manifest::{Manifest, VersionEntry};

@@ -30,6 +30,9 @@ pub(crate) struct Job {
     pub baseline: bool,
     /// The version before it in its chain (`None` for a baseline).
     pub prev: Option<u64>,
+    /// Whether the cached file carries its trailer (the GPU hands its files
+    /// over unsealed; the first tier seals them).
+    pub sealed: bool,
     /// Where its bytes are now.
     pub source: Source,
 }
@@ -148,7 +151,9 @@ impl Worker {
             };
             self.shared.progress.set(version, self.tier, state);
             if let Some(next) = &self.next {
-                let job = Job { version, baseline: job.baseline, prev: job.prev, source: forward };
+                // A file forwarded from this tier is sealed; cached bytes keep their state.
+                let sealed = job.sealed || matches!(forward, Source::File(..));
+                let job = Job { version, baseline: job.baseline, prev: job.prev, sealed, source: forward };
                 // A stopped successor drops the job (and any cache segments
                 // with it); the version is then not durable there.
                 if next.send(job).is_err() {
@@ -173,7 +178,7 @@ impl Worker {
             });
         }
         let entry: VersionEntry = match &job.source {
-            Source::Cache(c) => {
+            Source::Cache(c) if job.sealed => {
                 let trailer = c.trailer();
                 self.store.write_diff_with(
                     job.version,
@@ -182,6 +187,15 @@ impl Worker {
                     trailer.as_ref().map(|t| &t[..]),
                     &mut |w| c.write_to(w),
                 )?
+            }
+            Source::Cache(c) => {
+                let pieces: Vec<&[u8]> = c.pieces().collect();
+                let path = self.store.diff_path(job.version);
+                let trailer = crate::format::seal(&pieces, c.len() as u64)
+                    .map_err(|e| Error::corrupt(&path, format!("the backend handed over an invalid diff: {e}")))?;
+                self.store.write_diff_with(job.version, job.baseline, c.len() as u64, Some(&trailer), &mut |w| {
+                    c.write_sealed(&trailer, w)
+                })?
             }
             Source::File(path, len) => {
                 let trailer = read_trailer(path, *len)?;

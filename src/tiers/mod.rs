@@ -208,26 +208,19 @@ impl TieredEngine {
         }
         let input = data.into();
         let baseline = self.next_is_baseline();
-        let mut d = self.backend.deduplicate(version, input, baseline, false)?;
-        crate::failpoint::hit("checkpoint.deduplicated");
-        let stored = (|| {
-            let file = self.backend.serialize(&mut d, input.host_bytes())?;
+        let mut handed = None;
+        let cache = &self.shared.cache;
+        let gpu = self.backend.checkpoint_into(version, input, baseline, &mut |parts, sealed| {
+            crate::failpoint::hit("checkpoint.deduplicated");
             let t1 = Instant::now();
-            let (cached, waited) = self.shared.cache.store_parts(&file.parts())?;
-            Ok::<_, Error>((cached, waited, t1))
-        })();
-        let (cached, waited, t1) = match stored {
-            Ok(s) => s,
-            Err(e) => {
-                self.backend.rollback()?;
-                return Err(e);
-            }
-        };
+            let (cached, waited) = cache.store_parts(parts)?;
+            handed = Some((cached, waited, t1, t1.elapsed(), sealed));
+            Ok(())
+        })?;
+        let (cached, waited, t1, copied, sealed) =
+            handed.ok_or_else(|| Error::Internal("the backend handed no file over".into()))?;
         crate::failpoint::hit("checkpoint.cached");
-        let t2 = Instant::now();
         let file_bytes = cached.len() as u64;
-        let gpu = d.gpu;
-        self.backend.commit(d)?;
         if baseline {
             // Every failure reported so far concerns an older version, which
             // this baseline's new chain no longer needs.
@@ -236,7 +229,7 @@ impl TieredEngine {
         let prev = if baseline { None } else { self.latest };
         self.shared.progress.register(version);
         self.latest = Some(version);
-        if let Err(e) = self.flusher.submit(Job { version, baseline, prev, source: Source::Cache(cached) }) {
+        if let Err(e) = self.flusher.submit(Job { version, baseline, prev, sealed, source: Source::Cache(cached) }) {
             // The history has this version but no tier will: start over.
             self.force_baseline = true;
             for tier in 0..self.roots.len() {
@@ -246,7 +239,7 @@ impl TieredEngine {
         }
         self.chain_len = if baseline { 1 } else { self.chain_len + 1 };
         self.force_baseline = false;
-        let cache_seconds = (t2 - t1).as_secs_f64() - waited.as_secs_f64();
+        let cache_seconds = copied.as_secs_f64() - waited.as_secs_f64();
         Ok(TieredReport {
             version,
             baseline,

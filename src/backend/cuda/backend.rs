@@ -4,7 +4,7 @@
 //! which reads its FIRST bytes and may rewrite it.
 
 use super::{GpuDedup, StoredRun, cuda_err};
-use crate::backend::{Backend, BackendKind, Deduplicated, DiffBytes, PendingVersion, foreign};
+use crate::backend::{Backend, BackendKind, Deduplicated, DiffBytes, PendingVersion, Sink, foreign};
 use crate::diff::Diff;
 use crate::format::{encode_meta, finish_body};
 use crate::layout::Layout;
@@ -179,6 +179,25 @@ impl Backend for CudaBackend {
 
     fn rollback(&mut self) -> Result<()> {
         self.dev.rollback()
+    }
+
+    /// Hands the file over straight from pinned memory, unsealed: no
+    /// decoding of its tables and no trailer on the host before it returns.
+    fn checkpoint_into(
+        &mut self,
+        version: u64,
+        input: Protected<'_>,
+        baseline: bool,
+        sink: Sink<'_>,
+    ) -> Result<Option<super::GpuTimings>> {
+        let c = self.dev.compute(version, input, baseline)?;
+        let handed = self.dev.pinned_prefix(c.prefix_len + 32).and_then(|prefix| sink(&[prefix, &[0u8; 32]], false));
+        if let Err(e) = handed {
+            self.dev.rollback()?;
+            return Err(e);
+        }
+        self.dev.commit()?;
+        Ok(Some(c.timings))
     }
 
     fn place(&self, bytes: &[u8], dst: ProtectedMut<'_>) -> Result<()> {
