@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::noise;
+use common::{SmallFs, noise};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -294,23 +294,6 @@ fn leftovers_of_a_killed_first_checkpoint_block_nothing() {
     ok(&["checkpoint", "--dir", s(&dir), "--rank", "1", "--version", "1", s(&input)]);
     assert!(temp_files(&dir).is_empty());
     assert!(ok(&["verify", "--dir", s(&dir)]).starts_with("ok: 2 ranks, 2 versions"));
-}
-
-/// A small tmpfs, unmounted on drop; `None` where mounting is not allowed.
-struct SmallFs(PathBuf);
-
-impl SmallFs {
-    fn mount(at: &Path, size: &str) -> Option<Self> {
-        std::fs::create_dir_all(at).ok()?;
-        let st = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs", s(at)]).status();
-        st.ok().filter(|s| s.success()).map(|_| SmallFs(at.to_path_buf()))
-    }
-}
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
 }
 
 #[test]

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::noise;
+use common::{SmallFs, noise};
 use dckpt::backend::BackendKind;
 use dckpt::memory::ProtectedMut;
 use dckpt::restore::restore_version;
@@ -116,24 +116,6 @@ fn a_shared_tier_alone_and_a_small_cache_still_hold_every_version() {
     e.finalize().unwrap();
     assert!(restore_version(&shared, 0, 7).unwrap() == next);
     assert!(TieredEngine::open(0, 10, &opts(), &tiers(None, None, 1), BackendKind::Cpu).is_err(), "no disk tier");
-}
-
-/// A small tmpfs, unmounted on drop; `None` where mounting is not allowed.
-struct SmallFs(PathBuf);
-
-impl SmallFs {
-    fn mount(at: &Path, size: &str) -> Option<Self> {
-        std::fs::create_dir_all(at).ok()?;
-        let at_s = at.to_str()?;
-        let st = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs", at_s]).status();
-        st.ok().filter(|s| s.success()).map(|_| SmallFs(at.to_path_buf()))
-    }
-}
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
 }
 
 #[test]

@@ -36,3 +36,24 @@ pub fn noise(len: usize, seed: u64) -> Vec<u8> {
         })
         .collect()
 }
+
+/// A small tmpfs, unmounted on drop; `None` where mounting is not allowed
+/// (it needs root: CI runs as root).
+pub struct SmallFs(pub std::path::PathBuf);
+
+impl SmallFs {
+    /// Mounts a tmpfs of `size` (`4m`) at `at`.
+    pub fn mount(at: &Path, size: &str) -> Option<Self> {
+        std::fs::create_dir_all(at).ok()?;
+        let st = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs", at.to_str()?])
+            .status();
+        st.ok().filter(|s| s.success()).map(|_| SmallFs(at.to_path_buf()))
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
