@@ -54,10 +54,19 @@ impl ReadAt for PosixFile {
 
 #[derive(Debug)]
 struct PosixLock {
-    _file: File,
+    file: File,
 }
 
 impl LockGuard for PosixLock {}
+
+impl Drop for PosixLock {
+    fn drop(&mut self) {
+        // Unlock explicitly rather than by closing: a child process forked
+        // meanwhile (between its fork and exec) shares the open file
+        // description and would otherwise keep the lock a moment longer.
+        let _ = self.file.unlock();
+    }
+}
 
 impl Storage for Posix {
     fn locate(&self, rel: &Path) -> PathBuf {
@@ -148,6 +157,6 @@ impl Storage for Posix {
         }
         // The pid is a courtesy for the message above; failing to write it is harmless.
         let _ = file.set_len(0).and_then(|()| file.rewind()).and_then(|()| write!(file, "{}", std::process::id()));
-        Ok(Box::new(PosixLock { _file: file }))
+        Ok(Box::new(PosixLock { file }))
     }
 }
