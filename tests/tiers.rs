@@ -39,6 +39,11 @@ fn tiers(local: Option<PathBuf>, shared: Option<PathBuf>, cache: u64) -> TierOpt
     TierOptions { local, shared, host_cache_bytes: cache }
 }
 
+/// Opens CPU tiers for the rank-0 buffer of `len` bytes.
+fn open(len: usize, local: Option<PathBuf>, shared: Option<PathBuf>, cache: u64) -> TieredEngine {
+    TieredEngine::open(0, len as u64, &opts(), &tiers(local, shared, cache), BackendKind::Cpu).unwrap()
+}
+
 fn diff_file(root: &Path, v: u64) -> Vec<u8> {
     std::fs::read(root.join(format!("rank-00000/v{v:012}.dckpt"))).unwrap()
 }
@@ -48,14 +53,7 @@ fn every_version_reaches_both_tiers_with_the_synchronous_bytes() {
     let t = tempfile::tempdir().unwrap();
     let (local, shared, sync) = (t.path().join("local"), t.path().join("shared"), t.path().join("sync"));
     let vs = versions(9, 1 << 18, 1);
-    let mut e = TieredEngine::open(
-        0,
-        vs[0].len() as u64,
-        &opts(),
-        &tiers(Some(local.clone()), Some(shared.clone()), 8 << 20),
-        BackendKind::Cpu,
-    )
-    .unwrap();
+    let mut e = open(vs[0].len(), Some(local.clone()), Some(shared.clone()), 8 << 20);
     assert_eq!(e.tiers(), ["local", "shared"]);
     for (i, v) in vs.iter().enumerate() {
         let r = e.checkpoint(i as u64 + 1, v).unwrap();
@@ -88,9 +86,7 @@ fn a_shared_tier_alone_and_a_small_cache_still_hold_every_version() {
     let shared = t.path().join("shared");
     let vs = versions(6, 1 << 20, 2);
     // One 4 MiB segment: each checkpoint may wait for the previous flush.
-    let mut e =
-        TieredEngine::open(0, vs[0].len() as u64, &opts(), &tiers(None, Some(shared.clone()), 1), BackendKind::Cpu)
-            .unwrap();
+    let mut e = open(vs[0].len(), None, Some(shared.clone()), 1);
     assert_eq!(e.cache_usage().0, 4 << 20);
     for (i, v) in vs.iter().enumerate() {
         let r = e.checkpoint(i as u64 + 1, v).unwrap();
@@ -101,14 +97,7 @@ fn a_shared_tier_alone_and_a_small_cache_still_hold_every_version() {
         assert!(restore_version(&shared, 0, i as u64 + 1).unwrap() == *v);
     }
     // Reopening continues the history from the tier.
-    let mut e = TieredEngine::open(
-        0,
-        vs[0].len() as u64,
-        &opts(),
-        &tiers(None, Some(shared.clone()), 8 << 20),
-        BackendKind::Cpu,
-    )
-    .unwrap();
+    let mut e = open(vs[0].len(), None, Some(shared.clone()), 8 << 20);
     assert!(e.checkpoint(6, &vs[5]).is_err_and(|err| err.kind() == ErrorKind::VersionNotNewer));
     let mut next = vs[5].clone();
     next[10] ^= 1;
@@ -221,14 +210,7 @@ fn a_kill_at_every_step_leaves_tiers_that_restore_and_continue() {
                 }
             }
             // The next checkpoint proceeds on both tiers.
-            let mut e = TieredEngine::open(
-                0,
-                vs[0].len() as u64,
-                &opts(),
-                &tiers(Some(local.clone()), Some(shared.clone()), 8 << 20),
-                BackendKind::Cpu,
-            )
-            .unwrap();
+            let mut e = open(vs[0].len(), Some(local.clone()), Some(shared.clone()), 8 << 20);
             let mut next = vs[5].clone();
             next[7] ^= 0x42;
             e.checkpoint(newest + 1, &next).unwrap();
@@ -250,28 +232,14 @@ fn wait_asks_the_tiers_about_versions_it_does_not_track() {
     let t = tempfile::tempdir().unwrap();
     let (local, shared) = (t.path().join("local"), t.path().join("shared"));
     let vs = versions(3, 1 << 16, 8);
-    let mut e = TieredEngine::open(
-        0,
-        vs[0].len() as u64,
-        &opts(),
-        &tiers(Some(local.clone()), None, 8 << 20),
-        BackendKind::Cpu,
-    )
-    .unwrap();
+    let mut e = open(vs[0].len(), Some(local.clone()), None, 8 << 20);
     e.checkpoint(1, &vs[0]).unwrap();
     e.checkpoint(2, &vs[1]).unwrap();
     e.finalize().unwrap();
     // A shared tier added later has none of them: waiting on an earlier
     // run's version says where it is not, and the tiers disagree, so the
     // next checkpoint is a baseline that both tiers hold.
-    let mut e = TieredEngine::open(
-        0,
-        vs[0].len() as u64,
-        &opts(),
-        &tiers(Some(local), Some(shared.clone()), 8 << 20),
-        BackendKind::Cpu,
-    )
-    .unwrap();
+    let mut e = open(vs[0].len(), Some(local), Some(shared.clone()), 8 << 20);
     let err = e.wait(2).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotDurable);
     assert!(err.to_string().contains("shared"), "{err}");

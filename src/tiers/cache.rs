@@ -128,25 +128,6 @@ impl HostCache {
         ((self.segments - free) * SEGMENT_BYTES) as u64
     }
 
-    /// Copies a file of `len` bytes, written by `fill` into a sink, into
-    /// cache segments; waits while the cache is full. Returns the cached
-    /// file and the time spent waiting. A file larger than the whole cache
-    /// is an error (it could never fit).
-    pub fn store(
-        &self,
-        len: usize,
-        fill: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
-    ) -> Result<(Cached, Duration)> {
-        let (mut cached, waited) = self.take(len)?;
-        let mut w = SegmentWriter { cached: &mut cached, len };
-        let filled = fill(&mut w);
-        if let Err(e) = filled.and_then(|()| w.finish()) {
-            return Err(Error::Internal(format!("copying a diff into the host cache: {e}")));
-        }
-        cached.len = len;
-        Ok((cached, waited))
-    }
-
     /// Copies a file given as consecutive `parts` into cache segments, the
     /// segments in parallel; waits while the cache is full. Returns the
     /// cached file and the time spent waiting.
@@ -190,41 +171,6 @@ impl HostCache {
     }
 }
 
-/// Writes sequentially into a cached file's segments.
-struct SegmentWriter<'a> {
-    cached: &'a mut Cached,
-    len: usize,
-}
-
-impl SegmentWriter<'_> {
-    fn finish(&self) -> std::io::Result<()> {
-        if self.cached.len == self.len {
-            Ok(())
-        } else {
-            Err(std::io::Error::other(format!("{} of {} bytes written", self.cached.len, self.len)))
-        }
-    }
-}
-
-impl std::io::Write for SegmentWriter<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let at = self.cached.len;
-        if at + buf.len() > self.len {
-            return Err(std::io::Error::other("more bytes than announced"));
-        }
-        let (seg, off) = (at / SEGMENT_BYTES, at % SEGMENT_BYTES);
-        let n = buf.len().min(SEGMENT_BYTES - off);
-        let dst = self.cached.segments.get_mut(seg).ok_or_else(|| std::io::Error::other("segment"))?;
-        dst[off..off + n].copy_from_slice(&buf[..n]);
-        self.cached.len += n;
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -233,7 +179,7 @@ mod tests {
     fn files_round_trip_through_segments_and_a_full_cache_waits() {
         let cache = std::sync::Arc::new(HostCache::new(3 * SEGMENT_BYTES as u64).expect("cache"));
         let bytes: Vec<u8> = (0..SEGMENT_BYTES * 2 + 77).map(|i| (i * 7 % 251) as u8).collect();
-        let (c, waited) = cache.store(bytes.len(), |w| w.write_all(&bytes)).expect("store");
+        let (c, waited) = cache.store_parts(&[&bytes]).expect("store");
         assert!(waited < Duration::from_secs(1));
         let mut back = Vec::new();
         c.write_to(&mut back).expect("write");
@@ -242,12 +188,12 @@ mod tests {
         assert_eq!(cache.in_use(), 3 * SEGMENT_BYTES as u64);
         // Full: the next store waits until the first file is given back.
         let other = std::sync::Arc::clone(&cache);
-        let t = std::thread::spawn(move || other.store(10, |w| w.write_all(&[1; 10])).expect("store").1);
+        let t = std::thread::spawn(move || other.store_parts(&[&[1; 10]]).expect("store").1);
         std::thread::sleep(Duration::from_millis(50));
         drop(c);
         assert!(t.join().expect("join") >= Duration::from_millis(40), "it waited for room");
         // Too large for the whole cache: an error, not a hang.
-        assert!(cache.store(4 * SEGMENT_BYTES, |_| Ok(())).is_err());
+        assert!(cache.store_parts(&[&vec![0; 4 * SEGMENT_BYTES]]).is_err());
         // Parts across segment boundaries land in order.
         let (a, b) = bytes.split_at(SEGMENT_BYTES + 5);
         let (c, _) = cache.store_parts(&[a, &b[..10], &b[10..]]).expect("store");
@@ -255,7 +201,5 @@ mod tests {
         c.write_to(&mut back).expect("write");
         assert_eq!(back, bytes);
         drop(c);
-        // A short fill is an error and gives its segments back.
-        assert!(cache.store(100, |w| w.write_all(&[0; 10])).is_err());
     }
 }
