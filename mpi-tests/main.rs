@@ -267,6 +267,101 @@ fn disagreement(w: &World, root: &Path) {
     w.check(listed == 0, "a version was listed after failed opens");
 }
 
+/// The collective step through the asynchronous tiers: rank 0's flush lags
+/// (its parts come last), so no version is committed before every rank's
+/// files are durable; the tiers hold the same files as the synchronous
+/// collective path; every version of every rank restores from every tier,
+/// also after reopening.
+fn tiered(w: &World, root: &Path) {
+    use dckpt::collective::TieredCollective;
+    use dckpt::tiers::TierOptions;
+    let backend = std::env::var("DCKPT_MPI_TEST_BACKEND").ok().and_then(|b| b.parse().ok()).unwrap_or_default();
+    let opts = CollectiveOptions { backend, ..CollectiveOptions::default() };
+    let tiers =
+        TierOptions { local: Some(root.join("local")), shared: Some(root.join("shared")), host_cache_bytes: 64 << 20 };
+    let s = Scenario::Partial;
+    let mut sync = Collective::open(w.comm, &root.join("sync"), len() as u64, &store_opts(), &opts).expect("open sync");
+    let mut c = TieredCollective::open(w.comm, &tiers, len() as u64, &store_opts(), &opts).expect("open tiered");
+    let lagging = w.size > 1 && w.rank == 0;
+    if lagging {
+        dckpt::failpoint::delay("store.file_durable", std::time::Duration::from_millis(1000));
+    }
+    for v in 1..=VERSIONS {
+        let data = buffer(s, w.rank, v);
+        let r = c.checkpoint(v, &data).expect("tiered collective checkpoint");
+        w.check(r.checkpoint.version == v && r.checkpoint.baseline == (v == 1), "tiered report");
+        if v == 1 && w.size > 1 && w.rank != 0 {
+            // This rank's own files become durable while rank 0 still sleeps
+            // before its first part: the version is not committed anywhere.
+            let own = loop {
+                let st = c.engine().states(1).unwrap_or_default();
+                if st.iter().all(dckpt::tiers::state::TierState::settled) {
+                    break st;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            };
+            w.check(own.iter().all(|t| *t == dckpt::tiers::state::TierState::Durable), "own flush of version 1");
+            for tier in ["local", "shared"] {
+                w.check(!c.is_durable(1, tier), &format!("version 1 committed on {tier} before rank 0 flushed"));
+            }
+        }
+    }
+    if lagging {
+        dckpt::failpoint::delay("store.file_durable", std::time::Duration::ZERO);
+    }
+    for v in 1..=VERSIONS {
+        sync.checkpoint(v, &buffer(s, w.rank, v)).expect("sync collective checkpoint");
+    }
+    for v in 1..=VERSIONS {
+        c.wait(v).expect("wait");
+        for tier in ["local", "shared"] {
+            w.check(c.is_durable(v, tier), &format!("version {v} not durable on {tier} after wait"));
+        }
+    }
+    w.comm.barrier();
+    for v in 1..=VERSIONS {
+        let name = format!("rank-{:05}/v{v:012}.dckpt", w.rank);
+        let want = std::fs::read(root.join("sync").join(&name)).unwrap();
+        for tier in ["local", "shared"] {
+            let got = std::fs::read(root.join(tier).join(&name)).unwrap();
+            w.check(got == want, &format!("version {v} on {tier} differs from the synchronous path's file"));
+        }
+        let mut back = vec![0u8; len()];
+        c.restore_into(v, dckpt::memory::ProtectedMut::Host(&mut back)).expect("restore_into");
+        w.check(back == buffer(s, w.rank, v), &format!("restore_into of version {v}"));
+        for r in 0..w.size {
+            for tier in ["local", "shared"] {
+                let got = dckpt::restore::restore_version(&root.join(tier), r as u32, v);
+                w.check(
+                    got.as_ref().is_ok_and(|g| *g == buffer(s, r, v)),
+                    &format!("tiered: restore of rank {r} version {v} from {tier}: {:?}", got.err()),
+                );
+            }
+        }
+    }
+    c.finalize().expect("finalize");
+    // Reopened: the history continues from the parts.
+    let mut c = TieredCollective::open(w.comm, &tiers, len() as u64, &store_opts(), &opts).expect("reopen tiered");
+    w.check(c.engine().latest() == Some(VERSIONS), "reopen: latest version");
+    let v = VERSIONS + 1;
+    let r = c.checkpoint(v, &buffer(s, w.rank, v)).expect("checkpoint after reopen");
+    w.check(!r.checkpoint.baseline, "the reopened history continues (no baseline)");
+    c.wait(v).expect("wait after reopen");
+    w.comm.barrier();
+    for r in 0..w.size {
+        let got = dckpt::restore::restore_version(&root.join("shared"), r as u32, v);
+        w.check(got.is_ok_and(|g| g == buffer(s, r, v)), &format!("tiered: restore of rank {r} after reopen"));
+    }
+    c.finalize().expect("finalize");
+    if w.rank == 0 {
+        for tier in ["local", "shared"] {
+            let report = dckpt::verify::verify_store(&root.join(tier)).unwrap();
+            w.check(report.problems.is_empty(), &format!("tiered: verify {tier}: {:?}", report.problems));
+        }
+    }
+    w.comm.barrier();
+}
+
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {
@@ -311,7 +406,7 @@ fn main() {
     if w.rank == 0 {
         println!("mpi-tests: backend auto (set DCKPT_MPI_TEST_BACKEND=cpu|cuda to choose)");
     }
-    let tests: [(&str, Test); 5] = [
+    let tests: [(&str, Test); 6] = [
         ("identical", |w, r| {
             identical(w, r);
             temporal(w, r);
@@ -321,6 +416,7 @@ fn main() {
         ("partial", partial),
         ("small-threshold", small_threshold),
         ("disagreement", disagreement),
+        ("tiered", tiered),
     ];
     for (name, test) in tests {
         test(&w, &root.join(name));

@@ -2,9 +2,13 @@
 //! makes the process abort (no unwinding, no clean-up: what SIGKILL leaves)
 //! the N-th time it reaches the point called NAME. Unset, a point costs one
 //! load of a cached value. The points are listed in [`POINTS`].
+//!
+//! Tests that need one process to be slow at a point (a rank whose flush
+//! lags the others') call [`delay`]: every later hit of that point sleeps.
 
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::Duration;
 
 /// Every crash point, in the order a checkpoint reaches them.
 pub const POINTS: &[&str] = &[
@@ -19,6 +23,19 @@ pub const POINTS: &[&str] = &[
 
 static ARMED: OnceLock<Option<(String, u64)>> = OnceLock::new();
 static HITS: AtomicU64 = AtomicU64::new(0);
+static DELAYED: AtomicBool = AtomicBool::new(false);
+static DELAYS: Mutex<Vec<(String, Duration)>> = Mutex::new(Vec::new());
+
+/// Makes every later hit of point `name` in this process sleep for `pause`
+/// (a zero `pause` removes the delay). For tests.
+pub fn delay(name: &str, pause: Duration) {
+    let mut d = DELAYS.lock().unwrap_or_else(PoisonError::into_inner);
+    d.retain(|(n, _)| n != name);
+    if !pause.is_zero() {
+        d.push((name.to_string(), pause));
+    }
+    DELAYED.store(!d.is_empty(), Ordering::SeqCst);
+}
 
 /// Aborts the process if `name` is the armed point and this is its N-th hit.
 pub fn hit(name: &str) {
@@ -32,5 +49,11 @@ pub fn hit(name: &str) {
         && HITS.fetch_add(1, Ordering::SeqCst) + 1 == *nth
     {
         std::process::abort();
+    }
+    if DELAYED.load(Ordering::Relaxed) {
+        let pause = DELAYS.lock().unwrap_or_else(PoisonError::into_inner).iter().find(|(n, _)| n == name).map(|d| d.1);
+        if let Some(p) = pause {
+            std::thread::sleep(p);
+        }
     }
 }

@@ -23,7 +23,7 @@
 use crate::format::manifest::Manifest;
 use crate::restore::{Catalog, resolve_all};
 use crate::storage::{self, LockGuard, Posix, Storage};
-use crate::store::commits::{COMMITS_DIR, CommitLog, record_rel};
+use crate::store::commits::{COMMITS_DIR, CommitLog};
 use crate::store::{Store, diff_file_name, list_ranks, rank_rel};
 use crate::{Error, Result};
 use std::collections::{BTreeMap, BTreeSet};
@@ -110,7 +110,9 @@ pub fn prune_store(root: &Path, keep: u64, dry_run: bool) -> Result<PruneReport>
         if r.entries.iter().all(|e| deleted.contains(&(e.rank, r.version))) {
             report.records_removed.push(r.version);
             if !dry_run {
-                storage.remove(&record_rel(r.version))?;
+                for rel in log.files_of(r.version) {
+                    storage.remove(rel)?;
+                }
             }
         }
     }

@@ -25,7 +25,7 @@
 use crate::format::diff_file::DiffReader;
 use crate::format::manifest::{Manifest, VersionEntry};
 use crate::restore::Catalog;
-use crate::store::commits::{CommitLog, commits_dir, record_path};
+use crate::store::commits::{CommitLog, commits_dir};
 use crate::store::{self, diff_files_present, hex, list_ranks, rank_dir, roll_forward, sync_dir, write_atomic};
 use crate::{Error, Result};
 use std::collections::{BTreeMap, BTreeSet};
@@ -114,7 +114,9 @@ pub fn repair_store(root: &Path, dry_run: bool) -> Result<RepairReport> {
         if !missing.is_empty() {
             set_aside_versions.insert(r.version);
             let why = format!("commit record naming rank(s) {missing:?}, whose directory is missing");
-            set_aside(&mut report, &record_path(root, r.version), &why, dry_run)?;
+            for rel in log.files_of(r.version) {
+                set_aside(&mut report, &root.join(rel), &why, dry_run)?;
+            }
         }
     }
     // Phase 1: every rank's manifest readable, rolled forward, starting at a baseline.
@@ -201,8 +203,9 @@ pub fn repair_store(root: &Path, dry_run: bool) -> Result<RepairReport> {
     }
     for r in log.records() {
         if any_delisted.contains(&r.version) && !set_aside_versions.contains(&r.version) {
-            let path = record_path(root, r.version);
-            set_aside(&mut report, &path, "commit record of a version delisted on some rank", dry_run)?;
+            for rel in log.files_of(r.version) {
+                set_aside(&mut report, &root.join(rel), "commit record of a version delisted on some rank", dry_run)?;
+            }
         }
     }
     drop(locks);

@@ -12,6 +12,9 @@
 //! - [`mpi`] (feature `mpi`): [`Collective`], the entry point an
 //!   `mpirun`-launched program calls: the reduction is an `MPI_Reduce` with
 //!   a non-commutative user operation followed by an `MPI_Bcast`.
+//! - [`tiered`] (feature `mpi`): [`TieredCollective`], the same step through
+//!   the asynchronous tiers: each rank flushes only its own files, and a
+//!   version is committed on a tier once every rank's are durable there.
 
 #[cfg(feature = "mpi")]
 pub mod bench;
@@ -22,10 +25,14 @@ pub mod mpi;
 mod reduce;
 pub mod regions;
 pub mod step;
+#[cfg(feature = "mpi")]
+pub mod tiered;
 
 pub use merge::{DEFAULT_THRESHOLD, HashFreq, local_set, merge, reduce_all};
 #[cfg(feature = "mpi")]
 pub use mpi::{Collective, CollectiveReport};
+#[cfg(feature = "mpi")]
+pub use tiered::TieredCollective;
 
 use crate::backend::BackendKind;
 use serde::{Deserialize, Serialize};

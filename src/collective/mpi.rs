@@ -33,15 +33,17 @@ use ::mpi::traits::*;
 use std::path::Path;
 use std::time::Instant;
 
-/// What one collective checkpoint did on this rank.
+/// What one collective checkpoint did on this rank; `R` is the local
+/// report ([`CheckpointReport`] when written synchronously,
+/// [`TieredReport`](crate::tiers::TieredReport) through the tiers).
 #[derive(Clone, Debug, serde::Serialize)]
-pub struct CollectiveReport {
+pub struct CollectiveReport<R = CheckpointReport> {
     /// The rank.
     pub rank: u32,
     /// Ranks taking part.
     pub ranks: u32,
     /// The version as written (after the collective rewrite).
-    pub checkpoint: CheckpointReport,
+    pub checkpoint: R,
     /// Regions this rank offered to the reduction.
     pub regions_offered: usize,
     /// Entries of the reduction's result.
@@ -96,54 +98,10 @@ impl<'c, C: Communicator> Collective<'c, C> {
         store: &StoreOptions,
         opts: &CollectiveOptions,
     ) -> Result<Self> {
-        let rank = u32::try_from(comm.rank()).map_err(|_| Error::InvalidOption("negative MPI rank".into()))?;
-        // A collective call every rank makes, before anything can fail.
-        let local_rank = comm.split_shared(0).rank().max(0) as usize;
-        let checked = if !store.method.uses_record() {
-            Err(Error::InvalidOption(format!(
-                "collective checkpoints need a method with a record (tree or list), not {}",
-                store.method
-            )))
-        } else if !(1..=merge::MAX_THRESHOLD).contains(&opts.threshold) {
-            Err(Error::InvalidOption(format!("threshold {} is outside 1..={}", opts.threshold, merge::MAX_THRESHOLD)))
-        } else {
-            // Ranks of one node spread over its GPUs (local rank modulo devices).
-            let devices = crate::backend::cuda::device_count().max(1);
-            let backend = match opts.backend {
-                BackendKind::Auto if store.hash == crate::HashAlgo::Sha1 => BackendKind::Cpu,
-                other => other,
-            };
-            Engine::open_on_device(root, rank, data_len, store, backend, local_rank % devices)
-        };
-        let engine = all_agree(comm, "open", 0, checked)?;
-        // Everyone's layout and parameters: references name other ranks' chunks.
-        let layout = engine.store().layout()?;
-        // The wire capacity depends on K and the regions on their size limit:
-        // every rank must use the same, or the reduction would mismatch.
-        let mine = [
-            layout.data_len(),
-            u64::from(layout.chunk_size()),
-            u64::from(store.hash.code()),
-            u64::from(store.method.code()),
-            opts.threshold as u64,
-            opts.region_bytes,
-        ];
-        let mut all = vec![0u64; mine.len() * comm.size() as usize];
-        comm.all_gather_into(&mine[..], &mut all[..]);
-        let params: Vec<&[u64]> = all.chunks(mine.len()).collect();
-        if params.iter().any(|p| p[1..] != mine[1..]) {
-            return Err(Error::InvalidOption(
-                "ranks disagree on the chunk size, hash, method, threshold or region size of a collective checkpoint"
-                    .into(),
-            ));
-        }
-        let layouts = params.iter().map(|p| Layout::new(p[0], p[1] as u32)).collect::<Result<Vec<_>>>()?;
-        let min_len = layouts.iter().map(Layout::data_len).min().unwrap_or(0);
-        let region_bytes = match opts.region_bytes {
-            0 => super::auto_region_bytes(min_len, layouts.len() as u32),
-            b => b,
-        };
-        let max_level = regions::max_region_level(layout.chunk_size(), region_bytes);
+        let (rank, device, backend) = open_checks(comm, store, opts);
+        let opened = backend.and_then(|b| Engine::open_on_device(root, rank, data_len, store, b, device));
+        let engine = all_agree(comm, "open", 0, opened)?;
+        let (layouts, max_level) = exchange_layouts(comm, engine.store().layout()?, store, opts)?;
         Ok(Collective { comm, engine, opts: opts.clone(), layouts, max_level })
     }
 
@@ -290,6 +248,73 @@ impl<'c, C: Communicator> Collective<'c, C> {
     pub fn reduce(&self, set: &[HashFreq]) -> Result<Vec<HashFreq>> {
         reduce_sets(self.comm, set, self.opts.threshold)
     }
+}
+
+/// What opening a collective needs on this rank, checked before anything
+/// can fail differently on different ranks: its rank, its GPU (ranks of a
+/// node spread over its GPUs) and its backend, or why the options are
+/// refused. Collective (every rank calls it; it splits the communicator).
+pub(crate) fn open_checks<C: Communicator>(
+    comm: &C,
+    store: &StoreOptions,
+    opts: &CollectiveOptions,
+) -> (u32, usize, Result<BackendKind>) {
+    let rank = comm.rank().max(0) as u32;
+    let local_rank = comm.split_shared(0).rank().max(0) as usize;
+    let devices = crate::backend::cuda::device_count().max(1);
+    let checked = if !store.method.uses_record() {
+        Err(Error::InvalidOption(format!(
+            "collective checkpoints need a method with a record (tree or list), not {}",
+            store.method
+        )))
+    } else if !(1..=merge::MAX_THRESHOLD).contains(&opts.threshold) {
+        Err(Error::InvalidOption(format!("threshold {} is outside 1..={}", opts.threshold, merge::MAX_THRESHOLD)))
+    } else {
+        Ok(match opts.backend {
+            BackendKind::Auto if store.hash == crate::HashAlgo::Sha1 => BackendKind::Cpu,
+            other => other,
+        })
+    };
+    (rank, local_rank % devices, checked)
+}
+
+/// Every rank's layout, after checking that all ranks agree on the
+/// parameters a reduction and a reference depend on (chunk size, hash,
+/// method, K, region size); and the largest region level offered.
+/// Collective.
+pub(crate) fn exchange_layouts<C: Communicator>(
+    comm: &C,
+    layout: Layout,
+    store: &StoreOptions,
+    opts: &CollectiveOptions,
+) -> Result<(Vec<Layout>, u32)> {
+    // The wire capacity depends on K and the regions on their size limit:
+    // every rank must use the same, or the reduction would mismatch.
+    let mine = [
+        layout.data_len(),
+        u64::from(layout.chunk_size()),
+        u64::from(store.hash.code()),
+        u64::from(store.method.code()),
+        opts.threshold as u64,
+        opts.region_bytes,
+    ];
+    let mut all = vec![0u64; mine.len() * comm.size() as usize];
+    comm.all_gather_into(&mine[..], &mut all[..]);
+    let params: Vec<&[u64]> = all.chunks(mine.len()).collect();
+    if params.iter().any(|p| p[1..] != mine[1..]) {
+        return Err(Error::InvalidOption(
+            "ranks disagree on the chunk size, hash, method, threshold or region size of a collective checkpoint"
+                .into(),
+        ));
+    }
+    let layouts = params.iter().map(|p| Layout::new(p[0], p[1] as u32)).collect::<Result<Vec<_>>>()?;
+    let min_len = layouts.iter().map(Layout::data_len).min().unwrap_or(0);
+    let region_bytes = match opts.region_bytes {
+        0 => super::auto_region_bytes(min_len, layouts.len() as u32),
+        b => b,
+    };
+    let max_level = regions::max_region_level(layout.chunk_size(), region_bytes);
+    Ok((layouts, max_level))
 }
 
 /// Makes every rank see the same outcome of a step: if any rank failed,

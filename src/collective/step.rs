@@ -31,7 +31,13 @@ pub fn offer(
     threshold: usize,
 ) -> Result<Offer> {
     let local = engine.deduplicate_local(version, input)?;
-    let host = input.host_bytes();
+    offer_of(local, input.host_bytes(), max_level, threshold)
+}
+
+/// The regions and tuple set of a version already de-duplicated (by the
+/// engine or by the asynchronous tiers); `host` is the protected buffer on
+/// the CPU backend.
+pub fn offer_of(local: LocalCheckpoint, host: &[u8], max_level: u32, threshold: usize) -> Result<Offer> {
     let rank = local.diff().rank;
     let regions = regions::first_regions(local.diff(), &local.first_bytes(host)?, max_level);
     let set = local_set(rank, regions.iter().map(|r| (r.digest, r.bytes, r.node)), threshold);
@@ -49,8 +55,15 @@ pub fn settle(
     layouts: &[Layout],
     data: &[u8],
 ) -> Result<(StagedCheckpoint, Vec<Conversion>)> {
+    let (local, conv) = give_away(offer, merged, layouts)?;
+    Ok((engine.stage(local, data)?, conv))
+}
+
+/// Applies the merged set to the version alone: the regions other ranks
+/// own become references (and the record follows). The caller writes it.
+pub fn give_away(offer: Offer, merged: &[HashFreq], layouts: &[Layout]) -> Result<(LocalCheckpoint, Vec<Conversion>)> {
     let Offer { mut local, regions, .. } = offer;
     let conv = regions::conversions(local.diff().rank, &regions, merged, layouts);
     local.give_away(&conv, layouts)?;
-    Ok((engine.stage(local, data)?, conv))
+    Ok((local, conv))
 }

@@ -22,6 +22,16 @@ pub struct LocalCheckpoint {
 }
 
 impl LocalCheckpoint {
+    /// A version the backend just de-duplicated (started at `started`).
+    pub(crate) fn new(version: Deduplicated, started: Instant) -> Self {
+        LocalCheckpoint { version, started }
+    }
+
+    /// The de-duplicated version and when it started.
+    pub(crate) fn into_inner(self) -> (Deduplicated, Instant) {
+        (self.version, self.started)
+    }
+
     /// The diff as it stands.
     pub fn diff(&self) -> &Diff {
         &self.version.diff

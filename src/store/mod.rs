@@ -285,6 +285,17 @@ impl Store {
             store.write_manifest(&store.manifest.clone())?;
         }
         notes.removed = store.remove_unfinished(rank == 0, &log.damaged_versions())?;
+        // This rank's commit parts of versions that never committed (an
+        // asynchronous collective run that stopped before every rank had
+        // flushed): a later run may take those version numbers again.
+        let stray: Vec<PathBuf> = log.stray_parts(rank).map(|(_, rel)| rel.to_path_buf()).collect();
+        for rel in &stray {
+            store.storage.remove(rel)?;
+            notes.removed.push(store.storage.locate(rel));
+        }
+        if !stray.is_empty() {
+            store.storage.barrier(Path::new(commits::COMMITS_DIR))?;
+        }
         notes.damaged_records = log.damaged().to_vec();
         Ok((store, notes))
     }

@@ -6,6 +6,12 @@
 //! store's commit protocol, so a version is listed on a tier only once its
 //! file is durable there.
 //!
+//! How a durable file is listed depends on the [`Listing`]: a single rank
+//! publishes it in its manifest (the store's commit point); a rank of an
+//! asynchronous collective writes its commit part, and the version is
+//! committed on the tier once every rank's part is there
+//! (`crate::store::commits`).
+//!
 //! A version whose chain is incomplete on a tier (an earlier version of it
 //! failed there) fails there too: a chain is never listed with a hole. Any
 //! failure asks the application side for a baseline, which starts a new
@@ -15,6 +21,7 @@ use super::cache::{Cached, HostCache};
 use super::state::{Progress, TierState};
 use crate::format::manifest::VersionEntry;
 use crate::store::Store;
+use crate::store::commits::{CommitPart, RankEntry};
 use crate::{Error, Result};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -56,6 +63,20 @@ pub(crate) struct Shared {
     pub cache: Arc<HostCache>,
 }
 
+/// How a worker lists a version once its file is durable on its tier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Listing {
+    /// In the rank's manifest: committed at once (a single rank).
+    Manifest,
+    /// As this rank's commit part of a collective version of `ranks` ranks.
+    Part {
+        /// This rank.
+        rank: u32,
+        /// Ranks taking part.
+        ranks: u32,
+    },
+}
+
 /// The running workers.
 pub(crate) struct Flusher {
     first: Option<Sender<Job>>,
@@ -64,14 +85,15 @@ pub(crate) struct Flusher {
 
 impl Flusher {
     /// Starts one worker per store (tier order: fastest first).
-    pub fn start(stores: Vec<(String, Store)>, shared: Arc<Shared>) -> Result<Self> {
+    pub fn start(stores: Vec<(String, Store)>, shared: Arc<Shared>, listing: Listing) -> Result<Self> {
         let mut workers = Vec::new();
         let mut next: Option<Sender<Job>> = None;
         let count = stores.len();
         // Built from the last tier back, so each worker knows its successor.
         for (i, (name, store)) in stores.into_iter().enumerate().rev() {
             let (tx, rx) = channel::<Job>();
-            let worker = Worker { tier: i, name, store, last: None, shared: Arc::clone(&shared), next: next.take() };
+            let worker =
+                Worker { tier: i, name, store, last: None, shared: Arc::clone(&shared), next: next.take(), listing };
             let handle = std::thread::Builder::new()
                 .name(format!("dckpt-flush-{i}"))
                 .spawn(move || worker.run(rx))
@@ -114,6 +136,7 @@ struct Worker {
     last: Option<u64>,
     shared: Arc<Shared>,
     next: Option<Sender<Job>>,
+    listing: Listing,
 }
 
 impl Worker {
@@ -211,7 +234,18 @@ impl Worker {
                 })?
             }
         };
-        self.store.publish(entry)
+        match self.listing {
+            Listing::Manifest => self.store.publish(entry),
+            Listing::Part { rank, ranks } => {
+                let part = CommitPart {
+                    version: job.version,
+                    ranks,
+                    prev: job.prev.filter(|_| !job.baseline),
+                    entry: RankEntry { rank, baseline: job.baseline, file_len: entry.file_len, trailer: entry.trailer },
+                };
+                part.write_to(self.store.storage().as_ref())
+            }
+        }
     }
 }
 

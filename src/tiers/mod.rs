@@ -25,19 +25,23 @@ pub mod cache;
 mod flusher;
 pub mod state;
 
+use crate::backend::Deduplicated;
 use crate::backend::{Backend, BackendKind};
+use crate::engine::LocalCheckpoint;
 use crate::engine::{Engine, OpenReport};
 use crate::memory::{Protected, ProtectedMut};
 use crate::store::{Store, StoreOptions};
 use crate::{Error, Result};
+use cache::Cached;
 use cache::HostCache;
+pub(crate) use flusher::Listing;
 use flusher::{Flusher, Job, Shared, Source};
 use serde::{Deserialize, Serialize};
 use state::{Progress, TierState};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Where the tiers are and how large the cache is. Serde-able for configs.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -109,6 +113,20 @@ pub struct TieredEngine {
     rank: u32,
     roots: Vec<PathBuf>,
     opened: OpenReport,
+    /// Versions are collective: durable on a tier once every rank's part is there.
+    collective: bool,
+}
+
+/// A version de-duplicated and copied into the host cache, not yet queued
+/// (the collective step queues it once every rank has got this far).
+pub(crate) struct CachedVersion {
+    version: Deduplicated,
+    cached: Cached,
+    sealed: bool,
+    started: Instant,
+    cache_started: Instant,
+    copied: Duration,
+    waited: Duration,
 }
 
 impl TieredEngine {
@@ -124,6 +142,20 @@ impl TieredEngine {
         tiers: &TierOptions,
         backend: BackendKind,
     ) -> Result<Self> {
+        Self::open_for(rank, data_len, opts, tiers, backend, 0, Listing::Manifest)
+    }
+
+    /// As [`TieredEngine::open`], on CUDA device `device`, listing versions
+    /// as `listing` says (a collective rank writes commit parts).
+    pub(crate) fn open_for(
+        rank: u32,
+        data_len: u64,
+        opts: &StoreOptions,
+        tiers: &TierOptions,
+        backend: BackendKind,
+        device: usize,
+        listing: Listing,
+    ) -> Result<Self> {
         let disks = tiers.disks();
         if disks.is_empty() {
             return Err(Error::InvalidOption("the tiers need a local or a shared directory (or both)".into()));
@@ -133,7 +165,7 @@ impl TieredEngine {
             |root: &PathBuf| Store::open(root, rank).ok().and_then(|s| s.manifest().latest().map(|v| v.version));
         let latests: Vec<Option<u64>> = disks.iter().map(|(_, p)| latest_of(p)).collect();
         let newest = (0..disks.len()).max_by_key(|&i| (latests[i], std::cmp::Reverse(i))).unwrap_or(0);
-        let engine = Engine::open_with_backend(&disks[newest].1, rank, data_len, opts, backend)?;
+        let engine = Engine::open_on_device(&disks[newest].1, rank, data_len, opts, backend, device)?;
         let parts = engine.into_parts();
         let mut stores: Vec<(String, Store)> = Vec::with_capacity(disks.len());
         let mut base = Some(parts.store);
@@ -154,7 +186,7 @@ impl TieredEngine {
         let cache = Arc::new(HostCache::new(tiers.host_cache_bytes)?);
         let progress = Progress::new(stores.iter().map(|(n, _)| n.clone()).collect());
         let shared = Arc::new(Shared { progress, needs_baseline: Default::default(), cache });
-        let flusher = Flusher::start(stores, Arc::clone(&shared))?;
+        let flusher = Flusher::start(stores, Arc::clone(&shared), listing)?;
         Ok(TieredEngine {
             backend: parts.backend,
             opts: parts.opts,
@@ -166,6 +198,7 @@ impl TieredEngine {
             rank,
             roots,
             opened: parts.opened,
+            collective: matches!(listing, Listing::Part { .. }),
         })
     }
 
@@ -219,8 +252,15 @@ impl TieredEngine {
         })?;
         let (cached, waited, t1, copied, sealed) =
             handed.ok_or_else(|| Error::Internal("the backend handed no file over".into()))?;
-        crate::failpoint::hit("checkpoint.cached");
         let file_bytes = cached.len() as u64;
+        self.enqueue(version, baseline, cached, sealed)?;
+        Ok(report_of(version, baseline, file_bytes, t0, t1, copied, waited, gpu))
+    }
+
+    /// Queues a version the backend has committed, whose file is in the
+    /// cache, on every tier. On error the next checkpoint is a baseline.
+    fn enqueue(&mut self, version: u64, baseline: bool, cached: Cached, sealed: bool) -> Result<()> {
+        crate::failpoint::hit("checkpoint.cached");
         if baseline {
             // Every failure reported so far concerns an older version, which
             // this baseline's new chain no longer needs.
@@ -239,17 +279,67 @@ impl TieredEngine {
         }
         self.chain_len = if baseline { 1 } else { self.chain_len + 1 };
         self.force_baseline = false;
-        let cache_seconds = copied.as_secs_f64() - waited.as_secs_f64();
-        Ok(TieredReport {
-            version,
-            baseline,
-            file_bytes,
-            dedup_seconds: (t1 - t0).as_secs_f64(),
-            cache_seconds: cache_seconds.max(0.0),
-            backpressure_seconds: waited.as_secs_f64(),
-            total_seconds: t0.elapsed().as_secs_f64(),
-            gpu,
-        })
+        Ok(())
+    }
+
+    /// Collective step 1: de-duplicates `input` without changing the
+    /// history (the backend keeps it pending; the diff stays on the host).
+    pub(crate) fn deduplicate_local(&mut self, version: u64, input: Protected<'_>) -> Result<LocalCheckpoint> {
+        if let Some(latest) = self.latest.filter(|&l| l >= version) {
+            return Err(Error::VersionNotNewer { latest, requested: version });
+        }
+        let baseline = self.next_is_baseline();
+        let started = Instant::now();
+        let version = self.backend.deduplicate(version, input, baseline, true)?;
+        Ok(LocalCheckpoint::new(version, started))
+    }
+
+    /// Collective step 2: serializes the (rewritten) diff into the host
+    /// cache; still reversible ([`TieredEngine::abandon`]). `data` is the
+    /// protected buffer on the CPU backend.
+    pub(crate) fn cache(&mut self, local: LocalCheckpoint, data: &[u8]) -> Result<CachedVersion> {
+        let (mut version, started) = local.into_inner();
+        let file = self.backend.serialize(&mut version, data)?;
+        crate::failpoint::hit("checkpoint.deduplicated");
+        let sealed = file.trailer().is_some();
+        let cache_started = Instant::now();
+        let (cached, waited) = self.shared.cache.store_parts(&file.parts())?;
+        let copied = cache_started.elapsed();
+        drop(file);
+        Ok(CachedVersion { version, cached, sealed, started, cache_started, copied, waited })
+    }
+
+    /// Collective step 3 (every rank has cached its file): the backend
+    /// commits the version and the flush workers take it.
+    pub(crate) fn submit(&mut self, c: CachedVersion) -> Result<TieredReport> {
+        let CachedVersion { version, cached, sealed, started, cache_started, copied, waited } = c;
+        let (number, baseline, gpu) = (version.diff.version, version.diff.baseline, version.gpu);
+        let file_bytes = cached.len() as u64;
+        self.backend.commit(version)?;
+        self.enqueue(number, baseline, cached, sealed)?;
+        Ok(report_of(number, baseline, file_bytes, started, cache_started, copied, waited, gpu))
+    }
+
+    /// Gives up a version between steps 1 and 3 (another rank failed): the
+    /// backend's state is as before it; cached bytes go back when dropped.
+    pub(crate) fn abandon(&mut self) -> Result<()> {
+        self.backend.rollback()
+    }
+
+    /// Makes the next version a baseline (the collective step asks for it
+    /// when any rank needs one).
+    pub(crate) fn force_baseline(&mut self) {
+        self.force_baseline = true;
+    }
+
+    /// Whether the next version will be a baseline.
+    pub(crate) fn next_baseline(&self) -> bool {
+        self.next_is_baseline()
+    }
+
+    /// The newest version taken (or found committed at open).
+    pub fn latest(&self) -> Option<u64> {
+        self.latest
     }
 
     /// Blocks until `version` is durable on every tier; an error names the
@@ -287,14 +377,33 @@ impl TieredEngine {
         self.shared.progress.wait_all()
     }
 
-    /// Whether `version` is durable on tier `tier` (its name) now.
+    /// Whether `version` is durable on tier `tier` (its name) now: listed
+    /// there, and for a collective version committed there (every rank's
+    /// files durable on that tier).
     pub fn is_durable(&self, version: u64, tier: &str) -> bool {
         let Some(i) = self.tiers().iter().position(|t| t == tier) else { return false };
         match self.shared.progress.states(version) {
-            Some(states) => states.get(i) == Some(&TierState::Durable),
+            // This rank's file is durable; a collective version needs every rank's.
+            Some(states) if states.get(i) == Some(&TierState::Durable) => !self.collective || self.listed(version, i),
+            Some(_) => false,
             // Not tracked any more: the tier's manifest says.
             None => self.listed(version, i),
         }
+    }
+
+    /// Whether this rank's own file of `version` is durable on every tier
+    /// (the collective `wait` combines every rank's answer); per tier.
+    pub(crate) fn own_durable(&self, version: u64) -> Vec<bool> {
+        let _ = self.shared.progress.wait(version);
+        match self.shared.progress.states(version) {
+            Some(states) => states.iter().map(|s| *s == TierState::Durable).collect(),
+            None => (0..self.roots.len()).map(|i| self.listed(version, i)).collect(),
+        }
+    }
+
+    /// The tiers' root directories, fastest first.
+    pub fn roots(&self) -> &[PathBuf] {
+        &self.roots
     }
 
     /// A version's state on every tier (`None` once it is no longer tracked).
@@ -302,15 +411,29 @@ impl TieredEngine {
         self.shared.progress.states(version)
     }
 
-    /// Restores `version` into `dst` from the fastest tier where it is
-    /// durable (waiting for it to be durable somewhere first).
+    /// Restores `version` into `dst` (waiting until its flush is settled):
+    /// from the fastest tier where it is durable, every byte verified; if
+    /// that copy is damaged, from the next tier. The error, if every tier
+    /// fails, is the fastest tier's.
     pub fn restore_into(&self, version: u64, dst: ProtectedMut<'_>) -> Result<()> {
         let _ = self.shared.progress.wait(version);
-        let tier = (0..self.roots.len())
-            .find(|&i| self.is_durable(version, &self.tiers()[i]))
-            .ok_or_else(|| Error::MissingVersion { dir: self.roots[0].clone(), rank: self.rank, version })?;
-        let bytes = crate::restore::restore_version(&self.roots[tier], self.rank, version)?;
-        self.backend.place(&bytes, dst)
+        let mut first_error = None;
+        for (i, tier) in self.tiers().iter().enumerate() {
+            if !self.is_durable(version, tier) {
+                continue;
+            }
+            match crate::restore::restore_version(&self.roots[i], self.rank, version) {
+                Ok(bytes) => return self.backend.place(&bytes, dst),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        Err(first_error.unwrap_or_else(|| Error::MissingVersion {
+            dir: self.roots[0].clone(),
+            rank: self.rank,
+            version,
+        }))
     }
 
     /// Waits for every queued version and stops the flush workers; the
@@ -326,5 +449,31 @@ impl Drop for TieredEngine {
     fn drop(&mut self) {
         // The flusher's own drop lets every queued version finish.
         self.flusher.stop();
+    }
+}
+
+/// The report of a version queued after de-duplicating from `t0` and
+/// copying into the cache from `t1` for `copied`, of which `waited` was
+/// waiting for room.
+#[allow(clippy::too_many_arguments)]
+fn report_of(
+    version: u64,
+    baseline: bool,
+    file_bytes: u64,
+    t0: Instant,
+    t1: Instant,
+    copied: Duration,
+    waited: Duration,
+    gpu: Option<crate::backend::cuda::GpuTimings>,
+) -> TieredReport {
+    TieredReport {
+        version,
+        baseline,
+        file_bytes,
+        dedup_seconds: (t1 - t0).as_secs_f64(),
+        cache_seconds: copied.saturating_sub(waited).as_secs_f64(),
+        backpressure_seconds: waited.as_secs_f64(),
+        total_seconds: t0.elapsed().as_secs_f64(),
+        gpu,
     }
 }

@@ -1,0 +1,205 @@
+//! The collective checkpoint through the asynchronous tiers: the
+//! application waits for the local de-duplication, the reduction and the
+//! copy of its rewritten diff into the host cache; each rank's flush workers
+//! then make **its own** files durable on every tier and write its commit
+//! part there (`crate::store::commits`). A version is committed on a tier
+//! once every rank's part is there, so a restore never follows a reference
+//! to an owner's file that is not durable on the tier it reads.
+//!
+//! ```text
+//! checkpoint(v): agree(baseline?) ─► dedup ─► agree ─► reduce ─► give away ─► cache ─► agree ─► queue ─► return
+//!                                                                      each rank's flush workers, in the background:
+//!                                                                      file durable on tier t ─► its part on tier t
+//! wait(v):       every rank waits for its own flushes ─► allgather ─► durable on tier t iff on every rank
+//! ```
+//!
+//! A flush that fails on any rank makes the next version a baseline on
+//! every rank (the first agreement of each checkpoint carries it), so no
+//! chain on any tier is built over a version some rank could not write.
+
+use super::CollectiveOptions;
+use super::merge::HashFreq;
+use super::mpi::{CollectiveReport, all_agree, exchange_layouts, open_checks, reduce_sets};
+use super::regions::Conversion;
+use super::step;
+use crate::layout::Layout;
+use crate::memory::{Protected, ProtectedMut};
+use crate::store::StoreOptions;
+use crate::tiers::{Listing, TierOptions, TieredEngine, TieredReport};
+use crate::{Error, Result};
+use ::mpi::traits::*;
+use std::time::Instant;
+
+/// A rank's collective checkpointing through the asynchronous tiers.
+///
+/// ```no_run
+/// # fn main() -> dckpt::Result<()> {
+/// use mpi::traits::*;
+/// let universe = mpi::initialize().expect("MPI");
+/// let world = universe.world();
+/// let data = vec![0u8; 1 << 20];
+/// let tiers = dckpt::tiers::TierOptions { shared: Some("ckpt".into()), ..Default::default() };
+/// let mut ckpt = dckpt::collective::TieredCollective::open(
+///     &world, &tiers, data.len() as u64, &Default::default(), &Default::default())?;
+/// ckpt.checkpoint(1, &data)?; // returns once `data` may change again
+/// ckpt.wait(1)?; // collective: durable on every tier, on every rank
+/// # Ok(()) }
+/// ```
+pub struct TieredCollective<'c, C: Communicator> {
+    comm: &'c C,
+    engine: TieredEngine,
+    opts: CollectiveOptions,
+    layouts: Vec<Layout>,
+    max_level: u32,
+}
+
+impl<'c, C: Communicator> TieredCollective<'c, C> {
+    /// Opens (or creates) this rank's stores on every tier for a buffer of
+    /// `data_len` bytes. Collective; ranks must agree on the chunk size,
+    /// hash, method (with a record), K and region size.
+    pub fn open(
+        comm: &'c C,
+        tiers: &TierOptions,
+        data_len: u64,
+        store: &StoreOptions,
+        opts: &CollectiveOptions,
+    ) -> Result<Self> {
+        let (rank, device, backend) = open_checks(comm, store, opts);
+        let listing = Listing::Part { rank, ranks: comm.size() as u32 };
+        let opened = backend.and_then(|b| TieredEngine::open_for(rank, data_len, store, tiers, b, device, listing));
+        let engine = all_agree(comm, "open", 0, opened)?;
+        let layout = Layout::new(data_len, store.chunk_size)?;
+        let (layouts, max_level) = exchange_layouts(comm, layout, store, opts)?;
+        Ok(TieredCollective { comm, engine, opts: opts.clone(), layouts, max_level })
+    }
+
+    /// The rank's tiered engine (its tiers, states, backend).
+    pub fn engine(&self) -> &TieredEngine {
+        &self.engine
+    }
+
+    /// Takes collective checkpoint `version` and returns once the protected
+    /// memory may change again: every rank's diff is in its host cache,
+    /// queued for its tiers. Collective: every rank calls it with the same
+    /// version. On error no rank queued anything and every history is
+    /// unchanged.
+    pub fn checkpoint<'a>(
+        &mut self,
+        version: u64,
+        data: impl Into<Protected<'a>>,
+    ) -> Result<CollectiveReport<TieredReport>> {
+        let input = data.into();
+        let t0 = Instant::now();
+        let me = self.comm.rank().max(0) as u32;
+        self.agree_on_baseline(version)?;
+        let offer = self
+            .engine
+            .deduplicate_local(version, input)
+            .and_then(|local| step::offer_of(local, input.host_bytes(), self.max_level, self.opts.threshold));
+        let offer = self.agree_or_abandon("de-duplication", version, offer)?;
+        let t1 = Instant::now();
+        let offered = offer.regions.len();
+        let merged = match reduce_sets(self.comm, &offer.set, self.opts.threshold) {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = self.engine.abandon();
+                return Err(e);
+            }
+        };
+        let t2 = Instant::now();
+        let host = input.host_bytes();
+        let cached = step::give_away(offer, &merged, &self.layouts)
+            .and_then(|(local, conv)| Ok((self.engine.cache(local, host)?, conv)));
+        let (cached, conv) = self.agree_or_abandon("the copy into the host cache", version, cached)?;
+        // Every rank holds its version: from here it is taken everywhere.
+        let checkpoint = self.engine.submit(cached)?;
+        Ok(CollectiveReport {
+            rank: me,
+            ranks: self.layouts.len() as u32,
+            checkpoint,
+            regions_offered: offered,
+            merged_entries: merged.len(),
+            regions_referenced: conv.len(),
+            bytes_referenced: conv.iter().map(|c: &Conversion| c.region.bytes).sum(),
+            local_seconds: (t1 - t0).as_secs_f64(),
+            reduce_seconds: (t2 - t1).as_secs_f64(),
+            total_seconds: t0.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// The first agreement of a checkpoint: the same version everywhere,
+    /// and a baseline on every rank when any rank needs one (a failed
+    /// flush, a chain at its limit, a history rebuilt from another version).
+    fn agree_on_baseline(&mut self, version: u64) -> Result<()> {
+        let mine = [version, u64::from(self.engine.next_baseline()), self.engine.latest().map_or(u64::MAX, |v| v)];
+        let mut all = vec![0u64; mine.len() * self.comm.size() as usize];
+        self.comm.all_gather_into(&mine[..], &mut all[..]);
+        let words: Vec<&[u64]> = all.chunks(mine.len()).collect();
+        if words.iter().any(|w| w[0] != version) {
+            let versions: Vec<u64> = words.iter().map(|w| w[0]).collect();
+            return Err(Error::Collective(format!("ranks asked for different versions {versions:?}")));
+        }
+        if words.iter().any(|w| w[1] != 0 || w[2] != mine[2]) {
+            self.engine.force_baseline();
+        }
+        Ok(())
+    }
+
+    /// [`all_agree`], rolling this rank's pending version back when the step
+    /// failed anywhere.
+    fn agree_or_abandon<T>(&mut self, step: &str, version: u64, local: Result<T>) -> Result<T> {
+        let agreed = all_agree(self.comm, step, version, local);
+        if agreed.is_err() {
+            let _ = self.engine.abandon();
+        }
+        agreed
+    }
+
+    /// Blocks until `version` is durable on every tier on every rank.
+    /// Collective. An error names the first tier where some rank's files
+    /// are not durable, and those ranks.
+    pub fn wait(&self, version: u64) -> Result<()> {
+        let mine: Vec<u64> = self.engine.own_durable(version).into_iter().map(u64::from).collect();
+        let tiers = mine.len();
+        let mut all = vec![0u64; tiers * self.comm.size() as usize];
+        self.comm.all_gather_into(&mine[..], &mut all[..]);
+        for (t, name) in self.engine.tiers().iter().enumerate() {
+            let missing: Vec<usize> =
+                all.chunks(tiers).enumerate().filter(|(_, w)| w[t] == 0).map(|(r, _)| r).collect();
+            if !missing.is_empty() {
+                return Err(Error::NotDurable {
+                    version,
+                    tier: name.clone(),
+                    reason: format!("rank(s) {missing:?} could not make their files durable there"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `version` is committed on tier `tier` now: every rank's
+    /// files durable there (not collective; it reads the tier's parts).
+    pub fn is_durable(&self, version: u64, tier: &str) -> bool {
+        self.engine.is_durable(version, tier)
+    }
+
+    /// Restores this rank's `version` into `dst` from the fastest tier where
+    /// it is committed (the next tier if that copy is damaged). Not
+    /// collective.
+    pub fn restore_into(&self, version: u64, dst: ProtectedMut<'_>) -> Result<()> {
+        self.engine.restore_into(version, dst)
+    }
+
+    /// The reduction alone (the same result on every rank). Collective.
+    pub fn reduce(&self, set: &[HashFreq]) -> Result<Vec<HashFreq>> {
+        reduce_sets(self.comm, set, self.opts.threshold)
+    }
+
+    /// Waits until every version taken is settled on every tier on every
+    /// rank, and stops the flush workers. Collective; the first failure
+    /// anywhere, if any.
+    pub fn finalize(self) -> Result<()> {
+        let local = self.engine.finalize();
+        all_agree(self.comm, "finalize", 0, local)
+    }
+}
