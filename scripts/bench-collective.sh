@@ -9,7 +9,8 @@
 #   scripts/bench-collective.sh [OUT_DIR]           (default docs/bench/collective)
 #   scripts/bench-collective.sh --plot OUT_DIR      only redraw the plot from OUT_DIR/reduce.csv
 # Environment (empty = skip that part): RANKS ("1 2 4 8 16 32 64"), KS (2^14..2^18), CASES ("unique shared"),
-# REPEAT (3), MIXED_RANKS ("1 2 4"), MIXED_SIZE (32M), MIXED_BACKEND (cpu; auto|cuda), DCKPT_BIN (target/release/dckpt;
+# REPEAT (3), MIXED_RANKS ("1 2 4"), MIXED_SIZE (32M), MIXED_BACKEND (cpu; auto|cuda), MIXED_TIERED (a host cache
+# size per rank, e.g. 2G: the mixed workload also through the asynchronous tiers), DCKPT_BIN (target/release/dckpt;
 # set it on a machine without cargo), NO_PLOT=1 to skip the plot.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,16 +63,20 @@ PY
     done
 done
 
-echo "ranks,mode,backend,total_stored_bytes,max_rank_bytes,min_rank_bytes,seconds,size_per_rank,shared_fraction,change,versions" >"$mixed_csv"
+echo "ranks,mode,backend,tiered_cache,total_stored_bytes,max_rank_bytes,min_rank_bytes,seconds,local_seconds,offer_seconds,reduce_seconds,drain_seconds,version_seconds,size_per_rank,shared_fraction,change,versions" >"$mixed_csv"
 for np in $mixed_ranks; do
-    line=$($(mpirun_for "$np") "$bin" bench-collective --workload mixed --size "$mixed_size" --backend "${MIXED_BACKEND:-cpu}" \
-        --shared-fraction 0.5 --change 0.01 --versions 5 --dir "${TMPDIR:-/tmp}/dckpt-bench-collective")
-    python3 - "$line" >>"$mixed_csv" <<'PY'
+    for tiered in "" ${MIXED_TIERED:-}; do
+        line=$($(mpirun_for "$np") "$bin" bench-collective --workload mixed --size "$mixed_size" --backend "${MIXED_BACKEND:-cpu}" \
+            --shared-fraction 0.5 --change 0.01 --versions 5 --dir "${TMPDIR:-/tmp}/dckpt-bench-collective" \
+            ${tiered:+--tiered "$tiered"})
+        python3 - "$line" >>"$mixed_csv" <<'PY'
 import json, sys
 r = json.loads(sys.argv[1]); p = r["params"]
+cache = p.get("tiered_cache_bytes") or 0
 for m in r["modes"]:
-    print(f"{r['ranks']},{m['mode']},{m['backend']},{m['total_stored_bytes']},{m['max_rank_bytes']},{m['min_rank_bytes']},{m['seconds']:.4f},{p['size']},{p['shared_fraction']},{p['change']},{p['versions']}")
+    print(f"{r['ranks']},{m['mode']},{m['backend']},{cache},{m['total_stored_bytes']},{m['max_rank_bytes']},{m['min_rank_bytes']},{m['seconds']:.4f},{m['local_seconds']:.4f},{m['offer_seconds']:.4f},{m['reduce_seconds']:.4f},{m['drain_seconds']:.4f},{' '.join(f'{x:.4f}' for x in m['version_seconds'])},{p['size']},{p['shared_fraction']},{p['change']},{p['versions']}")
 PY
+    done
 done
 rm -rf "${TMPDIR:-/tmp}/dckpt-bench-collective"
 cat "$mixed_csv"

@@ -147,6 +147,44 @@ pub fn first_regions(diff: &Diff, bytes: &FirstBytes<'_>, max_level: u32) -> Vec
         .collect()
 }
 
+/// The rewrite of a serialized diff file after regions were given away:
+/// the file as made (`before`'s tables, its FIRST bytes at `data_start`)
+/// becomes `after`'s file, keeping only the FIRST bytes `after` still
+/// stores. Host work proportional to the file; the synchronous path applies
+/// it before writing, the asynchronous tiers in their flush worker (off the
+/// application's path). Both produce the same bytes.
+#[derive(Clone, Debug)]
+pub struct Rewrite {
+    before: Diff,
+    after: Diff,
+    data_start: usize,
+}
+
+impl Rewrite {
+    /// The rewrite of a file of `before` (FIRST bytes from `data_start`) into one of `after`.
+    pub fn new(before: Diff, after: Diff, data_start: usize) -> Self {
+        Rewrite { before, after, data_start }
+    }
+
+    /// The rewritten file's length.
+    pub fn file_len(&self) -> u64 {
+        crate::format::diff_file::file_len_of(&self.after)
+    }
+
+    /// The rewritten file, from the file as made (`file`, at least up to the
+    /// end of its FIRST data).
+    pub fn apply(&self, file: &[u8]) -> crate::Result<Vec<u8>> {
+        let first_data = file
+            .get(self.data_start..self.data_start + self.before.data_bytes() as usize)
+            .ok_or_else(|| crate::Error::Internal("the file to rewrite is shorter than its FIRST data".into()))?;
+        let kept = FirstBytes::gathered(&self.before, first_data).gather(&self.after.first);
+        let mut body = crate::format::encode_meta(&self.after);
+        let data_start = body.len();
+        body.extend_from_slice(&kept);
+        Ok(crate::format::finish_body(body, data_start))
+    }
+}
+
 /// A region this rank hands to another owner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Conversion {

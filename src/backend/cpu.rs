@@ -6,6 +6,7 @@ use crate::dedup::{DedupInput, DedupState, Pending};
 use crate::diff::Diff;
 use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
+use crate::regions::Rewrite;
 use crate::regions::{self, Conversion, FirstBytes};
 use crate::{Error, Method, Result};
 use std::any::Any;
@@ -66,8 +67,13 @@ impl Backend for CpuBackend {
         Ok(Deduplicated { diff: outcome.diff, pending: Box::new(CpuPending(outcome.pending)), gpu: None })
     }
 
-    fn serialize<'a>(&'a mut self, version: &mut Deduplicated, data: &[u8]) -> Result<DiffBytes<'a>> {
-        Ok(DiffBytes::Owned(crate::format::encode_diff(&version.diff, data)))
+    /// The diff (already rewritten by `give_away`) encoded from the buffer: nothing deferred.
+    fn serialize_deferred<'a>(
+        &'a mut self,
+        version: &mut Deduplicated,
+        data: &[u8],
+    ) -> Result<(DiffBytes<'a>, Option<Rewrite>)> {
+        Ok((DiffBytes::Owned(crate::format::encode_diff(&version.diff, data)), None))
     }
 
     fn commit(&mut self, version: Deduplicated) -> Result<()> {

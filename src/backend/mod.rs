@@ -16,7 +16,7 @@ pub mod cuda;
 use crate::diff::Diff;
 use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
-use crate::regions::{Conversion, FirstBytes};
+use crate::regions::{Conversion, FirstBytes, Rewrite};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::any::Any;
@@ -135,7 +135,27 @@ pub trait Backend: Send {
     /// The diff file of `version` (after regions were given away); applies
     /// the record moves that giving away implies. `data` is the protected
     /// host buffer (CPU).
-    fn serialize<'a>(&'a mut self, version: &mut Deduplicated, data: &[u8]) -> Result<DiffBytes<'a>>;
+    fn serialize<'a>(&'a mut self, version: &mut Deduplicated, data: &[u8]) -> Result<DiffBytes<'a>> {
+        match self.serialize_deferred(version, data)? {
+            (file, None) => Ok(file),
+            (file, Some(rewrite)) => {
+                let mut whole = Vec::with_capacity(file.len());
+                file.write_to(&mut whole).map_err(|e| Error::Internal(format!("gathering a diff file: {e}")))?;
+                Ok(DiffBytes::Owned(rewrite.apply(&whole)?))
+            }
+        }
+    }
+
+    /// As [`Backend::serialize`], but a rewrite for regions given away that
+    /// the backend has not applied to the bytes yet may come back beside
+    /// them (the file as made): the asynchronous tiers apply it in their
+    /// flush worker, off the application's path. Applied, it gives the same
+    /// bytes as `serialize`.
+    fn serialize_deferred<'a>(
+        &'a mut self,
+        version: &mut Deduplicated,
+        data: &[u8],
+    ) -> Result<(DiffBytes<'a>, Option<Rewrite>)>;
 
     /// Makes a serialized version's state permanent (its files are durable).
     fn commit(&mut self, version: Deduplicated) -> Result<()>;

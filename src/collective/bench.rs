@@ -8,13 +8,14 @@
 //!   replicated on every rank, collective vs local-only vs Full.
 
 use super::merge::{HashFreq, local_set};
-use super::mpi::{all_agree, reduce_sets};
-use super::{Collective, CollectiveOptions};
+use super::mpi::{CollectiveReport, all_agree, reduce_sets};
+use super::{Collective, CollectiveOptions, TieredCollective};
 use crate::engine::Engine;
 use crate::generate::{Shape, Workload};
 use crate::hash::Digest;
 use crate::layout::NodeId;
 use crate::store::StoreOptions;
+use crate::tiers::{TierOptions, TieredEngine};
 use crate::{Error, Method, Result};
 use ::mpi::collective::SystemOperation;
 use ::mpi::traits::*;
@@ -122,6 +123,10 @@ pub struct MixedParams {
     pub versions: u64,
     /// Chunk size.
     pub chunk_size: u32,
+    /// Through the asynchronous tiers with a host cache of this many bytes
+    /// per rank (the stores are the tiers' shared directory); `None`:
+    /// synchronous writes.
+    pub tiered_cache_bytes: Option<u64>,
 }
 
 /// Result of one mode of [`mixed_workload`] (sums and maxima over ranks).
@@ -137,8 +142,71 @@ pub struct ModeResult {
     pub max_rank_bytes: u64,
     /// The smallest rank's bytes.
     pub min_rank_bytes: u64,
-    /// Seconds of all checkpoints, the slowest rank's.
+    /// Seconds of all checkpoints, the slowest rank's each time: what the
+    /// application waited.
     pub seconds: f64,
+    /// Of which local de-duplication, including the offer (collective
+    /// mode), the slowest rank's each time.
+    pub local_seconds: f64,
+    /// Of which finding the regions offered and their digests (collective).
+    pub offer_seconds: f64,
+    /// Of which the reduction (collective mode), the slowest rank's.
+    pub reduce_seconds: f64,
+    /// Each version's seconds (the slowest rank's).
+    pub version_seconds: Vec<f64>,
+    /// Tiered: seconds from the last checkpoint's return until every version
+    /// was durable on every rank (the background flush left to finish).
+    pub drain_seconds: f64,
+}
+
+/// One mode's checkpointing, synchronous or through the tiers.
+enum Runner<'c, C: Communicator> {
+    Collective(Collective<'c, C>),
+    Local(Engine),
+    TieredCollective(TieredCollective<'c, C>),
+    TieredLocal(TieredEngine),
+}
+
+/// A collective report's split: local, offer, reduction seconds.
+fn split<R>(r: &CollectiveReport<R>) -> [f64; 3] {
+    [r.local_seconds, r.offer_seconds, r.reduce_seconds]
+}
+
+impl<C: Communicator> Runner<'_, C> {
+    /// Checkpoints `data`: the file's bytes and the seconds of local
+    /// de-duplication, of the offer and of the reduction.
+    fn checkpoint(&mut self, comm: &C, v: u64, data: &[u8]) -> Result<(u64, [f64; 3])> {
+        Ok(match self {
+            Runner::Collective(c) => c.checkpoint(v, data).map(|r| (r.checkpoint.file_bytes, split(&r)))?,
+            Runner::Local(e) => {
+                let r = all_agree(comm, "checkpoint", v, e.checkpoint(v, data))?;
+                (r.file_bytes, [r.dedup_seconds, 0.0, 0.0])
+            }
+            Runner::TieredCollective(c) => c.checkpoint(v, data).map(|r| (r.checkpoint.file_bytes, split(&r)))?,
+            Runner::TieredLocal(e) => {
+                let r = all_agree(comm, "checkpoint", v, e.checkpoint(v, data))?;
+                (r.file_bytes, [r.dedup_seconds, 0.0, 0.0])
+            }
+        })
+    }
+
+    fn backend(&self) -> crate::backend::BackendKind {
+        match self {
+            Runner::Collective(c) => c.engine().backend(),
+            Runner::Local(e) => e.backend(),
+            Runner::TieredCollective(c) => c.engine().backend(),
+            Runner::TieredLocal(e) => e.backend(),
+        }
+    }
+
+    /// Waits for the background flush (tiers); nothing to do when synchronous.
+    fn finish(self, comm: &C) -> Result<()> {
+        match self {
+            Runner::Collective(_) | Runner::Local(_) => Ok(()),
+            Runner::TieredCollective(c) => c.finalize(),
+            Runner::TieredLocal(e) => all_agree(comm, "finalize", 0, e.finalize()),
+        }
+    }
 }
 
 /// The ranks' buffers at each version: a part identical on every rank
@@ -175,6 +243,13 @@ impl MixedBuffers {
     }
 }
 
+/// The largest of every rank's `x`. Collective.
+fn slowest<C: Communicator>(comm: &C, x: f64) -> f64 {
+    let mut max = 0.0f64;
+    comm.all_reduce_into(&x, &mut max, SystemOperation::max());
+    max
+}
+
 /// Checkpoints the same sequence of buffers three ways under `root` —
 /// collective (Tree + the collective step), local-only Tree, and Full, all on
 /// `copts.backend` — and reports stored bytes and time for each. Collective.
@@ -198,42 +273,56 @@ pub fn mixed_workload<C: Communicator>(
             ..StoreOptions::default()
         };
         let mut bufs = MixedBuffers::new(p, rank)?;
-        let mut bytes = 0u64;
-        let mut seconds = 0.0;
-        let mut collective =
-            if mode == "collective" { Some(Collective::open(comm, &dir, p.size as u64, &store, copts)?) } else { None };
-        let mut engine = if mode == "collective" {
-            None
-        } else {
-            // The same backend and GPU as the collective mode uses.
-            let device = comm.split_shared(0).rank().max(0) as usize % crate::backend::cuda::device_count().max(1);
-            let opened = Engine::open_on_device(&dir, rank, p.size as u64, &store, copts.backend, device);
-            Some(all_agree(comm, "open", 0, opened)?)
+        let (mut bytes, mut seconds, mut split, mut version_seconds) = (0u64, 0.0, [0.0f64; 3], Vec::new());
+        // The same backend and GPU in every mode.
+        let device = comm.split_shared(0).rank().max(0) as usize % crate::backend::cuda::device_count().max(1);
+        let len = p.size as u64;
+        let tiers = p.tiered_cache_bytes.map(|cache| TierOptions {
+            local: None,
+            shared: Some(dir.clone()),
+            host_cache_bytes: cache,
+        });
+        let mut runner = match (&tiers, mode == "collective") {
+            (None, true) => Runner::Collective(Collective::open(comm, &dir, len, &store, copts)?),
+            (Some(t), true) => Runner::TieredCollective(TieredCollective::open(comm, t, len, &store, copts)?),
+            (None, false) => {
+                let opened = Engine::open_on_device(&dir, rank, len, &store, copts.backend, device);
+                Runner::Local(all_agree(comm, "open", 0, opened)?)
+            }
+            (Some(t), false) => {
+                let opened = TieredEngine::open_for(
+                    rank,
+                    len,
+                    &store,
+                    t,
+                    copts.backend,
+                    device,
+                    crate::tiers::Listing::Manifest,
+                );
+                Runner::TieredLocal(all_agree(comm, "open", 0, opened)?)
+            }
         };
         for v in 1..=p.versions {
             comm.barrier();
             let t = Instant::now();
-            let file_bytes = match (&mut collective, &mut engine) {
-                (Some(c), _) => c.checkpoint(v, &bufs.buf)?.checkpoint.file_bytes,
-                (_, Some(e)) => all_agree(comm, "checkpoint", v, e.checkpoint(v, &bufs.buf))?.file_bytes,
-                _ => 0,
-            };
-            let mine = t.elapsed().as_secs_f64();
-            let mut slowest = 0.0f64;
-            comm.all_reduce_into(&mine, &mut slowest, SystemOperation::max());
-            seconds += slowest;
+            let (file_bytes, parts) = runner.checkpoint(comm, v, &bufs.buf)?;
+            let took = slowest(comm, t.elapsed().as_secs_f64());
+            seconds += took;
+            version_seconds.push(took);
+            for (sum, x) in split.iter_mut().zip(parts) {
+                *sum += slowest(comm, x);
+            }
             bytes += file_bytes;
             bufs.advance();
         }
+        let backend = runner.backend();
+        let t = Instant::now();
+        runner.finish(comm)?;
+        let drain_seconds = if tiers.is_some() { slowest(comm, t.elapsed().as_secs_f64()) } else { 0.0 };
         let (mut total, mut max, mut min) = (0u64, 0u64, 0u64);
         comm.all_reduce_into(&bytes, &mut total, SystemOperation::sum());
         comm.all_reduce_into(&bytes, &mut max, SystemOperation::max());
         comm.all_reduce_into(&bytes, &mut min, SystemOperation::min());
-        let backend = match (&collective, &engine) {
-            (Some(c), _) => c.engine().backend(),
-            (_, Some(e)) => e.backend(),
-            _ => crate::backend::BackendKind::Cpu,
-        };
         out.push(ModeResult {
             mode: mode.into(),
             backend: format!("{backend:?}").to_lowercase(),
@@ -241,6 +330,11 @@ pub fn mixed_workload<C: Communicator>(
             max_rank_bytes: max,
             min_rank_bytes: min,
             seconds,
+            local_seconds: split[0],
+            offer_seconds: split[1],
+            reduce_seconds: split[2],
+            version_seconds,
+            drain_seconds,
         });
     }
     Ok(out)

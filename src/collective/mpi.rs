@@ -54,6 +54,8 @@ pub struct CollectiveReport<R = CheckpointReport> {
     pub bytes_referenced: u64,
     /// Seconds of local de-duplication.
     pub local_seconds: f64,
+    /// Of which finding the regions offered and their digests.
+    pub offer_seconds: f64,
     /// Seconds of the reduction (reduce + broadcast).
     pub reduce_seconds: f64,
     /// Seconds from the call to the published version.
@@ -119,7 +121,10 @@ impl<'c, C: Communicator> Collective<'c, C> {
         let input = data.into();
         let t0 = Instant::now();
         let me = self.engine.store().manifest().rank;
-        let offer = step::offer(&mut self.engine, version, input, self.max_level, self.opts.threshold);
+        let local = self.engine.deduplicate_local(version, input);
+        let t_offer = Instant::now();
+        let offer = local.and_then(|l| step::offer_of(l, input.host_bytes(), self.max_level, self.opts.threshold));
+        let offer_seconds = t_offer.elapsed().as_secs_f64();
         let offer = self.agree_or_abandon("de-duplication", version, offer)?;
         let t1 = Instant::now();
         let offered = offer.regions.len();
@@ -150,6 +155,7 @@ impl<'c, C: Communicator> Collective<'c, C> {
             regions_referenced: conv.len(),
             bytes_referenced: conv.iter().map(|c: &Conversion| c.region.bytes).sum(),
             local_seconds: (t1 - t0).as_secs_f64(),
+            offer_seconds,
             reduce_seconds: (t2 - t1).as_secs_f64(),
             total_seconds: t0.elapsed().as_secs_f64(),
         })

@@ -92,10 +92,10 @@ impl<'c, C: Communicator> TieredCollective<'c, C> {
         let t0 = Instant::now();
         let me = self.comm.rank().max(0) as u32;
         self.agree_on_baseline(version)?;
-        let offer = self
-            .engine
-            .deduplicate_local(version, input)
-            .and_then(|local| step::offer_of(local, input.host_bytes(), self.max_level, self.opts.threshold));
+        let local = self.engine.deduplicate_local(version, input);
+        let t_offer = Instant::now();
+        let offer = local.and_then(|l| step::offer_of(l, input.host_bytes(), self.max_level, self.opts.threshold));
+        let offer_seconds = t_offer.elapsed().as_secs_f64();
         let offer = self.agree_or_abandon("de-duplication", version, offer)?;
         let t1 = Instant::now();
         let offered = offer.regions.len();
@@ -122,6 +122,7 @@ impl<'c, C: Communicator> TieredCollective<'c, C> {
             regions_referenced: conv.len(),
             bytes_referenced: conv.iter().map(|c: &Conversion| c.region.bytes).sum(),
             local_seconds: (t1 - t0).as_secs_f64(),
+            offer_seconds,
             reduce_seconds: (t2 - t1).as_secs_f64(),
             total_seconds: t0.elapsed().as_secs_f64(),
         })

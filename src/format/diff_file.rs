@@ -229,6 +229,16 @@ pub fn encode_body(diff: &Diff, data: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The length of `diff`'s file: header, tables, FIRST data, block digests, trailer.
+pub fn file_len_of(diff: &Diff) -> u64 {
+    let h = header_of(diff);
+    let meta = h.first_count * FIRST_ENTRY_LEN
+        + h.shift_count * SHIFT_ENTRY_LEN
+        + h.reference_count * REFERENCE_ENTRY_LEN
+        + h.bitmap_len;
+    HEADER_LEN + meta + h.data_bytes + (h.blocks() + 1) * DIGEST_LEN
+}
+
 /// Header, tables and bitmap of `diff` (the body without its data).
 pub fn encode_meta(diff: &Diff) -> Vec<u8> {
     let h = header_of(diff);

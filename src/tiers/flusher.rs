@@ -20,6 +20,7 @@
 use super::cache::{Cached, HostCache};
 use super::state::{Progress, TierState};
 use crate::format::manifest::VersionEntry;
+use crate::regions::Rewrite;
 use crate::store::Store;
 use crate::store::commits::{CommitPart, RankEntry};
 use crate::{Error, Result};
@@ -40,6 +41,9 @@ pub(crate) struct Job {
     /// Whether the cached file carries its trailer (the GPU hands its files
     /// over unsealed; the first tier seals them).
     pub sealed: bool,
+    /// A rewrite the cached bytes still need (regions given away by the
+    /// collective step): applied here, off the application's path.
+    pub rewrite: Option<Rewrite>,
     /// Where its bytes are now.
     pub source: Source,
 }
@@ -174,9 +178,11 @@ impl Worker {
             };
             self.shared.progress.set(version, self.tier, state);
             if let Some(next) = &self.next {
-                // A file forwarded from this tier is sealed; cached bytes keep their state.
-                let sealed = job.sealed || matches!(forward, Source::File(..));
-                let job = Job { version, baseline: job.baseline, prev: job.prev, sealed, source: forward };
+                // A forwarded file is sealed and rewritten; cached bytes keep their state.
+                let from_file = matches!(forward, Source::File(..));
+                let sealed = job.sealed || from_file;
+                let rewrite = if from_file { None } else { job.rewrite };
+                let job = Job { version, baseline: job.baseline, prev: job.prev, sealed, rewrite, source: forward };
                 // A stopped successor drops the job (and any cache segments
                 // with it); the version is then not durable there.
                 if next.send(job).is_err() {
@@ -201,6 +207,17 @@ impl Worker {
             });
         }
         let entry: VersionEntry = match &job.source {
+            Source::Cache(c) if let Some(rewrite) = &job.rewrite => {
+                let mut made = Vec::with_capacity(c.len());
+                for piece in c.pieces() {
+                    made.extend_from_slice(piece);
+                }
+                let file = rewrite.apply(&made)?;
+                let trailer = file.len().checked_sub(32).map(|at| &file[at..]);
+                self.store.write_diff_with(job.version, job.baseline, file.len() as u64, trailer, &mut |w| {
+                    w.write_all(&file)
+                })?
+            }
             Source::Cache(c) if job.sealed => {
                 let trailer = c.trailer();
                 self.store.write_diff_with(

@@ -30,6 +30,7 @@ use crate::backend::{Backend, BackendKind};
 use crate::engine::LocalCheckpoint;
 use crate::engine::{Engine, OpenReport};
 use crate::memory::{Protected, ProtectedMut};
+use crate::regions::Rewrite;
 use crate::store::{Store, StoreOptions};
 use crate::{Error, Result};
 use cache::Cached;
@@ -123,6 +124,8 @@ pub(crate) struct CachedVersion {
     version: Deduplicated,
     cached: Cached,
     sealed: bool,
+    /// The give-away's rewrite of the cached file, left to the flush.
+    rewrite: Option<Rewrite>,
     started: Instant,
     cache_started: Instant,
     copied: Duration,
@@ -253,13 +256,20 @@ impl TieredEngine {
         let (cached, waited, t1, copied, sealed) =
             handed.ok_or_else(|| Error::Internal("the backend handed no file over".into()))?;
         let file_bytes = cached.len() as u64;
-        self.enqueue(version, baseline, cached, sealed)?;
+        self.enqueue(version, baseline, cached, sealed, None)?;
         Ok(report_of(version, baseline, file_bytes, t0, t1, copied, waited, gpu))
     }
 
     /// Queues a version the backend has committed, whose file is in the
     /// cache, on every tier. On error the next checkpoint is a baseline.
-    fn enqueue(&mut self, version: u64, baseline: bool, cached: Cached, sealed: bool) -> Result<()> {
+    fn enqueue(
+        &mut self,
+        version: u64,
+        baseline: bool,
+        cached: Cached,
+        sealed: bool,
+        rewrite: Option<Rewrite>,
+    ) -> Result<()> {
         crate::failpoint::hit("checkpoint.cached");
         if baseline {
             // Every failure reported so far concerns an older version, which
@@ -269,7 +279,9 @@ impl TieredEngine {
         let prev = if baseline { None } else { self.latest };
         self.shared.progress.register(version);
         self.latest = Some(version);
-        if let Err(e) = self.flusher.submit(Job { version, baseline, prev, sealed, source: Source::Cache(cached) }) {
+        if let Err(e) =
+            self.flusher.submit(Job { version, baseline, prev, sealed, rewrite, source: Source::Cache(cached) })
+        {
             // The history has this version but no tier will: start over.
             self.force_baseline = true;
             for tier in 0..self.roots.len() {
@@ -299,24 +311,24 @@ impl TieredEngine {
     /// protected buffer on the CPU backend.
     pub(crate) fn cache(&mut self, local: LocalCheckpoint, data: &[u8]) -> Result<CachedVersion> {
         let (mut version, started) = local.into_inner();
-        let file = self.backend.serialize(&mut version, data)?;
+        let (file, rewrite) = self.backend.serialize_deferred(&mut version, data)?;
         crate::failpoint::hit("checkpoint.deduplicated");
         let sealed = file.trailer().is_some();
         let cache_started = Instant::now();
         let (cached, waited) = self.shared.cache.store_parts(&file.parts())?;
         let copied = cache_started.elapsed();
         drop(file);
-        Ok(CachedVersion { version, cached, sealed, started, cache_started, copied, waited })
+        Ok(CachedVersion { version, cached, sealed, rewrite, started, cache_started, copied, waited })
     }
 
     /// Collective step 3 (every rank has cached its file): the backend
     /// commits the version and the flush workers take it.
     pub(crate) fn submit(&mut self, c: CachedVersion) -> Result<TieredReport> {
-        let CachedVersion { version, cached, sealed, started, cache_started, copied, waited } = c;
+        let CachedVersion { version, cached, sealed, rewrite, started, cache_started, copied, waited } = c;
         let (number, baseline, gpu) = (version.diff.version, version.diff.baseline, version.gpu);
-        let file_bytes = cached.len() as u64;
+        let file_bytes = rewrite.as_ref().map_or(cached.len() as u64, Rewrite::file_len);
         self.backend.commit(version)?;
-        self.enqueue(number, baseline, cached, sealed)?;
+        self.enqueue(number, baseline, cached, sealed, rewrite)?;
         Ok(report_of(number, baseline, file_bytes, started, cache_started, copied, waited, gpu))
     }
 

@@ -6,10 +6,9 @@
 use super::{GpuDedup, StoredRun, cuda_err};
 use crate::backend::{Backend, BackendKind, Deduplicated, DiffBytes, PendingVersion, Sink, foreign};
 use crate::diff::Diff;
-use crate::format::{encode_meta, finish_body};
 use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
-use crate::regions::{self, Conversion, FirstBytes};
+use crate::regions::{self, Conversion, FirstBytes, Rewrite};
 use crate::{Error, Result};
 use std::any::Any;
 
@@ -45,6 +44,9 @@ struct GpuPending {
     data_start: usize,
     dense: bool,
     given: Option<Vec<StoredRun>>,
+    /// Once regions were given away: the diff the file's bytes still
+    /// describe (the rewrite is applied when serializing, or deferred).
+    made_as: Option<Diff>,
 }
 
 /// Where each chunk of `version` is stored after giving `conv` away: the
@@ -89,6 +91,7 @@ fn pinned_here() -> Error {
 
 impl PendingVersion for GpuPending {
     fn first_bytes<'a>(&'a self, diff: &'a Diff, _: &'a [u8]) -> Result<FirstBytes<'a>> {
+        let diff = self.made_as.as_ref().unwrap_or(diff);
         match &self.file {
             GpuFile::Host(file) => {
                 let data = file
@@ -100,27 +103,24 @@ impl PendingVersion for GpuPending {
         }
     }
 
+    /// Rewrites the tables at once; the file's bytes follow when it is
+    /// serialized ([`Rewrite`]), so that the tiers can do that off the
+    /// application's path.
     fn give_away(&mut self, diff: &mut Diff, conv: &[Conversion], layouts: &[Layout]) -> Result<()> {
         if conv.is_empty() {
             return Ok(());
         }
-        let GpuFile::Host(file) = &mut self.file else { return Err(pinned_here()) };
+        if !matches!(self.file, GpuFile::Host(_)) {
+            return Err(pinned_here());
+        }
         let (me, layout) = (diff.rank, diff.layout);
         if !self.dense {
             // The entries the device inserted for this version move as the
             // CPU's pending record moves (regions::relocate).
             self.given = Some(stored_runs(diff.version, me, &layout, conv, layouts)?);
         }
-        let before = diff.clone();
+        self.made_as.get_or_insert_with(|| diff.clone());
         regions::apply(diff, conv);
-        let first_data = file
-            .get(self.data_start..self.data_start + before.data_bytes() as usize)
-            .ok_or_else(|| Error::Internal("GPU diff data".into()))?;
-        let kept = FirstBytes::gathered(&before, first_data).gather(&diff.first);
-        let mut body = encode_meta(diff);
-        self.data_start = body.len();
-        body.extend_from_slice(&kept);
-        *file = finish_body(body, self.data_start);
         Ok(())
     }
 
@@ -155,19 +155,25 @@ impl Backend for CudaBackend {
         } else {
             GpuFile::Pinned { file_len: cp.file_len, trailer: cp.trailer }
         };
-        let pending = GpuPending { file, data_start: cp.data_start, dense: cp.diff.dense, given: None };
+        let pending = GpuPending { file, data_start: cp.data_start, dense: cp.diff.dense, given: None, made_as: None };
         Ok(Deduplicated { diff: cp.diff, pending: Box::new(pending), gpu: Some(cp.timings) })
     }
 
-    fn serialize<'a>(&'a mut self, version: &mut Deduplicated, _: &[u8]) -> Result<DiffBytes<'a>> {
+    fn serialize_deferred<'a>(
+        &'a mut self,
+        version: &mut Deduplicated,
+        _: &[u8],
+    ) -> Result<(DiffBytes<'a>, Option<Rewrite>)> {
         let p = version.pending.as_any_mut().downcast_mut::<GpuPending>().ok_or_else(foreign)?;
         if let Some(runs) = p.given.take() {
             self.dev.locate_entries(version.diff.version, &runs)?;
         }
+        let rewrite = p.made_as.take().map(|before| Rewrite::new(before, version.diff.clone(), p.data_start));
         match &mut p.file {
-            GpuFile::Host(bytes) => Ok(DiffBytes::Owned(std::mem::take(bytes))),
+            GpuFile::Host(bytes) => Ok((DiffBytes::Owned(std::mem::take(bytes)), rewrite)),
             GpuFile::Pinned { file_len, trailer } => {
-                Ok(DiffBytes::Borrowed { prefix: self.dev.pinned_prefix(*file_len)?, trailer: *trailer })
+                let file = DiffBytes::Borrowed { prefix: self.dev.pinned_prefix(*file_len)?, trailer: *trailer };
+                Ok((file, rewrite))
             }
         }
     }

@@ -47,6 +47,11 @@ pub struct BenchCollectiveArgs {
     /// mixed: auto, cpu or cuda (every mode uses it; ranks spread over a node's GPUs).
     #[arg(long, default_value = "auto")]
     backend: dckpt::backend::BackendKind,
+    /// mixed: through the asynchronous tiers with a host cache of this size
+    /// per rank (e.g. 1G): the times are what the application waited, and
+    /// `drain_seconds` the flush left after the last checkpoint.
+    #[arg(long)]
+    tiered: Option<String>,
     /// mixed: directory for the three stores (shared by the ranks).
     #[arg(long, default_value = "bench-data/collective")]
     dir: PathBuf,
@@ -117,6 +122,7 @@ pub fn bench(a: BenchCollectiveArgs) -> Result<ExitCode> {
                     change: a.change,
                     versions: a.versions,
                     chunk_size: a.chunk_size,
+                    tiered_cache_bytes: a.tiered.as_deref().map(parse_size).transpose()?,
                 };
                 let cleared = if world.rank() == 0 && a.dir.exists() {
                     std::fs::remove_dir_all(&a.dir).map_err(|e| Error::io(&a.dir, e))
