@@ -286,9 +286,11 @@ fn tiered(w: &World, root: &Path) {
     if lagging {
         dckpt::failpoint::delay("store.file_durable", std::time::Duration::from_millis(1000));
     }
+    let mut reported = Vec::new();
     for v in 1..=VERSIONS {
         let data = buffer(s, w.rank, v);
         let r = c.checkpoint(v, &data).expect("tiered collective checkpoint");
+        reported.push(r.checkpoint.file_bytes);
         w.check(r.checkpoint.version == v && r.checkpoint.baseline == (v == 1), "tiered report");
         if v == 1 && w.size > 1 && w.rank != 0 {
             // This rank's own files become durable while rank 0 still sleeps
@@ -300,7 +302,10 @@ fn tiered(w: &World, root: &Path) {
                 }
                 std::thread::sleep(std::time::Duration::from_millis(5));
             };
-            w.check(own.iter().all(|t| *t == dckpt::tiers::state::TierState::Durable), "own flush of version 1");
+            w.check(
+                own.iter().all(|t| *t == dckpt::tiers::state::TierState::Durable),
+                &format!("own flush of version 1: {own:?}"),
+            );
             for tier in ["local", "shared"] {
                 w.check(!c.is_durable(1, tier), &format!("version 1 committed on {tier} before rank 0 flushed"));
             }
@@ -326,6 +331,7 @@ fn tiered(w: &World, root: &Path) {
             let got = std::fs::read(root.join(tier).join(&name)).unwrap();
             w.check(got == want, &format!("version {v} on {tier} differs from the synchronous path's file"));
         }
+        w.check(reported[v as usize - 1] == want.len() as u64, &format!("version {v}: reported file size"));
         let mut back = vec![0u8; len()];
         c.restore_into(v, dckpt::memory::ProtectedMut::Host(&mut back)).expect("restore_into");
         w.check(back == buffer(s, w.rank, v), &format!("restore_into of version {v}"));

@@ -25,9 +25,11 @@ impl CpuBackend {
     }
 }
 
-/// A CPU version's pending record and leaf changes.
+/// A CPU version's pending record and leaf changes, and, once regions were
+/// given away, the diff as de-duplicated (its file is then made from it and
+/// rewritten: at once by `serialize`, in the flush worker by the tiers).
 #[derive(Debug)]
-struct CpuPending(Pending);
+struct CpuPending(Pending, Option<Diff>);
 
 impl PendingVersion for CpuPending {
     fn first_bytes<'a>(&'a self, diff: &'a Diff, data: &'a [u8]) -> Result<FirstBytes<'a>> {
@@ -36,6 +38,7 @@ impl PendingVersion for CpuPending {
 
     fn give_away(&mut self, diff: &mut Diff, conv: &[Conversion], layouts: &[Layout]) -> Result<()> {
         let (me, layout) = (diff.rank, diff.layout);
+        self.1.get_or_insert_with(|| diff.clone());
         regions::apply(diff, conv);
         self.0.remap_entries(|e| regions::relocate(e, me, &layout, conv, layouts));
         Ok(())
@@ -64,15 +67,32 @@ impl Backend for CpuBackend {
             return Err(Error::InvalidOption("device memory needs the CUDA backend".into()));
         };
         let outcome = self.method.deduplicator().deduplicate(&self.state, &DedupInput { data, version, baseline })?;
-        Ok(Deduplicated { diff: outcome.diff, pending: Box::new(CpuPending(outcome.pending)), gpu: None })
+        Ok(Deduplicated { diff: outcome.diff, pending: Box::new(CpuPending(outcome.pending, None)), gpu: None })
     }
 
-    /// The diff (already rewritten by `give_away`) encoded from the buffer: nothing deferred.
+    /// The rewritten diff encoded from the buffer at once (the same bytes
+    /// as applying the deferred rewrite, with less copying).
+    fn serialize<'a>(&'a mut self, version: &mut Deduplicated, data: &[u8]) -> Result<DiffBytes<'a>> {
+        let p = version.pending.as_any_mut().downcast_mut::<CpuPending>().ok_or_else(foreign)?;
+        p.1 = None;
+        Ok(DiffBytes::Owned(crate::format::encode_diff(&version.diff, data)))
+    }
+
+    /// The diff encoded from the buffer; after a give-away, the body as
+    /// de-duplicated and its rewrite.
     fn serialize_deferred<'a>(
         &'a mut self,
         version: &mut Deduplicated,
         data: &[u8],
     ) -> Result<(DiffBytes<'a>, Option<Rewrite>)> {
+        let p = version.pending.as_any_mut().downcast_mut::<CpuPending>().ok_or_else(foreign)?;
+        if let Some(before) = p.1.take() {
+            // Only the bytes leave the buffer now (tables and FIRST data, no
+            // block digests): the rewrite hashes what it keeps.
+            let body = crate::format::encode_body(&before, data);
+            let data_start = body.len() - before.data_bytes() as usize;
+            return Ok((DiffBytes::Owned(body), Some(Rewrite::new(before, version.diff.clone(), data_start))));
+        }
         Ok((DiffBytes::Owned(crate::format::encode_diff(&version.diff, data)), None))
     }
 

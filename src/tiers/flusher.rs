@@ -39,7 +39,8 @@ pub(crate) struct Job {
     /// The version before it in its chain (`None` for a baseline).
     pub prev: Option<u64>,
     /// Whether the cached file carries its trailer (the GPU hands its files
-    /// over unsealed; the first tier seals them).
+    /// over unsealed; the first tier seals them). Not read while a rewrite
+    /// is pending (the rewrite makes a sealed file).
     pub sealed: bool,
     /// A rewrite the cached bytes still need (regions given away by the
     /// collective step): applied here, off the application's path.
@@ -155,7 +156,7 @@ impl Worker {
             self.shared.progress.set(version, self.tier, TierState::Writing);
             let outcome = self.flush(&job);
             let state = match &outcome {
-                Ok(()) => {
+                Ok(_) => {
                     crate::failpoint::hit("flush.durable");
                     self.last = Some(version);
                     TierState::Durable
@@ -170,7 +171,8 @@ impl Worker {
             // last tier gives them back in any case.
             let forward = match job.source {
                 Source::Cache(c) if outcome.is_ok() || self.next.is_none() => {
-                    let len = c.len() as u64;
+                    // The file as written here (a rewrite changes its length).
+                    let len = outcome.as_ref().map_or(c.len() as u64, |l| *l);
                     drop(c); // the segments go back to the cache
                     Source::File(self.store.diff_path(version), len)
                 }
@@ -194,8 +196,8 @@ impl Worker {
         }
     }
 
-    /// Writes and lists one version on this tier.
-    fn flush(&mut self, job: &Job) -> Result<()> {
+    /// Writes and lists one version on this tier; the file's length.
+    fn flush(&mut self, job: &Job) -> Result<u64> {
         if !job.baseline && job.prev != self.last {
             return Err(Error::NotDurable {
                 version: job.version,
@@ -251,8 +253,9 @@ impl Worker {
                 })?
             }
         };
+        let len = entry.file_len;
         match self.listing {
-            Listing::Manifest => self.store.publish(entry),
+            Listing::Manifest => self.store.publish(entry)?,
             Listing::Part { rank, ranks } => {
                 let part = CommitPart {
                     version: job.version,
@@ -260,9 +263,10 @@ impl Worker {
                     prev: job.prev.filter(|_| !job.baseline),
                     entry: RankEntry { rank, baseline: job.baseline, file_len: entry.file_len, trailer: entry.trailer },
                 };
-                part.write_to(self.store.storage().as_ref())
+                part.write_to(self.store.storage().as_ref())?;
             }
         }
+        Ok(len)
     }
 }
 
