@@ -250,3 +250,41 @@ fn wait_asks_the_tiers_about_versions_it_does_not_track() {
     e.finalize().unwrap();
     assert!(restore_version(&shared, 0, 3).unwrap() == vs[2]);
 }
+
+/// Flips one byte in the middle of version `v`'s file on `root`.
+fn damage(root: &Path, v: u64) {
+    let path = root.join(format!("rank-00000/v{v:012}.dckpt"));
+    let mut bytes = std::fs::read(&path).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x5a;
+    std::fs::write(&path, bytes).unwrap();
+}
+
+#[test]
+fn a_restart_restores_the_newest_intact_version_from_any_tier() {
+    let t = tempfile::tempdir().unwrap();
+    let (local, shared) = (t.path().join("local"), t.path().join("shared"));
+    let vs = versions(3, 1 << 18, 5);
+    let mut e = open(vs[0].len(), Some(local.clone()), Some(shared.clone()), 8 << 20);
+    for (i, v) in vs.iter().enumerate() {
+        e.checkpoint(i as u64 + 1, v).unwrap();
+    }
+    e.finalize().unwrap();
+    let e = open(vs[0].len(), Some(local.clone()), Some(shared.clone()), 8 << 20);
+    let mut back = vec![0u8; vs[0].len()];
+    // The newest version damaged on the fastest tier: read from the next.
+    damage(&local, 3);
+    let r = e.restore_latest(ProtectedMut::Host(&mut back)).unwrap();
+    assert_eq!((r.version, r.tier.as_str(), r.skipped.len()), (3, "shared", 1), "{:?}", r.skipped);
+    assert_eq!(back, vs[2]);
+    let mut one = vec![0u8; vs[0].len()];
+    e.restore_into(3, ProtectedMut::Host(&mut one)).unwrap();
+    assert_eq!(one, vs[2], "restore_into falls back to the next tier too");
+    // Damaged on both tiers: the previous version, with the reasons.
+    damage(&shared, 3);
+    let r = e.restore_latest(ProtectedMut::Host(&mut back)).unwrap();
+    assert_eq!((r.version, r.tier.as_str()), (2, "local"));
+    assert_eq!(r.skipped.len(), 2);
+    assert!(r.skipped.iter().all(|s| s.contains("version 3")), "{:?}", r.skipped);
+    assert_eq!(back, vs[1]);
+}

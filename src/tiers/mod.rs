@@ -99,6 +99,17 @@ pub struct TieredReport {
     pub gpu: Option<crate::backend::cuda::GpuTimings>,
 }
 
+/// What [`TieredEngine::restore_latest`] restored.
+#[derive(Clone, Debug, Serialize)]
+pub struct Restored {
+    /// The version.
+    pub version: u64,
+    /// The tier it was read from.
+    pub tier: String,
+    /// Newer versions that could not be restored from any tier, with why.
+    pub skipped: Vec<String>,
+}
+
 /// A rank's checkpointing engine over a host cache and one or two disk
 /// tiers, flushing in the background (see the module documentation).
 pub struct TieredEngine {
@@ -446,6 +457,46 @@ impl TieredEngine {
             rank: self.rank,
             version,
         }))
+    }
+
+    /// A restart's restore: the newest version listed on any tier that
+    /// restores intact (every byte verified), from the fastest tier holding
+    /// it intact, into `dst`. Newer versions that are damaged on every tier
+    /// are skipped, each with the reason, in [`Restored::skipped`].
+    pub fn restore_latest(&self, dst: ProtectedMut<'_>) -> Result<Restored> {
+        let _ = self.shared.progress.wait_all();
+        let listed: Vec<Vec<u64>> = self
+            .roots
+            .iter()
+            .map(|root| {
+                Store::open(root, self.rank)
+                    .map(|s| s.manifest().versions.iter().map(|v| v.version).collect())
+                    .unwrap_or_default()
+            })
+            .collect();
+        let mut candidates: Vec<u64> = listed.iter().flatten().copied().collect();
+        candidates.sort_unstable_by(|a, b| b.cmp(a));
+        candidates.dedup();
+        let (mut skipped, mut first_error) = (Vec::new(), None);
+        for version in candidates {
+            for (i, tier) in self.tiers().iter().enumerate() {
+                if !listed[i].contains(&version) {
+                    continue;
+                }
+                match crate::restore::restore_version(&self.roots[i], self.rank, version) {
+                    Ok(bytes) => {
+                        self.backend.place(&bytes, dst)?;
+                        return Ok(Restored { version, tier: tier.clone(), skipped });
+                    }
+                    Err(e) => {
+                        skipped.push(format!("version {version} on the {tier} tier: {e}"));
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        // Nothing restores: the newest version's error, or no version at all.
+        Err(first_error.unwrap_or_else(|| Error::NoStore { dir: self.roots[0].clone(), rank: self.rank }))
     }
 
     /// Waits for every queued version and stops the flush workers; the
