@@ -25,3 +25,7 @@ for np in 1 2 3 4; do
     echo "mpi-tests: mpirun -np $np"
     timeout 600 mpirun --oversubscribe -np "$np" "$mpi_test"
 done
+
+# One rank of a collective checkpoint through the tiers killed at every step.
+echo "kill tests: collective checkpoints through the tiers, 2 ranks"
+scripts/kill-collective-tiers.sh target/release/dckpt

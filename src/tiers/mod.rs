@@ -64,6 +64,11 @@ impl Default for TierOptions {
 }
 
 impl TierOptions {
+    /// The names of the disk tiers configured, fastest first.
+    pub fn disks_named(&self) -> Vec<String> {
+        self.disks().into_iter().map(|(name, _)| name).collect()
+    }
+
     /// The disk tiers, fastest first, with their names.
     fn disks(&self) -> Vec<(String, PathBuf)> {
         let mut v = Vec::new();

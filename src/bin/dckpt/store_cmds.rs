@@ -44,11 +44,26 @@ pub struct CheckpointArgs {
     /// Collective: largest region offered to the reduction, in bytes (0 = automatic).
     #[arg(long, default_value_t = 0, requires = "collective")]
     pub region_bytes: u64,
+    /// Through the asynchronous tiers: the version goes to a host cache,
+    /// then this node-local directory, then --dir (the shared tier); the
+    /// command returns once it is durable on both (checkpoint, then wait).
+    #[arg(long)]
+    pub local: Option<PathBuf>,
     /// The buffer to checkpoint.
     pub file: PathBuf,
 }
 
 impl CheckpointArgs {
+    /// The tiers --local asks for (`None` without it), with a host cache
+    /// that holds one diff of a `len`-byte buffer.
+    pub fn tier_options(&self, len: u64) -> Option<dckpt::tiers::TierOptions> {
+        self.local.as_ref().map(|local| dckpt::tiers::TierOptions {
+            local: Some(local.clone()),
+            shared: Some(self.dir.clone()),
+            host_cache_bytes: len + len / 4 + (8 << 20),
+        })
+    }
+
     /// The store options the flags ask for.
     pub fn store_options(&self) -> StoreOptions {
         StoreOptions {
@@ -87,6 +102,25 @@ pub fn checkpoint(a: CheckpointArgs) -> Result<ExitCode> {
     }
     let data = std::fs::read(&a.file).map_err(|e| Error::io(&a.file, e))?;
     let opts = a.store_options();
+    if let Some(tiers) = a.tier_options(data.len() as u64) {
+        let mut engine = dckpt::tiers::TieredEngine::open(a.rank, data.len() as u64, &opts, &tiers, a.backend)?;
+        for w in &engine.open_report().warnings {
+            eprintln!("dckpt: warning: {w}");
+        }
+        let r = engine.checkpoint(a.version, &data)?;
+        engine.wait(a.version)?;
+        engine.finalize()?;
+        println!(
+            "rank {} version {}: {} bytes, returned after {:.3} s, durable on {} after the wait{}",
+            a.rank,
+            r.version,
+            r.file_bytes,
+            r.total_seconds,
+            tiers.disks_named().join(" and "),
+            if r.baseline { ", baseline" } else { "" }
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut engine = Engine::open_with_backend(&a.dir, a.rank, data.len() as u64, &opts, a.backend)?;
     for w in &engine.open_report().warnings {
         eprintln!("dckpt: warning: {w}");
