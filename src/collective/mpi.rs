@@ -62,6 +62,46 @@ pub struct CollectiveReport<R = CheckpointReport> {
     pub total_seconds: f64,
 }
 
+/// When the steps of one collective checkpoint started and ended on this rank.
+pub(crate) struct StepClock {
+    /// The call.
+    pub start: Instant,
+    /// Seconds finding the regions offered and their digests.
+    pub offer_seconds: f64,
+    /// The reduction's start (local de-duplication ends here).
+    pub reduced_from: Instant,
+    /// The reduction's end.
+    pub reduced_at: Instant,
+}
+
+impl<R> CollectiveReport<R> {
+    /// The report of a checkpoint that offered `offered` regions, merged
+    /// into `merged` entries, gave `conv` away, timed by `clock` (until now).
+    pub(crate) fn new(
+        rank: u32,
+        ranks: u32,
+        checkpoint: R,
+        offered: usize,
+        merged: usize,
+        conv: &[Conversion],
+        clock: &StepClock,
+    ) -> Self {
+        CollectiveReport {
+            rank,
+            ranks,
+            checkpoint,
+            regions_offered: offered,
+            merged_entries: merged,
+            regions_referenced: conv.len(),
+            bytes_referenced: conv.iter().map(|c| c.region.bytes).sum(),
+            local_seconds: (clock.reduced_from - clock.start).as_secs_f64(),
+            offer_seconds: clock.offer_seconds,
+            reduce_seconds: (clock.reduced_at - clock.reduced_from).as_secs_f64(),
+            total_seconds: clock.start.elapsed().as_secs_f64(),
+        }
+    }
+}
+
 /// A rank's collective checkpointing over a communicator.
 ///
 /// ```no_run
@@ -146,19 +186,8 @@ impl<'c, C: Communicator> Collective<'c, C> {
                 "dckpt: warning: rank {me}: version {version} is committed, but its manifest entry was not written ({e}); the next open lists it"
             );
         }
-        Ok(CollectiveReport {
-            rank: me,
-            ranks: self.layouts.len() as u32,
-            checkpoint,
-            regions_offered: offered,
-            merged_entries: merged.len(),
-            regions_referenced: conv.len(),
-            bytes_referenced: conv.iter().map(|c: &Conversion| c.region.bytes).sum(),
-            local_seconds: (t1 - t0).as_secs_f64(),
-            offer_seconds,
-            reduce_seconds: (t2 - t1).as_secs_f64(),
-            total_seconds: t0.elapsed().as_secs_f64(),
-        })
+        let clock = StepClock { start: t0, offer_seconds, reduced_from: t1, reduced_at: t2 };
+        Ok(CollectiveReport::new(me, self.layouts.len() as u32, checkpoint, offered, merged.len(), &conv, &clock))
     }
 
     /// The commit: every rank reports its written file (an `MPI_Allgather`

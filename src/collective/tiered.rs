@@ -19,8 +19,7 @@
 
 use super::CollectiveOptions;
 use super::merge::HashFreq;
-use super::mpi::{CollectiveReport, all_agree, exchange_layouts, open_checks, reduce_sets};
-use super::regions::Conversion;
+use super::mpi::{CollectiveReport, StepClock, all_agree, exchange_layouts, open_checks, reduce_sets};
 use super::step;
 use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
@@ -113,19 +112,8 @@ impl<'c, C: Communicator> TieredCollective<'c, C> {
         let (cached, conv) = self.agree_or_abandon("the copy into the host cache", version, cached)?;
         // Every rank holds its version: from here it is taken everywhere.
         let checkpoint = self.engine.submit(cached)?;
-        Ok(CollectiveReport {
-            rank: me,
-            ranks: self.layouts.len() as u32,
-            checkpoint,
-            regions_offered: offered,
-            merged_entries: merged.len(),
-            regions_referenced: conv.len(),
-            bytes_referenced: conv.iter().map(|c: &Conversion| c.region.bytes).sum(),
-            local_seconds: (t1 - t0).as_secs_f64(),
-            offer_seconds,
-            reduce_seconds: (t2 - t1).as_secs_f64(),
-            total_seconds: t0.elapsed().as_secs_f64(),
-        })
+        let clock = StepClock { start: t0, offer_seconds, reduced_from: t1, reduced_at: t2 };
+        Ok(CollectiveReport::new(me, self.layouts.len() as u32, checkpoint, offered, merged.len(), &conv, &clock))
     }
 
     /// The first agreement of a checkpoint: the same version everywhere,
