@@ -664,6 +664,20 @@ extern "C" __global__ void commit_leaves(const u64* counters, const u64* idx, co
     }
 }
 
+// The collective step's region digests, read off the tree this version just
+// built: out[i] = dig[idx[i]] (a node's index over all levels). A node not
+// labelled FIRST has no digest of this version's bytes: *bad counts them (the
+// host then hashes the regions itself).
+extern "C" __global__ void gather_digests(const u64* dig, const u8* lab, const u64* idx, u64 count, u64* out,
+                                          u64* bad) {
+    for (u64 k = blockIdx.x * (u64)blockDim.x + threadIdx.x; k < count; k += (u64)gridDim.x * blockDim.x) {
+        u64 i = idx[k];
+        if (lab[i] != L_FIRST) atomicAdd((unsigned long long*)bad, 1ull);
+        out[2 * k] = dig[2 * i];
+        out[2 * k + 1] = dig[2 * i + 1];
+    }
+}
+
 // ------------------------------------------------------- block digests ----
 // The integrity digests of a diff file's data: BLAKE3-256 of each 64 KiB
 // block (the last may be short), written as 32 bytes each. One warp per

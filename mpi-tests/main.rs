@@ -277,8 +277,12 @@ fn tiered(w: &World, root: &Path) {
     use dckpt::tiers::TierOptions;
     let backend = std::env::var("DCKPT_MPI_TEST_BACKEND").ok().and_then(|b| b.parse().ok()).unwrap_or_default();
     let opts = CollectiveOptions { backend, ..CollectiveOptions::default() };
-    let tiers =
-        TierOptions { local: Some(root.join("local")), shared: Some(root.join("shared")), host_cache_bytes: 64 << 20 };
+    let tiers = TierOptions {
+        local: Some(root.join("local")),
+        shared: Some(root.join("shared")),
+        host_cache_bytes: 64 << 20,
+        compression: None,
+    };
     let s = Scenario::Partial;
     let mut sync = Collective::open(w.comm, &root.join("sync"), len() as u64, &store_opts(), &opts).expect("open sync");
     let mut c = TieredCollective::open(w.comm, &tiers, len() as u64, &store_opts(), &opts).expect("open tiered");

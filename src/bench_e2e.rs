@@ -44,6 +44,8 @@ pub struct E2eOptions {
     /// cache of this many bytes; local and shared directories beside `dir`),
     /// in the same process.
     pub tiered_cache_bytes: Option<u64>,
+    /// With the tiers: compress each file on its way to the first tier.
+    pub compression: Option<crate::format::Compression>,
 }
 
 /// The same versions through the asynchronous tiers ([`crate::tiers`]).
@@ -71,6 +73,10 @@ pub struct E2eTiered {
     pub sync_total_ms: f64,
     /// Median incremental application-visible time over the synchronous one's.
     pub ratio_to_sync: f64,
+    /// The compression on the flush path, if any.
+    pub compression: Option<String>,
+    /// Bytes of every file on the shared tier (compressed, if so).
+    pub shared_bytes: u64,
 }
 
 /// One checkpoint as the application saw it.
@@ -306,8 +312,12 @@ fn run_tiered(
     if base.exists() {
         std::fs::remove_dir_all(&base).map_err(|e| Error::io(&base, e))?;
     }
-    let tiers =
-        TierOptions { local: Some(base.join("local")), shared: Some(base.join("shared")), host_cache_bytes: cache };
+    let tiers = TierOptions {
+        local: Some(base.join("local")),
+        shared: Some(base.join("shared")),
+        host_cache_bytes: cache,
+        compression: o.compression,
+    };
     let mut w = Workload::new(o.size, o.change, o.shape, o.seed)?.with_granule(o.granule)?;
     buf.load(w.current())?;
     let mut e = TieredEngine::open(0, o.size as u64, &o.store, &tiers, backend)?;
@@ -331,6 +341,7 @@ fn run_tiered(
     if last != w.current() {
         return Err(Error::Internal("the shared tier's last version differs".into()));
     }
+    let shared_bytes = crate::inspect::bytes_on_disk(&shared);
     std::fs::remove_dir_all(&base).map_err(|e| Error::io(&base, e))?;
     let inc = || reports.iter().skip(1);
     let median_checkpoint_ms = median(inc().map(|r| r.total_seconds * 1e3).collect());
@@ -345,6 +356,8 @@ fn run_tiered(
         total_ms,
         sync_total_ms,
         ratio_to_sync: median_checkpoint_ms / sync_median_ms,
+        compression: o.compression.map(|c| c.to_string()),
+        shared_bytes,
     })
 }
 

@@ -125,24 +125,33 @@ impl<'a> FirstBytes<'a> {
     }
 }
 
-/// The regions of `diff`'s FIRST runs, with their digests over `bytes`.
+/// The nodes a collective step offers for `diff`'s FIRST runs: each run cut
+/// into the largest aligned nodes of at most `2^max_level` chunks, in order.
+pub fn region_nodes(diff: &Diff, max_level: u32) -> Vec<NodeId> {
+    let layout = diff.layout;
+    diff.first.iter().flat_map(|r| node_cover(&layout, r.start..r.start + r.count, max_level)).collect()
+}
+
+/// The regions of `nodes` (from [`region_nodes`]) with their `digests`, in order.
+pub fn regions_of(layout: &Layout, nodes: &[NodeId], digests: &[Digest]) -> Vec<Region> {
+    nodes.iter().zip(digests).map(|(&node, &digest)| region(layout, node, digest)).collect()
+}
+
+fn region(layout: &Layout, node: NodeId, digest: Digest) -> Region {
+    let c = layout.node_chunks(node);
+    let b = layout.node_bytes(node);
+    Region { digest, node, start: c.start, count: c.end - c.start, bytes: b.end - b.start }
+}
+
+/// The regions of `diff`'s FIRST runs, with their digests hashed over `bytes`.
 pub fn first_regions(diff: &Diff, bytes: &FirstBytes<'_>, max_level: u32) -> Vec<Region> {
     let layout = diff.layout;
-    let nodes: Vec<NodeId> =
-        diff.first.iter().flat_map(|r| node_cover(&layout, r.start..r.start + r.count, max_level)).collect();
-    nodes
+    region_nodes(diff, max_level)
         .into_par_iter()
         .with_min_len(64)
         .map(|node| {
-            let c = layout.node_chunks(node);
-            let b = layout.node_bytes(node);
-            Region {
-                digest: subtree_digest(diff.hash, layout.chunk_size(), bytes.get(c.clone())),
-                node,
-                start: c.start,
-                count: c.end - c.start,
-                bytes: b.end - b.start,
-            }
+            let digest = subtree_digest(diff.hash, layout.chunk_size(), bytes.get(layout.node_chunks(node)));
+            region(&layout, node, digest)
         })
         .collect()
 }

@@ -175,7 +175,13 @@ fn gpu_engine_stores_match_the_cpu_and_restore_on_the_gpu() {
 }
 
 /// One collective version over in-process engines (reduce_all instead of MPI).
-fn collective_version(engines: &mut [Engine], version: u64, data: &[Vec<u8>], level: u32) {
+/// Returns each rank's offered regions.
+fn collective_version(
+    engines: &mut [Engine],
+    version: u64,
+    data: &[Vec<u8>],
+    level: u32,
+) -> Vec<Vec<dckpt::regions::Region>> {
     use dckpt::collective::{reduce_all, step};
     let layouts: Vec<Layout> = engines.iter().map(|e| e.store().layout().unwrap()).collect();
     let offers: Vec<step::Offer> = engines
@@ -183,6 +189,7 @@ fn collective_version(engines: &mut [Engine], version: u64, data: &[Vec<u8>], le
         .zip(data)
         .map(|(e, d)| step::offer(e, version, Protected::Host(d), level, 1 << 17).unwrap())
         .collect();
+    let regions = offers.iter().map(|o| o.regions.clone()).collect();
     let merged = reduce_all(&offers.iter().map(|o| o.set.clone()).collect::<Vec<_>>(), 1 << 17);
     let mut staged = Vec::new();
     for ((e, o), d) in engines.iter_mut().zip(offers).zip(data) {
@@ -191,6 +198,7 @@ fn collective_version(engines: &mut [Engine], version: u64, data: &[Vec<u8>], le
     for (e, s) in engines.iter_mut().zip(staged) {
         e.publish(s).unwrap();
     }
+    regions
 }
 
 #[test]
@@ -234,8 +242,10 @@ fn collective_versions_on_the_gpu_match_the_cpu_and_restore() {
                 (gpu_engines, cpu_engines) = (open(tg.path(), BackendKind::Cuda), open(tc.path(), BackendKind::Cpu));
             }
             let data: Vec<Vec<u8>> = versions.iter().map(|r| r[v].clone()).collect();
-            collective_version(&mut gpu_engines, v as u64 + 1, &data, level);
-            collective_version(&mut cpu_engines, v as u64 + 1, &data, level);
+            // The GPU reads the regions' digests off its tree; the CPU hashes them.
+            let on_gpu = collective_version(&mut gpu_engines, v as u64 + 1, &data, level);
+            let on_cpu = collective_version(&mut cpu_engines, v as u64 + 1, &data, level);
+            assert_eq!(on_gpu, on_cpu, "case {case}: version {} offers other regions on the GPU", v + 1);
         }
         for (r, rv) in versions.iter().enumerate() {
             for (v, want) in rv.iter().enumerate() {
@@ -340,42 +350,49 @@ fn regions_given_away_are_found_at_their_owners_in_later_versions() {
 
 #[test]
 fn tiered_gpu_checkpoints_write_the_cpu_files_on_every_tier() {
+    use dckpt::format::Compression;
     use dckpt::tiers::{TierOptions, TieredEngine};
     let Some(gpu) = gpu() else { return };
-    let t = tempfile::tempdir().unwrap();
-    let len = 1 << 20;
-    let o = StoreOptions { chunk_size: 128, method: Method::Tree, max_chain: Some(3), ..StoreOptions::default() };
-    let mut data = noise(len, 21);
-    let (mut g, mut c) = {
-        let tiers = |name: &str| TierOptions {
-            local: Some(t.path().join(name).join("local")),
-            shared: Some(t.path().join(name).join("shared")),
-            host_cache_bytes: 16 << 20,
-        };
-        (
-            TieredEngine::open(0, len as u64, &o, &tiers("gpu"), BackendKind::Cuda).unwrap(),
-            TieredEngine::open(0, len as u64, &o, &tiers("cpu"), BackendKind::Cpu).unwrap(),
-        )
-    };
-    for v in 1..=6u64 {
-        for k in 0..20 {
-            let at = (v as usize * 7919 + k * 52_361) % (len - 100);
-            data[at..at + 100].copy_from_slice(&noise(100, v * 100 + k as u64));
-        }
-        let dev = cuda::upload(&gpu, &data).unwrap();
-        g.checkpoint(v, DeviceRegion::of(&dev).unwrap()).unwrap();
-        c.checkpoint(v, &data).unwrap();
-    }
-    g.finalize().unwrap();
-    c.finalize().unwrap();
-    for tier in ["local", "shared"] {
-        for v in 1..=6u64 {
-            let f = |b: &str| {
-                std::fs::read(t.path().join(b).join(tier).join(format!("rank-00000/v{v:012}.dckpt"))).unwrap()
+    // Plain, and compressed on the flush path: the same files either way.
+    for how in [None, Some(Compression::Zstd { level: 1 }), Some(Compression::Lz4)] {
+        let t = tempfile::tempdir().unwrap();
+        let len = 1 << 20;
+        let o = StoreOptions { chunk_size: 128, method: Method::Tree, max_chain: Some(3), ..StoreOptions::default() };
+        // Half noise, half a smooth ramp (compressible).
+        let mut data = noise(len, 21);
+        data[len / 2..].iter_mut().enumerate().for_each(|(i, b)| *b = (i / 512) as u8);
+        let (mut g, mut c) = {
+            let tiers = |name: &str| TierOptions {
+                local: Some(t.path().join(name).join("local")),
+                shared: Some(t.path().join(name).join("shared")),
+                host_cache_bytes: 16 << 20,
+                compression: how,
             };
-            assert!(f("gpu") == f("cpu"), "{tier} version {v}: the GPU's file differs from the CPU's");
+            (
+                TieredEngine::open(0, len as u64, &o, &tiers("gpu"), BackendKind::Cuda).unwrap(),
+                TieredEngine::open(0, len as u64, &o, &tiers("cpu"), BackendKind::Cpu).unwrap(),
+            )
+        };
+        for v in 1..=6u64 {
+            for k in 0..20 {
+                let at = (v as usize * 7919 + k * 52_361) % (len - 100);
+                data[at..at + 100].copy_from_slice(&noise(100, v * 100 + k as u64));
+            }
+            let dev = cuda::upload(&gpu, &data).unwrap();
+            g.checkpoint(v, DeviceRegion::of(&dev).unwrap()).unwrap();
+            c.checkpoint(v, &data).unwrap();
         }
-        let got = dckpt::restore::restore_version(&t.path().join("gpu").join(tier), 0, 6).unwrap();
-        assert!(got == data);
+        g.finalize().unwrap();
+        c.finalize().unwrap();
+        for tier in ["local", "shared"] {
+            for v in 1..=6u64 {
+                let f = |b: &str| {
+                    std::fs::read(t.path().join(b).join(tier).join(format!("rank-00000/v{v:012}.dckpt"))).unwrap()
+                };
+                assert!(f("gpu") == f("cpu"), "{how:?} {tier} version {v}: the GPU's file differs from the CPU's");
+            }
+            let got = dckpt::restore::restore_version(&t.path().join("gpu").join(tier), 0, 6).unwrap();
+            assert!(got == data, "{how:?} {tier}: version 6 restores");
+        }
     }
 }

@@ -36,7 +36,7 @@ fn opts() -> StoreOptions {
 }
 
 fn tiers(local: Option<PathBuf>, shared: Option<PathBuf>, cache: u64) -> TierOptions {
-    TierOptions { local, shared, host_cache_bytes: cache }
+    TierOptions { local, shared, host_cache_bytes: cache, compression: None }
 }
 
 /// Opens CPU tiers for the rank-0 buffer of `len` bytes.

@@ -48,6 +48,10 @@ impl PendingVersion for CpuPending {
         self
     }
 
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
     }

@@ -16,7 +16,7 @@ pub mod cuda;
 use crate::diff::Diff;
 use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
-use crate::regions::{Conversion, FirstBytes, Rewrite};
+use crate::regions::{self, Conversion, FirstBytes, Region, Rewrite};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::any::Any;
@@ -47,6 +47,9 @@ pub trait PendingVersion: fmt::Debug + Send {
 
     /// For the backend that made it: the concrete type.
     fn into_any(self: Box<Self>) -> Box<dyn Any>;
+
+    /// For the backend that made it: the concrete type.
+    fn as_any(&self) -> &dyn Any;
 
     /// For the backend that made it: the concrete type, mutably.
     fn as_any_mut(&mut self) -> &mut dyn Any;
@@ -131,6 +134,15 @@ pub trait Backend: Send {
         baseline: bool,
         for_collective: bool,
     ) -> Result<Deduplicated>;
+
+    /// The regions of `version`'s FIRST runs a collective step offers
+    /// (nodes of at most `2^max_level` chunks) with their digests. By
+    /// default hashed on the host from [`PendingVersion::first_bytes`]; the
+    /// CUDA backend reads them off the tree it just built, where it has one.
+    fn regions(&mut self, version: &Deduplicated, data: &[u8], max_level: u32) -> Result<Vec<Region>> {
+        let bytes = version.pending.first_bytes(&version.diff, data)?;
+        Ok(regions::first_regions(&version.diff, &bytes, max_level))
+    }
 
     /// The diff file of `version` (after regions were given away); applies
     /// the record moves that giving away implies. `data` is the protected

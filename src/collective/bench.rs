@@ -127,6 +127,8 @@ pub struct MixedParams {
     /// per rank (the stores are the tiers' shared directory); `None`:
     /// synchronous writes.
     pub tiered_cache_bytes: Option<u64>,
+    /// With the tiers: compress each file on its way to the first tier.
+    pub compression: Option<crate::format::Compression>,
 }
 
 /// Result of one mode of [`mixed_workload`] (sums and maxima over ranks).
@@ -281,6 +283,7 @@ pub fn mixed_workload<C: Communicator>(
             local: None,
             shared: Some(dir.clone()),
             host_cache_bytes: cache,
+            compression: p.compression,
         });
         let mut runner = match (&tiers, mode == "collective") {
             (None, true) => Runner::Collective(Collective::open(comm, &dir, len, &store, copts)?),

@@ -31,17 +31,16 @@ pub fn offer(
     threshold: usize,
 ) -> Result<Offer> {
     let local = engine.deduplicate_local(version, input)?;
-    offer_of(local, input.host_bytes(), max_level, threshold)
+    let regions = engine.regions(&local, input.host_bytes(), max_level)?;
+    Ok(offer_of(local, regions, threshold))
 }
 
-/// The regions and tuple set of a version already de-duplicated (by the
-/// engine or by the asynchronous tiers); `host` is the protected buffer on
-/// the CPU backend.
-pub fn offer_of(local: LocalCheckpoint, host: &[u8], max_level: u32, threshold: usize) -> Result<Offer> {
+/// The offer of a version already de-duplicated (by the engine or by the
+/// asynchronous tiers) whose FIRST `regions` are known.
+pub fn offer_of(local: LocalCheckpoint, regions: Vec<Region>, threshold: usize) -> Offer {
     let rank = local.diff().rank;
-    let regions = regions::first_regions(local.diff(), &local.first_bytes(host)?, max_level);
     let set = local_set(rank, regions.iter().map(|r| (r.digest, r.bytes, r.node)), threshold);
-    Ok(Offer { local, regions, set })
+    Offer { local, regions, set }
 }
 
 /// Applies the merged set: the regions other ranks own become references

@@ -93,7 +93,10 @@ impl<'c, C: Communicator> TieredCollective<'c, C> {
         self.agree_on_baseline(version)?;
         let local = self.engine.deduplicate_local(version, input);
         let t_offer = Instant::now();
-        let offer = local.and_then(|l| step::offer_of(l, input.host_bytes(), self.max_level, self.opts.threshold));
+        let offer = local.and_then(|l| {
+            let regions = self.engine.regions(&l, input.host_bytes(), self.max_level)?;
+            Ok(step::offer_of(l, regions, self.opts.threshold))
+        });
         let offer_seconds = t_offer.elapsed().as_secs_f64();
         let offer = self.agree_or_abandon("de-duplication", version, offer)?;
         let t1 = Instant::now();

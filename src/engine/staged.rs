@@ -10,7 +10,7 @@ use crate::diff::Diff;
 use crate::format::manifest::VersionEntry;
 use crate::layout::Layout;
 use crate::memory::Protected;
-use crate::regions::{Conversion, FirstBytes};
+use crate::regions::{Conversion, FirstBytes, Region};
 use crate::{Error, Result};
 use std::time::Instant;
 
@@ -25,6 +25,11 @@ impl LocalCheckpoint {
     /// A version the backend just de-duplicated (started at `started`).
     pub(crate) fn new(version: Deduplicated, started: Instant) -> Self {
         LocalCheckpoint { version, started }
+    }
+
+    /// The de-duplicated version.
+    pub(crate) fn deduplicated(&self) -> &Deduplicated {
+        &self.version
     }
 
     /// The de-duplicated version and when it started.
@@ -85,9 +90,16 @@ impl Engine {
         self.deduplicate(version, input, true)
     }
 
-    /// Step 1; `for_collective` keeps a GPU diff in host memory (the
-    /// collective step reads it), otherwise it stays in pinned memory until
-    /// written.
+    /// The regions `local`'s FIRST runs offer to a collective step (nodes of
+    /// at most `2^max_level` chunks) with their digests (read off the GPU's
+    /// tree where it has one). `data` is the protected buffer (CPU).
+    pub fn regions(&mut self, local: &LocalCheckpoint, data: &[u8], max_level: u32) -> Result<Vec<Region>> {
+        self.backend.regions(&local.version, data, max_level)
+    }
+
+    /// Step 1; `for_collective` keeps what the collective step reads of a
+    /// GPU diff where it can read it, otherwise the file stays in pinned
+    /// memory until written.
     pub(super) fn deduplicate(
         &mut self,
         version: u64,

@@ -10,6 +10,7 @@
 //! whole file, and `restore` checks exactly the blocks it reads.
 
 use super::codec::{Cursor, PutLe, table_len};
+use super::compress::{Codec, Decompressor, FRAME_ENTRY_LEN};
 use crate::diff::{Diff, FirstRun, RegionEncoding, ShiftRun};
 use crate::hash::Digest;
 use crate::layout::Layout;
@@ -47,6 +48,7 @@ pub const BLOCK_SIZE: u32 = 64 * 1024;
 pub const DIGEST_LEN: u64 = 32;
 const FLAG_BASELINE: u32 = 1;
 const FLAG_DENSE: u32 = 2;
+const FLAG_COMPRESSED: u32 = 4;
 
 /// The fixed-size header of a diff file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,15 +84,22 @@ pub struct DiffHeader {
     pub reference_count: u64,
     /// Format version of the file (1 or 2).
     pub format_version: u16,
+    /// A compressed file's codec and stored data bytes (the frames), or
+    /// `None` for plain data (`crate::format::compress`).
+    pub compressed: Option<(Codec, u64)>,
 }
 
 impl DiffHeader {
-    fn encode(&self, out: &mut Vec<u8>) {
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&MAGIC);
         out.put_u16(FORMAT_VERSION);
         out.put_u8(self.method.code());
         out.put_u8(self.hash.code());
-        out.put_u32((u32::from(self.baseline) * FLAG_BASELINE) | (u32::from(self.dense) * FLAG_DENSE));
+        out.put_u32(
+            (u32::from(self.baseline) * FLAG_BASELINE)
+                | (u32::from(self.dense) * FLAG_DENSE)
+                | (u32::from(self.compressed.is_some()) * FLAG_COMPRESSED),
+        );
         out.put_u32(self.rank);
         out.put_u32(self.chunk_size);
         out.put_u64(self.version);
@@ -101,10 +110,13 @@ impl DiffHeader {
         out.put_u64(self.data_bytes);
         out.put_u32(self.block_size);
         out.put_u64(self.reference_count);
-        out.resize(out.len() + (HEADER_LEN as usize - 84), 0);
+        let (codec, stored) = self.compressed.map_or((0, 0), |(c, n)| (c.code(), n));
+        out.put_u8(codec);
+        out.resize(out.len() + 3, 0);
+        out.put_u64(stored);
     }
 
-    fn decode(bytes: &[u8]) -> Result<Self, String> {
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Self, String> {
         let mut c = Cursor::new(bytes);
         if c.take(8, "magic")? != MAGIC {
             return Err("not a dckpt diff file (bad magic)".into());
@@ -120,7 +132,7 @@ impl DiffHeader {
         let h = c.u8("hash")?;
         let hash = HashAlgo::from_code(h).ok_or_else(|| format!("unknown hash code {h}"))?;
         let flags = c.u32("flags")?;
-        if flags & !(FLAG_BASELINE | FLAG_DENSE) != 0 {
+        if flags & !(FLAG_BASELINE | FLAG_DENSE | FLAG_COMPRESSED) != 0 {
             return Err(format!("unknown flags {flags:#x}"));
         }
         let h = DiffHeader {
@@ -139,10 +151,25 @@ impl DiffHeader {
             block_size: c.u32("block size")?,
             reference_count: c.u64("reference count")?,
             format_version: fv,
+            compressed: None,
         };
-        if c.take(HEADER_LEN as usize - 84, "reserved")?.iter().any(|&b| b != 0) {
+        let codec = c.u8("codec")?;
+        if c.take(3, "reserved")?.iter().any(|&b| b != 0) {
             return Err("reserved header bytes are not zero".into());
         }
+        let stored = c.u64("stored data bytes")?;
+        let h = if flags & FLAG_COMPRESSED == 0 {
+            if codec != 0 || stored != 0 {
+                return Err("reserved header bytes are not zero".into());
+            }
+            h
+        } else {
+            let codec = Codec::from_code(codec).ok_or_else(|| format!("unknown codec {codec}"))?;
+            if fv < 2 || stored > h.data_bytes {
+                return Err(format!("{stored} stored bytes for {} bytes of data", h.data_bytes));
+            }
+            DiffHeader { compressed: Some((codec, stored)), ..h }
+        };
         if h.reference_count > h.shift_count || (fv == 1 && h.reference_count != 0) {
             return Err(format!("{} references for {} SHIFT runs", h.reference_count, h.shift_count));
         }
@@ -162,8 +189,24 @@ impl DiffHeader {
         self.data_bytes.div_ceil(u64::from(self.block_size))
     }
 
+    /// Bytes of the frame table (a compressed file's stored block lengths).
+    fn frames_len(&self) -> u64 {
+        if self.compressed.is_some() { self.blocks() * FRAME_ENTRY_LEN } else { 0 }
+    }
+
+    /// Bytes of data as stored: compressed, or the FIRST data itself.
+    pub fn stored_bytes(&self) -> u64 {
+        self.compressed.map_or(self.data_bytes, |(_, n)| n)
+    }
+
+    /// Where the stored data starts: after the header, the tables, the
+    /// bitmap and (compressed) the frame table.
+    fn data_start(&self, limit: u64) -> Result<u64, String> {
+        Ok(HEADER_LEN + self.meta_len(limit)? + self.frames_len())
+    }
+
     /// Bytes of the tables and bitmap, checked against `limit`.
-    fn meta_len(&self, limit: u64) -> Result<u64, String> {
+    pub(crate) fn meta_len(&self, limit: u64) -> Result<u64, String> {
         let f = table_len(self.first_count, FIRST_ENTRY_LEN, limit, "FIRST table")?;
         let s = table_len(self.shift_count, SHIFT_ENTRY_LEN, limit, "SHIFT table")?;
         let r = table_len(self.reference_count, REFERENCE_ENTRY_LEN, limit, "reference table")?;
@@ -175,11 +218,17 @@ impl DiffHeader {
     }
 
     /// Total file length implied by the header, checked against `limit`.
-    fn file_len(&self, limit: u64) -> Result<u64, String> {
+    pub(crate) fn file_len(&self, limit: u64) -> Result<u64, String> {
         let blocks = table_len(self.blocks(), DIGEST_LEN, limit, "block digests")?;
+        let frames = if self.compressed.is_some() {
+            table_len(self.blocks(), FRAME_ENTRY_LEN, limit, "frame table")?
+        } else {
+            0
+        };
         HEADER_LEN
             .checked_add(self.meta_len(limit)?)
-            .and_then(|x| x.checked_add(self.data_bytes))
+            .and_then(|x| x.checked_add(frames))
+            .and_then(|x| x.checked_add(self.stored_bytes()))
             .and_then(|x| x.checked_add(blocks))
             .and_then(|x| x.checked_add(DIGEST_LEN))
             .ok_or_else(|| "lengths overflow".to_string())
@@ -207,6 +256,7 @@ fn header_of(diff: &Diff) -> DiffHeader {
         block_size: BLOCK_SIZE,
         reference_count: diff.shift.iter().filter(|s| s.reference.is_some()).count() as u64,
         format_version: FORMAT_VERSION,
+        compressed: None,
     }
 }
 
@@ -303,8 +353,14 @@ pub fn decode_body(body: &[u8]) -> Result<(DiffHeader, Diff, usize), String> {
 /// The trailer of a file whose metadata (header, tables, bitmap) is `meta`
 /// and whose block digests are `digests`: BLAKE3-256 of both, in that order.
 pub fn trailer_of(meta: &[u8], digests: &[u8]) -> [u8; 32] {
+    trailer_of_parts(&[meta, digests])
+}
+
+/// BLAKE3-256 of `parts` in order (a trailer: everything before the data,
+/// then the block digests).
+pub(crate) fn trailer_of_parts(parts: &[&[u8]]) -> [u8; 32] {
     let mut hasher = blake3::Hasher::new();
-    for part in [meta, digests] {
+    for part in parts {
         if part.len() >= 1 << 20 {
             hasher.update_rayon(part);
         } else {
@@ -327,8 +383,8 @@ pub fn seal(pieces: &[&[u8]], file_len: u64) -> Result<[u8; 32], String> {
     if expected != file_len {
         return Err(format!("file is {file_len} bytes but its header describes {expected}"));
     }
-    let data_start = HEADER_LEN + header.meta_len(file_len)?;
-    let data_end = data_start + header.data_bytes;
+    let data_start = header.data_start(file_len)?;
+    let data_end = data_start + header.stored_bytes();
     let mut hasher = blake3::Hasher::new();
     for range in [0..data_start, data_end..file_len - DIGEST_LEN] {
         copy_range(pieces, range, &mut |_, p| {
@@ -389,6 +445,9 @@ pub struct DiffReader {
     pub diff: Diff,
     first_data_offsets: Vec<u64>,
     block_digests: Vec<[u8; 32]>,
+    /// A compressed file's codec and each block's stored offset (one more
+    /// than blocks: the last is the end).
+    frames: Option<(Codec, Vec<u64>)>,
     data_start: u64,
     trailer: [u8; 32],
     file_len: u64,
@@ -419,10 +478,11 @@ impl DiffReader {
             return Err(corrupt(format!("file is {file_len} bytes but its header describes {expected}")));
         }
         let meta_len = header.meta_len(file_len).map_err(corrupt)?;
-        let mut meta = vec![0u8; meta_len as usize];
+        let data_start = header.data_start(file_len).map_err(corrupt)?;
+        // Tables, bitmap and (compressed) the frame table, in one read.
+        let mut meta = vec![0u8; (data_start - HEADER_LEN) as usize];
         file.read_exact_at(&mut meta, HEADER_LEN).map_err(|e| Error::io(path, e))?;
-        let data_start = HEADER_LEN + meta_len;
-        let tail_start = data_start + header.data_bytes;
+        let tail_start = data_start + header.stored_bytes();
         let mut tail = vec![0u8; (file_len - tail_start) as usize];
         file.read_exact_at(&mut tail, tail_start).map_err(|e| Error::io(path, e))?;
         let (digest_bytes, trailer_bytes) = tail.split_at(tail.len() - DIGEST_LEN as usize);
@@ -443,7 +503,12 @@ impl DiffReader {
                 d
             })
             .collect();
-        let diff = decode_tables(&header, &meta).map_err(corrupt)?;
+        let (tables, frame_table) = meta.split_at(meta_len as usize);
+        let diff = decode_tables(&header, tables).map_err(corrupt)?;
+        let frames = match header.compressed {
+            Some((codec, _)) => Some((codec, frame_offsets(&header, frame_table).map_err(corrupt)?)),
+            None => None,
+        };
         let mut first_data_offsets = Vec::with_capacity(diff.first.len());
         let mut at = 0u64;
         for r in &diff.first {
@@ -463,6 +528,7 @@ impl DiffReader {
             diff,
             first_data_offsets,
             block_digests,
+            frames,
             data_start,
             trailer,
             file_len,
@@ -505,9 +571,9 @@ impl DiffReader {
         self.file_len
     }
 
-    /// Bytes that are not FIRST data.
+    /// Bytes that are not (stored) FIRST data.
     pub fn metadata_bytes(&self) -> u64 {
-        self.file_len - self.header.data_bytes
+        self.file_len - self.header.stored_bytes()
     }
 
     /// Maps chunks `range` (which must lie inside FIRST runs) to pieces
@@ -571,7 +637,10 @@ impl DiffReader {
         let start = blocks.start * bs;
         let end = (blocks.end * bs).min(self.header.data_bytes);
         buf.resize((end - start) as usize, 0);
-        self.read_at(buf, self.data_start + start)?;
+        match &self.frames {
+            None => self.read_at(buf, self.data_start + start)?,
+            Some((codec, offsets)) => self.read_compressed(*codec, offsets, blocks.clone(), buf)?,
+        }
         let bad = buf
             .par_chunks(bs as usize)
             .enumerate()
@@ -581,6 +650,44 @@ impl DiffReader {
             return Err(Error::corrupt(&self.path, format!("data block {b} fails its checksum")));
         }
         Ok(())
+    }
+
+    /// Reads the stored blocks `blocks` of a compressed file and
+    /// decompresses them into `buf` (sized to their raw bytes), in parallel.
+    fn read_compressed(&self, codec: Codec, offsets: &[u64], blocks: Range<u64>, buf: &mut [u8]) -> Result<()> {
+        let (lo, hi) = (blocks.start as usize, blocks.end as usize);
+        let (Some(&from), Some(&to)) = (offsets.get(lo), offsets.get(hi)) else {
+            return Err(Error::Internal(format!("blocks {blocks:?} past the file's {}", self.block_count())));
+        };
+        let mut stored = vec![0u8; (to - from) as usize];
+        self.read_at(&mut stored, self.data_start + from)?;
+        let bs = self.header.block_size as usize;
+        let failed = buf
+            .par_chunks_mut(bs)
+            .enumerate()
+            .map_init(
+                || Decompressor::new(codec),
+                |z, (i, out)| {
+                    let (a, b) = (offsets[lo + i] - from, offsets[lo + i + 1] - from);
+                    let src = &stored[a as usize..b as usize];
+                    if src.len() == out.len() {
+                        out.copy_from_slice(src); // stored as it is
+                        return None;
+                    }
+                    z.decompress(src, out).err().map(|why| (lo + i, why))
+                },
+            )
+            .find_first(Option::is_some)
+            .flatten();
+        match failed {
+            Some((b, why)) => Err(Error::corrupt(&self.path, format!("data block {b} cannot be decompressed: {why}"))),
+            None => Ok(()),
+        }
+    }
+
+    /// The codec of a compressed file (`None`: plain data).
+    pub fn codec(&self) -> Option<Codec> {
+        self.frames.as_ref().map(|(c, _)| *c)
     }
 
     /// Number of data blocks.
@@ -599,6 +706,32 @@ impl DiffReader {
         }
         Ok(())
     }
+}
+
+/// Each block's stored offset from a compressed file's frame table (one
+/// more than blocks). Every stored length is at least 1 and at most its raw
+/// block's length (equal: stored as it is); they add up to the header's
+/// stored bytes.
+fn frame_offsets(h: &DiffHeader, table: &[u8]) -> Result<Vec<u64>, String> {
+    let blocks = h.blocks();
+    let bs = u64::from(h.block_size);
+    let mut c = Cursor::new(table);
+    let mut offsets = Vec::with_capacity(blocks as usize + 1);
+    let mut at = 0u64;
+    offsets.push(0);
+    for b in 0..blocks {
+        let raw = bs.min(h.data_bytes - b * bs);
+        let len = u64::from(c.u32("frame table")?);
+        if len == 0 || len > raw {
+            return Err(format!("block {b} is stored in {len} bytes, its data is {raw}"));
+        }
+        at += len;
+        offsets.push(at);
+    }
+    if c.remaining() != 0 || Some(at) != h.compressed.map(|(_, n)| n) {
+        return Err(format!("the frame table covers {at} stored bytes, the header says {}", h.stored_bytes()));
+    }
+    Ok(offsets)
 }
 
 fn decode_tables(h: &DiffHeader, meta: &[u8]) -> Result<Diff, String> {

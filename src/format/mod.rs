@@ -5,9 +5,11 @@
 
 pub mod checked_json;
 pub mod codec;
+pub mod compress;
 pub mod diff_file;
 pub mod manifest;
 
+pub use compress::{Compression, compress_file};
 pub use diff_file::{
     DiffHeader, DiffReader, decode_body, encode_body, encode_diff, encode_meta, finish_body, seal, trailer_of,
 };

@@ -80,18 +80,6 @@ impl Cached {
         self.pieces().try_for_each(|p| out.write_all(p))
     }
 
-    /// Writes the file to `out` with its last 32 bytes replaced by `trailer`
-    /// (sealing a file the GPU handed over unsealed).
-    pub fn write_sealed(&self, trailer: &[u8; 32], out: &mut dyn std::io::Write) -> std::io::Result<()> {
-        let mut left = self.len.saturating_sub(32);
-        for p in self.pieces() {
-            let n = left.min(p.len());
-            out.write_all(&p[..n])?;
-            left -= n;
-        }
-        out.write_all(trailer)
-    }
-
     /// The last 32 bytes (a diff file's trailer).
     pub fn trailer(&self) -> Option<[u8; 32]> {
         let start = self.len.checked_sub(32)?;

@@ -19,6 +19,7 @@
 
 use super::cache::{Cached, HostCache};
 use super::state::{Progress, TierState};
+use crate::format::Compression;
 use crate::format::manifest::VersionEntry;
 use crate::regions::Rewrite;
 use crate::store::Store;
@@ -89,16 +90,30 @@ pub(crate) struct Flusher {
 }
 
 impl Flusher {
-    /// Starts one worker per store (tier order: fastest first).
-    pub fn start(stores: Vec<(String, Store)>, shared: Arc<Shared>, listing: Listing) -> Result<Self> {
+    /// Starts one worker per store (tier order: fastest first); the first
+    /// compresses each file with `compression`, if any.
+    pub fn start(
+        stores: Vec<(String, Store)>,
+        shared: Arc<Shared>,
+        listing: Listing,
+        compression: Option<Compression>,
+    ) -> Result<Self> {
         let mut workers = Vec::new();
         let mut next: Option<Sender<Job>> = None;
         let count = stores.len();
         // Built from the last tier back, so each worker knows its successor.
         for (i, (name, store)) in stores.into_iter().enumerate().rev() {
             let (tx, rx) = channel::<Job>();
-            let worker =
-                Worker { tier: i, name, store, last: None, shared: Arc::clone(&shared), next: next.take(), listing };
+            let worker = Worker {
+                tier: i,
+                name,
+                store,
+                last: None,
+                shared: Arc::clone(&shared),
+                next: next.take(),
+                listing,
+                compression,
+            };
             let handle = std::thread::Builder::new()
                 .name(format!("dckpt-flush-{i}"))
                 .spawn(move || worker.run(rx))
@@ -142,6 +157,9 @@ struct Worker {
     shared: Arc<Shared>,
     next: Option<Sender<Job>>,
     listing: Listing,
+    /// Compression applied to files taken from the cache (the first tier;
+    /// later tiers copy its file).
+    compression: Option<Compression>,
 }
 
 impl Worker {
@@ -209,35 +227,42 @@ impl Worker {
             });
         }
         let entry: VersionEntry = match &job.source {
-            Source::Cache(c) if let Some(rewrite) = &job.rewrite => {
-                let mut made = Vec::with_capacity(c.len());
-                for piece in c.pieces() {
-                    made.extend_from_slice(piece);
-                }
-                let file = rewrite.apply(&made)?;
-                let trailer = file.len().checked_sub(32).map(|at| &file[at..]);
-                self.store.write_diff_with(job.version, job.baseline, file.len() as u64, trailer, &mut |w| {
-                    w.write_all(&file)
-                })?
-            }
-            Source::Cache(c) if job.sealed => {
-                let trailer = c.trailer();
-                self.store.write_diff_with(
-                    job.version,
-                    job.baseline,
-                    c.len() as u64,
-                    trailer.as_ref().map(|t| &t[..]),
-                    &mut |w| c.write_to(w),
-                )?
-            }
             Source::Cache(c) => {
-                let pieces: Vec<&[u8]> = c.pieces().collect();
-                let path = self.store.diff_path(job.version);
-                let trailer = crate::format::seal(&pieces, c.len() as u64)
-                    .map_err(|e| Error::corrupt(&path, format!("the backend handed over an invalid diff: {e}")))?;
-                self.store.write_diff_with(job.version, job.baseline, c.len() as u64, Some(&trailer), &mut |w| {
-                    c.write_sealed(&trailer, w)
-                })?
+                // The file to write: the cached bytes, rewritten where regions
+                // were given away (a sealed file), then compressed if asked.
+                let rewritten = match &job.rewrite {
+                    Some(rewrite) => {
+                        let mut made = Vec::with_capacity(c.len());
+                        c.pieces().for_each(|p| made.extend_from_slice(p));
+                        Some(rewrite.apply(&made)?)
+                    }
+                    None => None,
+                };
+                let (pieces, sealed): (Vec<&[u8]>, bool) = match &rewritten {
+                    Some(file) => (vec![file.as_slice()], true),
+                    None => (c.pieces().collect(), job.sealed),
+                };
+                let len = pieces.iter().map(|p| p.len() as u64).sum::<u64>();
+                let invalid = |e: String| {
+                    let path = self.store.diff_path(job.version);
+                    Error::corrupt(&path, format!("the backend handed over an invalid diff: {e}"))
+                };
+                if let Some(how) = self.compression {
+                    let file = crate::format::compress_file(&pieces, len, how).map_err(invalid)?;
+                    let trailer = file.len().checked_sub(32).map(|at| &file[at..]);
+                    self.store.write_diff_with(job.version, job.baseline, file.len() as u64, trailer, &mut |w| {
+                        w.write_all(&file)
+                    })?
+                } else {
+                    let trailer = if sealed {
+                        last_32(&pieces).ok_or_else(|| invalid("shorter than a trailer".into()))?
+                    } else {
+                        crate::format::seal(&pieces, len).map_err(invalid)?
+                    };
+                    self.store.write_diff_with(job.version, job.baseline, len, Some(&trailer), &mut |w| {
+                        write_sealed(&pieces, &trailer, w)
+                    })?
+                }
             }
             Source::File(path, len) => {
                 let trailer = read_trailer(path, *len)?;
@@ -283,6 +308,33 @@ impl Drop for SettleOnExit {
         let why = format!("the flush thread of the {} tier stopped before writing it", self.name);
         self.shared.progress.fail_unsettled(self.tier, &why);
     }
+}
+
+/// The last 32 bytes of a file given as consecutive `pieces`.
+fn last_32(pieces: &[&[u8]]) -> Option<[u8; 32]> {
+    let mut t = [0u8; 32];
+    let mut need = 32;
+    for p in pieces.iter().rev() {
+        let n = need.min(p.len());
+        t[need - n..need].copy_from_slice(&p[p.len() - n..]);
+        need -= n;
+        if need == 0 {
+            return Some(t);
+        }
+    }
+    None
+}
+
+/// Writes the file given as `pieces` with its last 32 bytes replaced by
+/// `trailer` (which seals a file the GPU handed over unsealed).
+fn write_sealed(pieces: &[&[u8]], trailer: &[u8; 32], out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    let mut left = pieces.iter().map(|p| p.len()).sum::<usize>().saturating_sub(32);
+    for p in pieces {
+        let n = left.min(p.len());
+        out.write_all(&p[..n])?;
+        left -= n;
+    }
+    out.write_all(trailer)
 }
 
 /// The last 32 bytes of a file of `len` bytes.

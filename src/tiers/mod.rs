@@ -29,8 +29,9 @@ use crate::backend::Deduplicated;
 use crate::backend::{Backend, BackendKind};
 use crate::engine::LocalCheckpoint;
 use crate::engine::{Engine, OpenReport};
+use crate::format::Compression;
 use crate::memory::{Protected, ProtectedMut};
-use crate::regions::Rewrite;
+use crate::regions::{Region, Rewrite};
 use crate::store::{Store, StoreOptions};
 use crate::{Error, Result};
 use cache::Cached;
@@ -55,11 +56,15 @@ pub struct TierOptions {
     /// Bytes of host memory for the cache, allocated when the engine opens.
     /// A diff larger than this cannot be taken (a clear error).
     pub host_cache_bytes: u64,
+    /// Compress each file's data on its way from the host cache to the
+    /// first disk tier (in that tier's flush worker, off the application's
+    /// path); later tiers copy the compressed file. `None`: plain files.
+    pub compression: Option<Compression>,
 }
 
 impl Default for TierOptions {
     fn default() -> Self {
-        TierOptions { local: None, shared: None, host_cache_bytes: 1 << 30 }
+        TierOptions { local: None, shared: None, host_cache_bytes: 1 << 30, compression: None }
     }
 }
 
@@ -205,7 +210,7 @@ impl TieredEngine {
         let cache = Arc::new(HostCache::new(tiers.host_cache_bytes)?);
         let progress = Progress::new(stores.iter().map(|(n, _)| n.clone()).collect());
         let shared = Arc::new(Shared { progress, needs_baseline: Default::default(), cache });
-        let flusher = Flusher::start(stores, Arc::clone(&shared), listing)?;
+        let flusher = Flusher::start(stores, Arc::clone(&shared), listing, tiers.compression)?;
         Ok(TieredEngine {
             backend: parts.backend,
             opts: parts.opts,
@@ -320,6 +325,12 @@ impl TieredEngine {
         let started = Instant::now();
         let version = self.backend.deduplicate(version, input, baseline, true)?;
         Ok(LocalCheckpoint::new(version, started))
+    }
+
+    /// The regions `local` offers to the collective step
+    /// ([`Engine::regions`]).
+    pub(crate) fn regions(&mut self, local: &LocalCheckpoint, data: &[u8], max_level: u32) -> Result<Vec<Region>> {
+        self.backend.regions(local.deduplicated(), data, max_level)
     }
 
     /// Collective step 2: serializes the (rewritten) diff into the host

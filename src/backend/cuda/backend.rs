@@ -8,7 +8,7 @@ use crate::backend::{Backend, BackendKind, Deduplicated, DiffBytes, PendingVersi
 use crate::diff::Diff;
 use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
-use crate::regions::{self, Conversion, FirstBytes, Rewrite};
+use crate::regions::{self, Conversion, FirstBytes, Region, Rewrite};
 use crate::{Error, Result};
 use std::any::Any;
 
@@ -86,7 +86,7 @@ fn stored_runs(
 }
 
 fn pinned_here() -> Error {
-    Error::Internal("a GPU diff still in pinned memory cannot take part in a collective step".into())
+    Error::Internal("the FIRST bytes of a GPU diff still in pinned memory are not read on the host".into())
 }
 
 impl PendingVersion for GpuPending {
@@ -110,9 +110,6 @@ impl PendingVersion for GpuPending {
         if conv.is_empty() {
             return Ok(());
         }
-        if !matches!(self.file, GpuFile::Host(_)) {
-            return Err(pinned_here());
-        }
         let (me, layout) = (diff.rank, diff.layout);
         if !self.dense {
             // The entries the device inserted for this version move as the
@@ -125,6 +122,10 @@ impl PendingVersion for GpuPending {
     }
 
     fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+
+    fn as_any(&self) -> &dyn Any {
         self
     }
 
@@ -150,13 +151,37 @@ impl Backend for CudaBackend {
         for_collective: bool,
     ) -> Result<Deduplicated> {
         let cp = self.dev.checkpoint(version, input, baseline)?;
-        let file = if for_collective {
+        // The collective step reads the FIRST bytes only where the device
+        // has no tree to read region digests from (`regions`): a dense
+        // version, or a method without one. Otherwise the file stays pinned
+        // until it is written or cached.
+        let file = if for_collective && (cp.diff.dense || self.dev.method() != crate::Method::Tree) {
             GpuFile::Host(self.dev.file_vec(&cp)?)
         } else {
             GpuFile::Pinned { file_len: cp.file_len, trailer: cp.trailer }
         };
         let pending = GpuPending { file, data_start: cp.data_start, dense: cp.diff.dense, given: None, made_as: None };
         Ok(Deduplicated { diff: cp.diff, pending: Box::new(pending), gpu: Some(cp.timings) })
+    }
+
+    fn regions(&mut self, version: &Deduplicated, data: &[u8], max_level: u32) -> Result<Vec<Region>> {
+        let nodes = regions::region_nodes(&version.diff, max_level);
+        match self.dev.node_digests(version.diff.version, &nodes)? {
+            Some(digests) => Ok(regions::regions_of(&version.diff.layout, &nodes, &digests)),
+            None => {
+                let diff = &version.diff;
+                let p = version.pending.as_ref().as_any().downcast_ref::<GpuPending>().ok_or_else(foreign)?;
+                let bytes = match &p.file {
+                    GpuFile::Pinned { file_len, .. } => {
+                        let data_end = p.data_start + diff.data_bytes() as usize;
+                        let first = self.dev.pinned_prefix(*file_len)?.get(p.data_start..data_end);
+                        FirstBytes::gathered(diff, first.ok_or_else(|| Error::Internal("GPU diff data".into()))?)
+                    }
+                    GpuFile::Host(_) => p.first_bytes(diff, data)?,
+                };
+                Ok(regions::first_regions(diff, &bytes, max_level))
+            }
+        }
     }
 
     fn serialize_deferred<'a>(

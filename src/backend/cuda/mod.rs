@@ -164,6 +164,7 @@ pub(crate) struct Kernels {
     pub table_rehash: CudaFunction,
     pub block_digests: CudaFunction,
     pub table_locate: CudaFunction,
+    pub gather_digests: CudaFunction,
 }
 
 /// An open device with its compiled kernels.
@@ -228,6 +229,7 @@ impl Gpu {
             table_rehash: f("table_rehash")?,
             block_digests: f("block_digests")?,
             table_locate: f("table_locate")?,
+            gather_digests: f("gather_digests")?,
         };
         let stream = ctx.default_stream();
         Ok(Arc::new(Gpu { ctx, stream, k, sms, name, arch }))

@@ -4,7 +4,8 @@
 use super::{Gpu, LevelArgs, TableArgs, cuda_err};
 use crate::diff::{Diff, FirstRun, RegionEncoding};
 use crate::format::{decode_body, encode_meta, trailer_of};
-use crate::layout::Layout;
+use crate::hash::Digest;
+use crate::layout::{Layout, NodeId};
 use crate::memory::Protected;
 use crate::{Error, HashAlgo, Method, Result};
 use cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig, PinnedHostSlice, PushKernelArg};
@@ -294,6 +295,11 @@ impl GpuDedup {
     /// The layout.
     pub fn layout(&self) -> Layout {
         self.layout
+    }
+
+    /// The de-duplication method.
+    pub fn method(&self) -> Method {
+        self.method
     }
 
     /// The device this pipeline runs on.
@@ -702,6 +708,46 @@ impl GpuDedup {
         self.gpu.stream.memcpy_htod(&stats, &mut self.table.stats).map_err(cuda_err)?;
         self.table_entries = stats[0];
         Ok(())
+    }
+
+    /// The digests of `nodes` of pending version `version`'s tree, read off
+    /// the device (16 bytes per node crosses the bus). `None` where the
+    /// device holds no such digests: another method than Tree, a dense
+    /// version (its tree is not built), another version, or a node that is
+    /// not one of this version's FIRST subtrees. The caller then hashes the
+    /// regions' bytes on the host; both give the same digests.
+    pub fn node_digests(&self, version: u64, nodes: &[NodeId]) -> Result<Option<Vec<Digest>>> {
+        let current = u32::try_from(version).ok().is_some_and(|v| self.pending == Some(v));
+        if self.method != Method::Tree || self.pending_dense || !current {
+            return Ok(None);
+        }
+        if nodes.is_empty() {
+            return Ok(Some(Vec::new()));
+        }
+        let mut idx = Vec::with_capacity(nodes.len());
+        for node in nodes {
+            let (k, i) = (node.level() as usize, node.index());
+            match (self.level_off.get(k), self.level_len.get(k)) {
+                (Some(off), Some(&len)) if i < len => idx.push(off + i),
+                _ => return Ok(None),
+            }
+        }
+        let st = &self.gpu.stream;
+        let idx_dev = st.clone_htod(&idx).map_err(cuda_err)?;
+        let mut out = st.alloc_zeros::<u64>(2 * idx.len()).map_err(gpu_oom)?;
+        let mut bad = st.alloc_zeros::<u64>(1).map_err(gpu_oom)?;
+        let count = idx.len() as u64;
+        let mut b = st.launch_builder(&self.gpu.k.gather_digests);
+        b.arg(&self.dig).arg(&self.lab).arg(&idx_dev).arg(&count).arg(&mut out).arg(&mut bad);
+        // SAFETY: arguments follow gather_digests' signature; `idx_dev` holds
+        // `count` indices below the node arrays' length (checked above), `out`
+        // 2 * count words; the copies below synchronize the stream.
+        unsafe { b.launch(cfg(blocks(count, 256).min(self.gpu.sms * 8), 256)) }.map_err(cuda_err)?;
+        let words = st.clone_dtoh(&out).map_err(cuda_err)?;
+        if st.clone_dtoh(&bad).map_err(cuda_err)?.first().copied().unwrap_or(1) != 0 {
+            return Ok(None);
+        }
+        Ok(Some(words.chunks_exact(2).map(|w| Digest(u128::from(w[0]) | (u128::from(w[1]) << 64))).collect()))
     }
 
     /// Makes the last checkpoint's state permanent (after its file is durable).

@@ -66,6 +66,10 @@ pub struct BenchArgs {
     /// size (e.g. 1G), and compare what the application waits for.
     #[arg(long, requires = "e2e")]
     tiered: Option<String>,
+    /// With --tiered: compress each file on its way from the host cache to
+    /// the first tier (lz4, zstd or zstd:LEVEL).
+    #[arg(long, requires = "tiered")]
+    compress: Option<dckpt::format::Compression>,
     /// Successive versions of one rank's buffer (same length).
     #[arg(required_unless_present = "synthetic")]
     files: Vec<PathBuf>,
@@ -349,6 +353,7 @@ fn bench_e2e(a: &BenchArgs, dir: &std::path::Path) -> Result<ExitCode> {
         backend: a.backend,
         dir: dir.to_path_buf(),
         tiered_cache_bytes: a.tiered.as_deref().map(parse_size).transpose()?,
+        compression: a.compress,
     };
     let tiered_steps = if opts.tiered_cache_bytes.is_some() { opts.versions as usize } else { 0 };
     let pb = bar(opts.versions as usize + 2 + tiered_steps, "e2e");
@@ -417,6 +422,12 @@ fn bench_e2e(a: &BenchArgs, dir: &std::path::Path) -> Result<ExitCode> {
             t.drain_ms,
             t.total_ms,
             t.sync_total_ms
+        );
+        println!(
+            "shared tier: {} bytes ({}; synchronous store {} bytes)",
+            t.shared_bytes,
+            t.compression.as_deref().map_or_else(|| "plain".to_string(), |c| format!("compressed with {c}")),
+            r.bytes_on_disk
         );
     }
     if let Some(path) = &a.json {

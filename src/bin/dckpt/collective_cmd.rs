@@ -52,6 +52,10 @@ pub struct BenchCollectiveArgs {
     /// `drain_seconds` the flush left after the last checkpoint.
     #[arg(long)]
     tiered: Option<String>,
+    /// mixed, with --tiered: compress each file on its way to the shared
+    /// tier (lz4, zstd or zstd:LEVEL).
+    #[arg(long, requires = "tiered")]
+    compress: Option<dckpt::format::Compression>,
     /// mixed: directory for the three stores (shared by the ranks).
     #[arg(long, default_value = "bench-data/collective")]
     dir: PathBuf,
@@ -142,6 +146,7 @@ pub fn bench(a: BenchCollectiveArgs) -> Result<ExitCode> {
                     versions: a.versions,
                     chunk_size: a.chunk_size,
                     tiered_cache_bytes: a.tiered.as_deref().map(parse_size).transpose()?,
+                    compression: a.compress,
                 };
                 let cleared = if world.rank() == 0 && a.dir.exists() {
                     std::fs::remove_dir_all(&a.dir).map_err(|e| Error::io(&a.dir, e))

@@ -49,6 +49,10 @@ pub struct CheckpointArgs {
     /// command returns once it is durable on both (checkpoint, then wait).
     #[arg(long)]
     pub local: Option<PathBuf>,
+    /// With --local: compress each file's data on its way to the tiers
+    /// (lz4, zstd or zstd:LEVEL); restores decompress.
+    #[arg(long, requires = "local")]
+    pub compress: Option<dckpt::format::Compression>,
     /// The buffer to checkpoint.
     pub file: PathBuf,
 }
@@ -61,6 +65,7 @@ impl CheckpointArgs {
             local: Some(local.clone()),
             shared: Some(self.dir.clone()),
             host_cache_bytes: len + len / 4 + (8 << 20),
+            compression: self.compress,
         })
     }
 
