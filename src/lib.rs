@@ -30,7 +30,9 @@
 //! | [`inspect`] | per-version statistics |
 //! | [`bench`] | the in-memory method benchmark behind `dckpt bench` |
 //! | [`bench_e2e`] | `dckpt bench --e2e`: what the application waits for, through the store |
+//! | [`bench_compress`] | `dckpt bench-compression`: de-duplication vs compression vs both |
 //! | [`generate`] | synthetic evolving workloads (clustered / scattered edits) |
+//! | [`simulate`] | simulation-like evolving buffers (heat stencil, label propagation) |
 //!
 //! ```
 //! use dckpt::{Engine, StoreOptions, Method, HashAlgo};
@@ -47,6 +49,7 @@
 
 pub mod backend;
 pub mod bench;
+pub mod bench_compress;
 pub mod bench_e2e;
 pub mod collective;
 pub mod dedup;
@@ -65,6 +68,7 @@ pub mod record;
 pub mod regions;
 pub mod repair;
 pub mod restore;
+pub mod simulate;
 pub mod storage;
 pub mod store;
 pub mod tiers;

@@ -100,8 +100,10 @@ fn compressible_data_shrinks_and_noise_is_stored_as_it_is() {
             if name == "sparse" {
                 assert!(z * 8 < plain, "{how}: sparse data shrinks ({z} of {plain} bytes)");
             } else {
-                // Every block stored as it is: only the frame table is added.
-                assert_eq!(z, plain + 4 * 16, "{how}: noise costs its frame table only");
+                // Every block stored as it is: the frame table (16 blocks) and
+                // the tables' stored length are added; the tiny tables may shrink.
+                let added = z as i64 - plain as i64;
+                assert!((64..=72).contains(&added), "{how}: noise adds {added} bytes");
             }
         }
     }

@@ -2,16 +2,20 @@
 //! flag bit 2; docs/FORMAT.md "Compressed data").
 //!
 //! ```text
-//! plain:       header | tables | data                        | block digests | trailer
-//! compressed:  header | tables | frame table | stored blocks | block digests | trailer
+//! plain:       header | tables        | data                        | block digests | trailer
+//! compressed:  header | M | tables(M) | frame table | stored blocks | block digests | trailer
 //! ```
 //!
-//! Each 64 KiB integrity block is compressed on its own, so a restore still
-//! reads (and decompresses) only the blocks it needs; the frame table holds
-//! each block's stored length (a block that would not shrink is stored as it
-//! is: its stored length is then its raw length). The block digests stay
-//! those of the raw bytes, so compressing a file hashes nothing new: its
-//! trailer covers the new header and the frame table instead.
+//! The tables (FIRST, SHIFT, references, bitmap) are compressed as one
+//! frame of `M` bytes (stored as they are when that does not shrink them:
+//! `M` is then their raw length, which the header's counts give); a reader
+//! decodes them whole when it opens the file, as it does plain tables. Each
+//! 64 KiB integrity block of data is compressed on its own, so a restore
+//! still reads (and decompresses) only the blocks it needs; the frame table
+//! holds each block's stored length (a block that would not shrink is stored
+//! as it is: its stored length is then its raw length). The block digests
+//! stay those of the raw bytes, so compressing a file hashes nothing new:
+//! its trailer covers everything before the data and the block digests.
 //!
 //! The asynchronous tiers compress in the first tier's flush worker, off the
 //! application's path ([`crate::tiers::TierOptions::compression`]).
@@ -111,6 +115,8 @@ impl FromStr for Compression {
 
 /// Bytes per frame-table entry (a block's stored length, u32).
 pub const FRAME_ENTRY_LEN: u64 = 4;
+/// Bytes of the stored tables' length `M` (u64) after a compressed file's header.
+pub const META_PREFIX_LEN: u64 = 8;
 
 /// A plain diff file, given as consecutive `pieces` of `file_len` bytes in
 /// all, compressed with `how`: the same file in the compressed form (its
@@ -149,12 +155,18 @@ pub fn compress_file(pieces: &[&[u8]], file_len: u64, how: Compression) -> std::
         .collect::<std::result::Result<_, _>>()?;
     let stored_bytes: u64 = stored.iter().map(|b| b.len() as u64).sum();
     let header = DiffHeader { compressed: Some((how.codec(), stored_bytes)), ..plain };
-    let meta = file.get(HEADER_LEN..data_start)?;
+    let raw_meta = file.get(HEADER_LEN..data_start)?;
+    let meta = match Compressor::new(how).compress(&raw_meta)? {
+        Some(small) if small.len() < raw_meta.len() => Cow::Owned(small),
+        _ => raw_meta,
+    };
     let digests = file.get(data_end..file_len - DIGEST_LEN)?;
     let frames_len = (blocks * FRAME_ENTRY_LEN) as usize;
-    let total = HEADER_LEN as usize + meta.len() + frames_len + stored_bytes as usize + digests.len() + 32;
+    let total =
+        (HEADER_LEN + META_PREFIX_LEN) as usize + meta.len() + frames_len + stored_bytes as usize + digests.len() + 32;
     let mut out = Vec::with_capacity(total);
     header.encode(&mut out);
+    out.extend_from_slice(&(meta.len() as u64).to_le_bytes());
     out.extend_from_slice(&meta);
     for b in &stored {
         // Each stored block is at most one block (64 KiB): it fits a u32.

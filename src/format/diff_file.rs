@@ -10,7 +10,7 @@
 //! whole file, and `restore` checks exactly the blocks it reads.
 
 use super::codec::{Cursor, PutLe, table_len};
-use super::compress::{Codec, Decompressor, FRAME_ENTRY_LEN};
+use super::compress::{Codec, Decompressor, FRAME_ENTRY_LEN, META_PREFIX_LEN};
 use crate::diff::{Diff, FirstRun, RegionEncoding, ShiftRun};
 use crate::hash::Digest;
 use crate::layout::Layout;
@@ -49,6 +49,8 @@ pub const DIGEST_LEN: u64 = 32;
 const FLAG_BASELINE: u32 = 1;
 const FLAG_DENSE: u32 = 2;
 const FLAG_COMPRESSED: u32 = 4;
+/// The most a compressed file's tables may expand to, per stored byte.
+const MAX_TABLE_RATIO: u64 = 1 << 16;
 
 /// The fixed-size header of a diff file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -199,10 +201,12 @@ impl DiffHeader {
         self.compressed.map_or(self.data_bytes, |(_, n)| n)
     }
 
-    /// Where the stored data starts: after the header, the tables, the
-    /// bitmap and (compressed) the frame table.
-    fn data_start(&self, limit: u64) -> Result<u64, String> {
-        Ok(HEADER_LEN + self.meta_len(limit)? + self.frames_len())
+    /// Where the stored data starts, given `stored_meta`, the bytes the
+    /// tables and bitmap take as stored: after the header, (compressed) their
+    /// length, the tables, and (compressed) the frame table.
+    fn data_start(&self, stored_meta: u64) -> u64 {
+        let prefix = if self.compressed.is_some() { META_PREFIX_LEN } else { 0 };
+        HEADER_LEN + prefix + stored_meta + self.frames_len()
     }
 
     /// Bytes of the tables and bitmap, checked against `limit`.
@@ -217,16 +221,26 @@ impl DiffHeader {
             .ok_or_else(|| "tables exceed the file".to_string())
     }
 
-    /// Total file length implied by the header, checked against `limit`.
+    /// Total file length implied by the header of a plain file, checked
+    /// against `limit`.
     pub(crate) fn file_len(&self, limit: u64) -> Result<u64, String> {
+        if self.compressed.is_some() {
+            return Err("a compressed file's length depends on its stored tables".into());
+        }
+        self.file_len_with(limit, self.meta_len(limit)?)
+    }
+
+    /// Total file length implied by the header when the tables and bitmap
+    /// take `stored_meta` bytes as stored, checked against `limit`.
+    fn file_len_with(&self, limit: u64, stored_meta: u64) -> Result<u64, String> {
         let blocks = table_len(self.blocks(), DIGEST_LEN, limit, "block digests")?;
         let frames = if self.compressed.is_some() {
-            table_len(self.blocks(), FRAME_ENTRY_LEN, limit, "frame table")?
+            table_len(self.blocks(), FRAME_ENTRY_LEN, limit, "frame table")? + META_PREFIX_LEN
         } else {
             0
         };
         HEADER_LEN
-            .checked_add(self.meta_len(limit)?)
+            .checked_add(stored_meta)
             .and_then(|x| x.checked_add(frames))
             .and_then(|x| x.checked_add(self.stored_bytes()))
             .and_then(|x| x.checked_add(blocks))
@@ -383,8 +397,8 @@ pub fn seal(pieces: &[&[u8]], file_len: u64) -> Result<[u8; 32], String> {
     if expected != file_len {
         return Err(format!("file is {file_len} bytes but its header describes {expected}"));
     }
-    let data_start = header.data_start(file_len)?;
-    let data_end = data_start + header.stored_bytes();
+    let data_start = header.data_start(header.meta_len(file_len)?);
+    let data_end = data_start + header.data_bytes;
     let mut hasher = blake3::Hasher::new();
     for range in [0..data_start, data_end..file_len - DIGEST_LEN] {
         copy_range(pieces, range, &mut |_, p| {
@@ -473,12 +487,30 @@ impl DiffReader {
         let mut head = vec![0u8; HEADER_LEN as usize];
         file.read_exact_at(&mut head, 0).map_err(|e| Error::io(path, e))?;
         let header = DiffHeader::decode(&head).map_err(corrupt)?;
-        let expected = header.file_len(file_len).map_err(corrupt)?;
+        // Compressed tables may decode to more than the file holds; this
+        // bound (far above any codec's ratio on tables) only stops a
+        // damaged header from asking for an absurd buffer.
+        let limit = if header.compressed.is_some() { file_len.saturating_mul(MAX_TABLE_RATIO) } else { file_len };
+        let meta_len = header.meta_len(limit).map_err(corrupt)?;
+        // A compressed file's tables may be stored compressed: their stored
+        // length follows the header.
+        let stored_meta = match header.compressed {
+            None => meta_len,
+            Some(_) => {
+                let mut b = [0u8; META_PREFIX_LEN as usize];
+                file.read_exact_at(&mut b, HEADER_LEN).map_err(|e| Error::io(path, e))?;
+                let n = u64::from_le_bytes(b);
+                if n > meta_len || (n == 0) != (meta_len == 0) {
+                    return Err(corrupt(format!("tables of {meta_len} bytes stored in {n}")));
+                }
+                n
+            }
+        };
+        let expected = header.file_len_with(file_len, stored_meta).map_err(corrupt)?;
         if expected != file_len {
             return Err(corrupt(format!("file is {file_len} bytes but its header describes {expected}")));
         }
-        let meta_len = header.meta_len(file_len).map_err(corrupt)?;
-        let data_start = header.data_start(file_len).map_err(corrupt)?;
+        let data_start = header.data_start(stored_meta);
         // Tables, bitmap and (compressed) the frame table, in one read.
         let mut meta = vec![0u8; (data_start - HEADER_LEN) as usize];
         file.read_exact_at(&mut meta, HEADER_LEN).map_err(|e| Error::io(path, e))?;
@@ -503,11 +535,22 @@ impl DiffReader {
                 d
             })
             .collect();
-        let (tables, frame_table) = meta.split_at(meta_len as usize);
-        let diff = decode_tables(&header, tables).map_err(corrupt)?;
-        let frames = match header.compressed {
-            Some((codec, _)) => Some((codec, frame_offsets(&header, frame_table).map_err(corrupt)?)),
-            None => None,
+        let (diff, frames) = match header.compressed {
+            None => (decode_tables(&header, &meta).map_err(corrupt)?, None),
+            Some((codec, _)) => {
+                let (stored, frame_table) = meta[META_PREFIX_LEN as usize..].split_at(stored_meta as usize);
+                let tables = if stored_meta == meta_len {
+                    std::borrow::Cow::Borrowed(stored)
+                } else {
+                    let mut raw = vec![0u8; meta_len as usize];
+                    Decompressor::new(codec)
+                        .decompress(stored, &mut raw)
+                        .map_err(|why| corrupt(format!("the tables cannot be decompressed: {why}")))?;
+                    std::borrow::Cow::Owned(raw)
+                };
+                let diff = decode_tables(&header, &tables).map_err(corrupt)?;
+                (diff, Some((codec, frame_offsets(&header, frame_table).map_err(corrupt)?)))
+            }
         };
         let mut first_data_offsets = Vec::with_capacity(diff.first.len());
         let mut at = 0u64;

@@ -101,7 +101,7 @@ pub struct GenArgs {
     out: PathBuf,
 }
 
-fn bar(len: usize, label: &str) -> ProgressBar {
+pub(crate) fn bar(len: usize, label: &str) -> ProgressBar {
     let pb = ProgressBar::new(len as u64);
     if let Ok(style) = ProgressStyle::with_template("{prefix:>10} [{bar:30}] {pos}/{len} {elapsed}") {
         pb.set_style(style.progress_chars("=> "));

@@ -4,6 +4,7 @@
 mod bench_cmd;
 #[cfg(feature = "mpi")]
 mod collective_cmd;
+mod compress_cmd;
 mod store_cmds;
 
 use clap::{Parser, Subcommand};
@@ -66,6 +67,9 @@ enum Command {
     Bench(bench_cmd::BenchArgs),
     /// Write a reproducible sequence of evolving buffers.
     Gen(bench_cmd::GenArgs),
+    /// Bytes stored by de-duplication, compression alone and both, on the
+    /// same versions of a simulation or of synthetic edits.
+    BenchCompression(compress_cmd::CompressionArgs),
     /// Measure the collective step under mpirun (rank 0 prints JSON).
     #[cfg(feature = "mpi")]
     BenchCollective(collective_cmd::BenchCollectiveArgs),
@@ -82,6 +86,7 @@ fn main() -> ExitCode {
         Command::Inspect { dir, json } => store_cmds::inspect(&dir, json),
         Command::Bench(a) => bench_cmd::bench(a),
         Command::Gen(a) => bench_cmd::generate(a),
+        Command::BenchCompression(a) => compress_cmd::run(a),
         #[cfg(feature = "mpi")]
         Command::BenchCollective(a) => collective_cmd::bench(a),
     };
