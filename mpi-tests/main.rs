@@ -281,7 +281,7 @@ fn tiered(w: &World, root: &Path) {
         local: Some(root.join("local")),
         shared: Some(root.join("shared")),
         host_cache_bytes: 64 << 20,
-        compression: None,
+        ..TierOptions::default()
     };
     let s = Scenario::Partial;
     let mut sync = Collective::open(w.comm, &root.join("sync"), len() as u64, &store_opts(), &opts).expect("open sync");
@@ -372,6 +372,63 @@ fn tiered(w: &World, root: &Path) {
     w.comm.barrier();
 }
 
+/// Retention on collective tiers: the shared tier keeps the newest 2
+/// versions (chains of 2, so up to 3 versions stay), the local tier 1;
+/// every rank deletes only its own older files and parts, every version
+/// still committed restores on every rank, the deleted ones are gone, and
+/// `verify` passes.
+fn retention(w: &World, root: &Path) {
+    use dckpt::collective::TieredCollective;
+    use dckpt::store::commits::CommitLog;
+    use dckpt::tiers::TierOptions;
+    let backend = std::env::var("DCKPT_MPI_TEST_BACKEND").ok().and_then(|b| b.parse().ok()).unwrap_or_default();
+    let opts = CollectiveOptions { backend, ..CollectiveOptions::default() };
+    let tiers = TierOptions {
+        local: Some(root.join("local")),
+        shared: Some(root.join("shared")),
+        host_cache_bytes: 64 << 20,
+        keep_local: Some(1),
+        keep_shared: Some(2),
+        ..TierOptions::default()
+    };
+    let store = StoreOptions { max_chain: Some(2), ..store_opts() };
+    let s = Scenario::Partial;
+    let versions = 7;
+    let mut c = TieredCollective::open(w.comm, &tiers, len() as u64, &store, &opts).expect("open");
+    for v in 1..=versions {
+        c.checkpoint(v, &buffer(s, w.rank, v)).expect("checkpoint");
+        c.wait(v).expect("wait");
+    }
+    c.finalize().expect("finalize");
+    w.comm.barrier();
+    for (tier, keep) in [("local", 1usize), ("shared", 2)] {
+        let at = root.join(tier);
+        let log = CommitLog::load(&at).unwrap();
+        let committed: Vec<u64> = log.records().map(|r| r.version).collect();
+        // Chains of two (1-2, 3-4, 5-6, 7): keeping the newest `keep` keeps their chains.
+        let want: Vec<u64> = if keep == 1 { vec![7] } else { vec![5, 6, 7] };
+        w.check(committed == want, &format!("retention on {tier}: committed {committed:?}, want {want:?}"));
+        for v in 1..=versions {
+            let file = at.join(format!("rank-{:05}/v{v:012}.dckpt", w.rank));
+            w.check(file.exists() == want.contains(&v), &format!("retention on {tier}: file of version {v}"));
+        }
+        for &v in &want {
+            for r in 0..w.size {
+                let got = dckpt::restore::restore_version(&at, r as u32, v);
+                w.check(
+                    got.as_ref().is_ok_and(|g| *g == buffer(s, r, v)),
+                    &format!("retention: rank {r} version {v} from {tier}: {:?}", got.err()),
+                );
+            }
+        }
+        if w.rank == 0 {
+            let report = dckpt::verify::verify_store(&at).unwrap();
+            w.check(report.problems.is_empty(), &format!("retention: verify {tier}: {:?}", report.problems));
+        }
+    }
+    w.comm.barrier();
+}
+
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {
@@ -416,7 +473,7 @@ fn main() {
     if w.rank == 0 {
         println!("mpi-tests: backend auto (set DCKPT_MPI_TEST_BACKEND=cpu|cuda to choose)");
     }
-    let tests: [(&str, Test); 6] = [
+    let tests: [(&str, Test); 7] = [
         ("identical", |w, r| {
             identical(w, r);
             temporal(w, r);
@@ -427,6 +484,7 @@ fn main() {
         ("small-threshold", small_threshold),
         ("disagreement", disagreement),
         ("tiered", tiered),
+        ("retention", retention),
     ];
     for (name, test) in tests {
         test(&w, &root.join(name));

@@ -317,6 +317,7 @@ fn run_tiered(
         shared: Some(base.join("shared")),
         host_cache_bytes: cache,
         compression: o.compression,
+        ..TierOptions::default()
     };
     let mut w = Workload::new(o.size, o.change, o.shape, o.seed)?.with_granule(o.granule)?;
     buf.load(w.current())?;

@@ -115,6 +115,7 @@ fn tiers(root: &Path, how: Option<Compression>) -> TierOptions {
         shared: Some(root.join("shared")),
         host_cache_bytes: 8 << 20,
         compression: how,
+        ..TierOptions::default()
     }
 }
 

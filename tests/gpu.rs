@@ -367,6 +367,7 @@ fn tiered_gpu_checkpoints_write_the_cpu_files_on_every_tier() {
                 shared: Some(t.path().join(name).join("shared")),
                 host_cache_bytes: 16 << 20,
                 compression: how,
+                ..TierOptions::default()
             };
             (
                 TieredEngine::open(0, len as u64, &o, &tiers("gpu"), BackendKind::Cuda).unwrap(),

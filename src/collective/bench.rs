@@ -284,6 +284,7 @@ pub fn mixed_workload<C: Communicator>(
             shared: Some(dir.clone()),
             host_cache_bytes: cache,
             compression: p.compression,
+            ..TierOptions::default()
         });
         let mut runner = match (&tiers, mode == "collective") {
             (None, true) => Runner::Collective(Collective::open(comm, &dir, len, &store, copts)?),

@@ -191,7 +191,13 @@ impl<'c, C: Communicator> TieredCollective<'c, C> {
     /// rank, and stops the flush workers. Collective; the first failure
     /// anywhere, if any.
     pub fn finalize(self) -> Result<()> {
-        let local = self.engine.finalize();
-        all_agree(self.comm, "finalize", 0, local)
+        let settled = all_agree(self.comm, "finalize", 0, self.engine.wait_all());
+        if settled.is_ok() {
+            // Every rank's parts are on every tier: a last retention pass
+            // sees every committed version.
+            self.engine.retire_now();
+        }
+        let stopped = self.engine.finalize();
+        settled.and(all_agree(self.comm, "finalize", 0, stopped))
     }
 }

@@ -105,7 +105,13 @@ impl Storage for Posix {
         for entry in entries {
             let entry = entry.map_err(|e| Error::io(&p, e))?;
             // symlink_metadata: a link is reported as a link, never followed.
-            let meta = fs::symlink_metadata(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
+            // An entry gone since the directory was read (another process's
+            // temporary file renamed, a retired file removed) is not listed.
+            let meta = match fs::symlink_metadata(entry.path()) {
+                Ok(m) => m,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::io(entry.path(), e)),
+            };
             out.push(Entry {
                 name: entry.file_name().to_string_lossy().into_owned(),
                 is_dir: meta.is_dir(),

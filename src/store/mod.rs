@@ -472,6 +472,38 @@ impl Store {
         written
     }
 
+    /// Deletes committed `versions` of this rank (retention): first they
+    /// leave the manifest (no longer committed), then this rank's commit
+    /// parts of them (`part_of`, collective), then their diff files. A crash
+    /// in between leaves files of uncommitted versions, which the next
+    /// writer removes. The caller makes sure no kept version needs them.
+    pub fn retire(&mut self, versions: &[u64], part_of: Option<u32>) -> Result<()> {
+        self.check_writer()?;
+        if versions.is_empty() {
+            return Ok(());
+        }
+        if self.manifest.versions.iter().any(|e| versions.contains(&e.version)) {
+            let mut next = self.manifest.clone();
+            next.versions.retain(|e| !versions.contains(&e.version));
+            self.write_manifest(&next)?;
+            self.manifest = next;
+        }
+        let remove = |rel: &Path| match self.storage.remove(rel) {
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            other => other,
+        };
+        if let Some(rank) = part_of {
+            for &v in versions {
+                remove(&commits::part_rel(v, rank))?;
+            }
+            self.storage.barrier(Path::new(commits::COMMITS_DIR))?;
+        }
+        for &v in versions {
+            remove(&self.diff_rel(v))?;
+        }
+        self.storage.barrier(&self.rel)
+    }
+
     fn write_manifest(&self, m: &Manifest) -> Result<()> {
         storage::write_bytes(self.storage.as_ref(), &self.rel.join("MANIFEST"), &m.encode())?;
         crate::failpoint::hit("store.manifest_written");

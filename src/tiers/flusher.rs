@@ -22,8 +22,8 @@ use super::state::{Progress, TierState};
 use crate::format::Compression;
 use crate::format::manifest::VersionEntry;
 use crate::regions::Rewrite;
-use crate::store::Store;
-use crate::store::commits::{CommitPart, RankEntry};
+use crate::store::commits::{CommitLog, CommitPart, RankEntry, parse_part_name};
+use crate::store::{Store, rank_rel, versions_present};
 use crate::{Error, Result};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,6 +48,16 @@ pub(crate) struct Job {
     pub rewrite: Option<Rewrite>,
     /// Where its bytes are now.
     pub source: Source,
+}
+
+/// What a worker receives.
+pub(crate) enum Msg {
+    /// A version to flush.
+    Flush(Box<Job>),
+    /// A retention pass now (forwarded to the next tier): in collective
+    /// mode a worker's pass after its own flush may precede other ranks'
+    /// parts, so the last pass runs once every rank is done.
+    Retire,
 }
 
 /// Where a version's file is read from.
@@ -85,25 +95,26 @@ pub(crate) enum Listing {
 
 /// The running workers.
 pub(crate) struct Flusher {
-    first: Option<Sender<Job>>,
+    first: Option<Sender<Msg>>,
     workers: Vec<JoinHandle<()>>,
 }
 
 impl Flusher {
-    /// Starts one worker per store (tier order: fastest first); the first
-    /// compresses each file with `compression`, if any.
+    /// Starts one worker per store (tier order: fastest first; each with
+    /// its retention, if any); the first compresses each file with
+    /// `compression`, if any.
     pub fn start(
-        stores: Vec<(String, Store)>,
+        stores: Vec<(Option<u64>, String, Store)>,
         shared: Arc<Shared>,
         listing: Listing,
         compression: Option<Compression>,
     ) -> Result<Self> {
         let mut workers = Vec::new();
-        let mut next: Option<Sender<Job>> = None;
+        let mut next: Option<Sender<Msg>> = None;
         let count = stores.len();
         // Built from the last tier back, so each worker knows its successor.
-        for (i, (name, store)) in stores.into_iter().enumerate().rev() {
-            let (tx, rx) = channel::<Job>();
+        for (i, (keep, name, store)) in stores.into_iter().enumerate().rev() {
+            let (tx, rx) = channel::<Msg>();
             let worker = Worker {
                 tier: i,
                 name,
@@ -113,6 +124,7 @@ impl Flusher {
                 next: next.take(),
                 listing,
                 compression,
+                keep,
             };
             let handle = std::thread::Builder::new()
                 .name(format!("dckpt-flush-{i}"))
@@ -128,7 +140,15 @@ impl Flusher {
     /// Queues a version (the first tier takes it next).
     pub fn submit(&self, job: Job) -> Result<()> {
         let Some(tx) = &self.first else { return Err(Error::Internal("the flusher has stopped".into())) };
-        tx.send(job).map_err(|_| Error::Internal("a flush thread has stopped".into()))
+        tx.send(Msg::Flush(Box::new(job))).map_err(|_| Error::Internal("a flush thread has stopped".into()))
+    }
+
+    /// Asks every tier for a retention pass (after what is queued).
+    pub fn retire(&self) {
+        if let Some(tx) = &self.first {
+            // A stopped flusher has nothing left to retire.
+            let _ = tx.send(Msg::Retire);
+        }
     }
 
     /// Lets every queued version finish, then stops the workers.
@@ -155,21 +175,33 @@ struct Worker {
     /// The newest version durable here, and whether it ends an intact chain.
     last: Option<u64>,
     shared: Arc<Shared>,
-    next: Option<Sender<Job>>,
+    next: Option<Sender<Msg>>,
     listing: Listing,
     /// Compression applied to files taken from the cache (the first tier;
     /// later tiers copy its file).
     compression: Option<Compression>,
+    /// Retention: the newest versions to keep on this tier.
+    keep: Option<u64>,
 }
 
 impl Worker {
-    fn run(mut self, rx: Receiver<Job>) {
+    fn run(mut self, rx: Receiver<Msg>) {
         // However this thread ends (its queue closed, or a panic), what it
         // never settled is failed, so that no `wait` blocks forever.
         let _settle = SettleOnExit { shared: Arc::clone(&self.shared), tier: self.tier, name: self.name.clone() };
         // Versions already on this tier when the flush started.
         self.last = self.store.manifest().latest().map(|v| v.version);
-        while let Ok(job) = rx.recv() {
+        while let Ok(msg) = rx.recv() {
+            let job = match msg {
+                Msg::Flush(job) => *job,
+                Msg::Retire => {
+                    self.retire_marking();
+                    if let Some(next) = &self.next {
+                        let _ = next.send(Msg::Retire);
+                    }
+                    continue;
+                }
+            };
             let version = job.version;
             self.shared.progress.set(version, self.tier, TierState::Writing);
             let outcome = self.flush(&job);
@@ -177,6 +209,7 @@ impl Worker {
                 Ok(_) => {
                     crate::failpoint::hit("flush.durable");
                     self.last = Some(version);
+                    self.retire_marking();
                     TierState::Durable
                 }
                 Err(e) => {
@@ -205,7 +238,7 @@ impl Worker {
                 let job = Job { version, baseline: job.baseline, prev: job.prev, sealed, rewrite, source: forward };
                 // A stopped successor drops the job (and any cache segments
                 // with it); the version is then not durable there.
-                if next.send(job).is_err() {
+                if next.send(Msg::Flush(Box::new(job))).is_err() {
                     self.shared.needs_baseline.store(true, Ordering::SeqCst);
                     let why = "the flush thread of the next tier has stopped".to_string();
                     self.shared.progress.set(version, self.tier + 1, TierState::Failed(why));
@@ -292,6 +325,72 @@ impl Worker {
             }
         }
         Ok(len)
+    }
+}
+
+impl Worker {
+    /// A retention pass; the versions it deleted are `Retired` on this tier.
+    /// Retention never fails a version: what it could not delete stays for
+    /// the next pass (or `dckpt prune`).
+    fn retire_marking(&mut self) {
+        for old in self.retire().unwrap_or_default() {
+            self.shared.progress.set(old, self.tier, TierState::Retired);
+        }
+    }
+
+    /// Retention: deletes this rank's versions older than the chain start
+    /// of the oldest of the newest `keep` versions committed on this tier;
+    /// the versions deleted. With collective parts, the chain start is the
+    /// earliest over every rank (a version dense on one rank is a baseline
+    /// there only), so no kept version of any rank references a deleted
+    /// file; versions committed by a full record are left to `dckpt prune`.
+    fn retire(&mut self) -> Result<Vec<u64>> {
+        let Some(keep) = self.keep.and_then(|k| usize::try_from(k).ok()) else { return Ok(Vec::new()) };
+        let (doomed, part_of) = match self.listing {
+            Listing::Manifest => {
+                let m = self.store.manifest();
+                let Some(oldest) = m.versions.len().checked_sub(keep).map(|i| m.versions[i].version) else {
+                    return Ok(Vec::new());
+                };
+                let start = m.chain(oldest).and_then(|c| c.first()).map_or(0, |e| e.version);
+                (m.versions.iter().map(|e| e.version).filter(|&v| v < start).collect::<Vec<_>>(), None)
+            }
+            Listing::Part { rank, ranks } => {
+                let log = CommitLog::load_from(self.store.storage().as_ref())?;
+                let committed: Vec<_> = log.records().collect();
+                let Some(oldest) = committed.len().checked_sub(keep).map(|i| committed[i].version) else {
+                    return Ok(Vec::new());
+                };
+                let chain_start = |r: u32| {
+                    committed
+                        .iter()
+                        .rev()
+                        .filter(|c| c.version <= oldest)
+                        .find(|c| c.entry(r).is_some_and(|e| e.baseline))
+                        .map_or(0, |c| c.version)
+                };
+                let start = (0..ranks).map(chain_start).min().unwrap_or(0);
+                let only_parts = |v: u64| {
+                    let files = log.files_of(v);
+                    !files.is_empty()
+                        && files
+                            .iter()
+                            .all(|f| f.file_name().and_then(|n| n.to_str()).and_then(parse_part_name).is_some())
+                };
+                // This rank's files below the start, committed or not (other
+                // ranks may have retired their parts of them already).
+                let mut doomed: Vec<u64> = versions_present(self.store.storage().as_ref(), &rank_rel(rank))?
+                    .into_iter()
+                    .chain(log.stray_parts(rank).map(|(v, _)| v))
+                    .filter(|&v| v < start && (!log.is_committed(v) || only_parts(v)))
+                    .collect();
+                doomed.sort_unstable();
+                doomed.dedup();
+                (doomed, Some(rank))
+            }
+        };
+        self.store.retire(&doomed, part_of)?;
+        Ok(doomed)
     }
 }
 

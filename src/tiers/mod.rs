@@ -60,11 +60,24 @@ pub struct TierOptions {
     /// first disk tier (in that tier's flush worker, off the application's
     /// path); later tiers copy the compressed file. `None`: plain files.
     pub compression: Option<Compression>,
+    /// Retention on the local tier: keep the newest N versions there (and
+    /// what their chains need), delete older ones as new versions become
+    /// durable. `None`: keep every version.
+    pub keep_local: Option<u64>,
+    /// Retention on the shared tier, as `keep_local`.
+    pub keep_shared: Option<u64>,
 }
 
 impl Default for TierOptions {
     fn default() -> Self {
-        TierOptions { local: None, shared: None, host_cache_bytes: 1 << 30, compression: None }
+        TierOptions {
+            local: None,
+            shared: None,
+            host_cache_bytes: 1 << 30,
+            compression: None,
+            keep_local: None,
+            keep_shared: None,
+        }
     }
 }
 
@@ -72,6 +85,11 @@ impl TierOptions {
     /// The names of the disk tiers configured, fastest first.
     pub fn disks_named(&self) -> Vec<String> {
         self.disks().into_iter().map(|(name, _)| name).collect()
+    }
+
+    /// The retention of the disk tier named `name` (`local` or `shared`).
+    fn keep_of(&self, name: &str) -> Option<u64> {
+        if name == "local" { self.keep_local } else { self.keep_shared }
     }
 
     /// The disk tiers, fastest first, with their names.
@@ -184,6 +202,9 @@ impl TieredEngine {
         if disks.is_empty() {
             return Err(Error::InvalidOption("the tiers need a local or a shared directory (or both)".into()));
         }
+        if let Some((name, _)) = disks.iter().find(|(name, _)| tiers.keep_of(name) == Some(0)) {
+            return Err(Error::InvalidOption(format!("the {name} tier must keep at least one version")));
+        }
         // Which tier is newest: read-only views first (no lock taken twice).
         let latest_of =
             |root: &PathBuf| Store::open(root, rank).ok().and_then(|s| s.manifest().latest().map(|v| v.version));
@@ -210,6 +231,7 @@ impl TieredEngine {
         let cache = Arc::new(HostCache::new(tiers.host_cache_bytes)?);
         let progress = Progress::new(stores.iter().map(|(n, _)| n.clone()).collect());
         let shared = Arc::new(Shared { progress, needs_baseline: Default::default(), cache });
+        let stores = stores.into_iter().map(|(name, store)| (tiers.keep_of(&name), name, store)).collect();
         let flusher = Flusher::start(stores, Arc::clone(&shared), listing, tiers.compression)?;
         Ok(TieredEngine {
             backend: parts.backend,
@@ -513,6 +535,12 @@ impl TieredEngine {
         }
         // Nothing restores: the newest version's error, or no version at all.
         Err(first_error.unwrap_or_else(|| Error::NoStore { dir: self.roots[0].clone(), rank: self.rank }))
+    }
+
+    /// A retention pass on every tier, after what is queued (collective:
+    /// once every rank's parts are written).
+    pub(crate) fn retire_now(&self) {
+        self.flusher.retire();
     }
 
     /// Waits for every queued version and stops the flush workers; the

@@ -19,12 +19,15 @@ pub enum TierState {
     Durable,
     /// Not written here, with the reason (older versions are intact).
     Failed(String),
+    /// Was durable here; deleted by the tier's retention (newer versions
+    /// no longer need it).
+    Retired,
 }
 
 impl TierState {
-    /// Whether the tier is done with the version (durable or failed).
+    /// Whether the tier is done with the version (durable, failed or retired).
     pub fn settled(&self) -> bool {
-        matches!(self, TierState::Durable | TierState::Failed(_))
+        matches!(self, TierState::Durable | TierState::Failed(_) | TierState::Retired)
     }
 }
 
@@ -60,7 +63,7 @@ impl Progress {
         if s.len() > REMEMBERED {
             let done: Vec<u64> = s
                 .iter()
-                .filter(|(_, st)| st.iter().all(|t| *t == TierState::Durable))
+                .filter(|(_, st)| st.iter().all(|t| matches!(t, TierState::Durable | TierState::Retired)))
                 .map(|(v, _)| *v)
                 .take(s.len() - REMEMBERED)
                 .collect();

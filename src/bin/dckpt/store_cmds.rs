@@ -53,6 +53,13 @@ pub struct CheckpointArgs {
     /// (lz4, zstd or zstd:LEVEL); restores decompress.
     #[arg(long, requires = "local")]
     pub compress: Option<dckpt::format::Compression>,
+    /// With --local: keep the newest N versions on the local tier (and what
+    /// their chains need); older ones are deleted as new ones become durable.
+    #[arg(long, requires = "local")]
+    pub keep_local: Option<u64>,
+    /// With --local: the same retention on the shared tier (--dir).
+    #[arg(long, requires = "local")]
+    pub keep_shared: Option<u64>,
     /// The buffer to checkpoint.
     pub file: PathBuf,
 }
@@ -66,6 +73,8 @@ impl CheckpointArgs {
             shared: Some(self.dir.clone()),
             host_cache_bytes: len + len / 4 + (8 << 20),
             compression: self.compress,
+            keep_local: self.keep_local,
+            keep_shared: self.keep_shared,
         })
     }
 
