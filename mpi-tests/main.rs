@@ -427,6 +427,55 @@ fn retention(w: &World, root: &Path) {
         }
     }
     w.comm.barrier();
+    retention_with_dense_versions(w, &root.join("dense"), &opts);
+}
+
+/// Retention when each rank's chain restarts at its own version: rank r's
+/// buffer changes entirely at version 2 + r (stored dense: a baseline on
+/// that rank only), so other ranks' parts of that version still need their
+/// predecessors. Keeping one version must keep every chain the newest
+/// version's parts need, on every rank.
+fn retention_with_dense_versions(w: &World, root: &Path, opts: &CollectiveOptions) {
+    use dckpt::collective::TieredCollective;
+    use dckpt::store::commits::CommitLog;
+    use dckpt::tiers::TierOptions;
+    let tiers = TierOptions {
+        local: Some(root.join("local")),
+        shared: Some(root.join("shared")),
+        host_cache_bytes: 64 << 20,
+        keep_local: Some(1),
+        keep_shared: Some(1),
+        ..TierOptions::default()
+    };
+    let buf = |r: i32, v: u64| if v >= 2 + r as u64 { evolve(1000 + r as u64, v) } else { evolve(r as u64, v) };
+    let versions = 6;
+    let mut c = TieredCollective::open(w.comm, &tiers, len() as u64, &store_opts(), opts).expect("open");
+    for v in 1..=versions {
+        let r = c.checkpoint(v, &buf(w.rank, v)).expect("checkpoint");
+        let dense = v == 2 + w.rank as u64;
+        w.check(r.checkpoint.baseline == (v == 1 || dense), &format!("dense retention: version {v} baseline"));
+    }
+    c.finalize().expect("finalize");
+    w.comm.barrier();
+    for tier in ["local", "shared"] {
+        let at = root.join(tier);
+        let committed: Vec<u64> = CommitLog::load(&at).unwrap().records().map(|r| r.version).collect();
+        w.check(committed.last() == Some(&versions), &format!("dense retention on {tier}: committed {committed:?}"));
+        // One rank: its chain restarts at 2, so version 1 goes; more ranks:
+        // some rank's chain still starts at 1, so every version stays.
+        let want: Vec<u64> = if w.size == 1 { (2..=versions).collect() } else { (1..=versions).collect() };
+        w.check(committed == want, &format!("dense retention on {tier}: committed {committed:?}, want {want:?}"));
+        for &v in &committed {
+            for r in 0..w.size {
+                let got = dckpt::restore::restore_version(&at, r as u32, v);
+                w.check(
+                    got.as_ref().is_ok_and(|g| *g == buf(r, v)),
+                    &format!("dense retention: rank {r} version {v} from {tier}: {:?}", got.err()),
+                );
+            }
+        }
+    }
+    w.comm.barrier();
 }
 
 fn copy_dir(from: &Path, to: &Path) {

@@ -491,6 +491,13 @@ impl DiffReader {
         // bound (far above any codec's ratio on tables) only stops a
         // damaged header from asking for an absurd buffer.
         let limit = if header.compressed.is_some() { file_len.saturating_mul(MAX_TABLE_RATIO) } else { file_len };
+        let chunks = header.layout().map_err(corrupt)?.chunks();
+        if header.first_count > chunks || header.shift_count > chunks {
+            return Err(corrupt(format!(
+                "{} FIRST and {} SHIFT runs for {chunks} chunks",
+                header.first_count, header.shift_count
+            )));
+        }
         let meta_len = header.meta_len(limit).map_err(corrupt)?;
         // A compressed file's tables may be stored compressed: their stored
         // length follows the header.

@@ -361,15 +361,28 @@ impl Worker {
                 let Some(oldest) = committed.len().checked_sub(keep).map(|i| committed[i].version) else {
                     return Ok(Vec::new());
                 };
-                let chain_start = |r: u32| {
+                // Rank r's chain holding version `at` starts at its newest
+                // baseline at or before it.
+                let chain_start = |r: u32, at: u64| {
                     committed
                         .iter()
                         .rev()
-                        .filter(|c| c.version <= oldest)
+                        .filter(|c| c.version <= at)
                         .find(|c| c.entry(r).is_some_and(|e| e.baseline))
                         .map_or(0, |c| c.version)
                 };
-                let start = (0..ranks).map(chain_start).min().unwrap_or(0);
+                // To a fixpoint: a version where every rank's chain starts.
+                // (A version dense on one rank is a baseline there only;
+                // another rank's part of it still needs its predecessors,
+                // and a part whose predecessor is gone commits nothing.)
+                let mut start = oldest;
+                loop {
+                    let s = (0..ranks).map(|r| chain_start(r, start)).min().unwrap_or(0);
+                    if s == start {
+                        break;
+                    }
+                    start = s;
+                }
                 let only_parts = |v: u64| {
                     let files = log.files_of(v);
                     !files.is_empty()
@@ -389,6 +402,12 @@ impl Worker {
                 (doomed, Some(rank))
             }
         };
+        // A version a later tier has not settled yet is still copied from
+        // this tier's file: it stays until the next pass.
+        let copied = |v: &u64| {
+            self.shared.progress.states(*v).is_none_or(|st| st.iter().skip(self.tier + 1).all(TierState::settled))
+        };
+        let doomed: Vec<u64> = doomed.into_iter().filter(copied).collect();
         self.store.retire(&doomed, part_of)?;
         Ok(doomed)
     }

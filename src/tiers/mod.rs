@@ -457,7 +457,8 @@ impl TieredEngine {
     pub(crate) fn own_durable(&self, version: u64) -> Vec<bool> {
         let _ = self.shared.progress.wait(version);
         match self.shared.progress.states(version) {
-            Some(states) => states.iter().map(|s| *s == TierState::Durable).collect(),
+            // Retired: it was durable there (retention deleted it since).
+            Some(states) => states.iter().map(|s| matches!(s, TierState::Durable | TierState::Retired)).collect(),
             None => (0..self.roots.len()).map(|i| self.listed(version, i)).collect(),
         }
     }
@@ -543,10 +544,13 @@ impl TieredEngine {
         self.flusher.retire();
     }
 
-    /// Waits for every queued version and stops the flush workers; the
-    /// first flush failure, if any.
+    /// Waits for every queued version, runs a last retention pass and stops
+    /// the flush workers; the first flush failure, if any.
     pub fn finalize(mut self) -> Result<()> {
         let result = self.shared.progress.wait_all();
+        // Every version settled everywhere: retention may now delete what a
+        // slower tier was still copying.
+        self.flusher.retire();
         self.flusher.stop();
         result
     }
