@@ -478,6 +478,80 @@ fn retention_with_dense_versions(w: &World, root: &Path, opts: &CollectiveOption
     w.comm.barrier();
 }
 
+/// Faults on collective tiers: a second writer on the same tiers is refused
+/// on every rank while the first goes on; a shared tier too small for any
+/// version (a tmpfs, where mounting is allowed) fails every version there,
+/// `wait` names the tier, yet every checkpoint call returns, every version
+/// is committed and restores from the local tier, and the next
+/// checkpoint always proceeds.
+fn tier_faults(w: &World, root: &Path) {
+    use dckpt::collective::TieredCollective;
+    use dckpt::tiers::TierOptions;
+    let opts = CollectiveOptions::default();
+    let tiers = TierOptions {
+        local: Some(root.join("local")),
+        shared: Some(root.join("shared")),
+        host_cache_bytes: 64 << 20,
+        ..TierOptions::default()
+    };
+    let s = Scenario::Partial;
+    let mut c = TieredCollective::open(w.comm, &tiers, len() as u64, &store_opts(), &opts).expect("open");
+    c.checkpoint(1, &buffer(s, w.rank, 1)).expect("checkpoint");
+    let second = TieredCollective::open(w.comm, &tiers, len() as u64, &store_opts(), &opts);
+    w.check(
+        second.as_ref().err().is_some_and(|e| e.kind() == dckpt::ErrorKind::Locked || e.to_string().contains("in use")),
+        &format!("a second writer on the same tiers: {:?}", second.as_ref().err().map(ToString::to_string)),
+    );
+    drop(second);
+    c.checkpoint(2, &buffer(s, w.rank, 2)).expect("the first writer goes on");
+    c.wait(2).expect("wait");
+    c.finalize().expect("finalize");
+
+    // A full shared tier: rank 0 mounts a tmpfs smaller than one baseline.
+    let small = root.join("small");
+    let mut mounted = [0u8];
+    let fs = if w.rank == 0 { common::SmallFs::mount(&small, "256k") } else { None };
+    if w.rank == 0 {
+        mounted[0] = u8::from(fs.is_some());
+    }
+    w.comm.process_at_rank(0).broadcast_into(&mut mounted[..]);
+    if mounted[0] == 0 {
+        if w.rank == 0 {
+            println!("mpi-tests: tier-faults: full disk skipped (cannot mount a tmpfs here; needs root)");
+        }
+        return;
+    }
+    let tiers = TierOptions { local: Some(root.join("local2")), shared: Some(small.clone()), ..tiers };
+    let mut c =
+        TieredCollective::open(w.comm, &tiers, len() as u64, &store_opts(), &opts).expect("open on a full disk");
+    for v in 1..=3 {
+        c.checkpoint(v, &buffer(s, w.rank, v)).expect("a checkpoint returns although the shared tier is full");
+        let waited = c.wait(v);
+        w.check(
+            waited.as_ref().err().is_some_and(|e| e.to_string().contains("shared")),
+            &format!("full shared tier: wait({v}) = {:?}", waited.as_ref().err().map(ToString::to_string)),
+        );
+        w.check(
+            c.is_durable(v, "local") && !c.is_durable(v, "shared"),
+            &format!("full disk: version {v} on local only"),
+        );
+        let mut back = vec![0u8; len()];
+        c.restore_into(v, dckpt::memory::ProtectedMut::Host(&mut back)).expect("restore from local");
+        w.check(back == buffer(s, w.rank, v), &format!("full disk: restore of version {v}"));
+    }
+    let end = c.finalize();
+    w.check(end.is_err(), "finalize reports the shared tier's failures");
+    w.comm.barrier();
+    for v in 1..=3 {
+        for r in 0..w.size {
+            let got = dckpt::restore::restore_version(&root.join("local2"), r as u32, v);
+            w.check(got.is_ok_and(|g| g == buffer(s, r, v)), &format!("full disk: rank {r} version {v} from local"));
+        }
+    }
+    w.comm.barrier();
+    drop(fs);
+}
+
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {
@@ -522,7 +596,7 @@ fn main() {
     if w.rank == 0 {
         println!("mpi-tests: backend auto (set DCKPT_MPI_TEST_BACKEND=cpu|cuda to choose)");
     }
-    let tests: [(&str, Test); 7] = [
+    let tests: [(&str, Test); 8] = [
         ("identical", |w, r| {
             identical(w, r);
             temporal(w, r);
@@ -534,6 +608,7 @@ fn main() {
         ("disagreement", disagreement),
         ("tiered", tiered),
         ("retention", retention),
+        ("tier-faults", tier_faults),
     ];
     for (name, test) in tests {
         test(&w, &root.join(name));
