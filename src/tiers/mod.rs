@@ -21,6 +21,7 @@
 //! Dropping the engine (or [`TieredEngine::finalize`]) waits for every
 //! queued version: data is never dropped.
 
+pub mod arena;
 pub mod cache;
 mod flusher;
 pub mod state;
