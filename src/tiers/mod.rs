@@ -24,6 +24,7 @@
 pub mod arena;
 pub mod cache;
 mod flusher;
+pub mod prefetch;
 pub mod state;
 
 use crate::backend::Deduplicated;
@@ -67,6 +68,11 @@ pub struct TierOptions {
     pub keep_local: Option<u64>,
     /// Retention on the shared tier, as `keep_local`.
     pub keep_shared: Option<u64>,
+    /// Bytes of host memory for prefetched diff files
+    /// ([`TieredEngine::prefetch_enqueue`]); 0: restores read the disk tiers.
+    pub prefetch_cache_bytes: u64,
+    /// What the prefetch cache evicts first.
+    pub eviction: arena::Policy,
 }
 
 impl Default for TierOptions {
@@ -78,6 +84,8 @@ impl Default for TierOptions {
             compression: None,
             keep_local: None,
             keep_shared: None,
+            prefetch_cache_bytes: 0,
+            eviction: arena::Policy::GapAware,
         }
     }
 }
@@ -156,6 +164,8 @@ pub struct TieredEngine {
     opened: OpenReport,
     /// Versions are collective: durable on a tier once every rank's part is there.
     collective: bool,
+    /// The restore cache and its prefetch thread, if configured.
+    prefetch: Option<prefetch::Prefetcher>,
 }
 
 /// A version de-duplicated and copied into the host cache, not yet queued
@@ -228,7 +238,11 @@ impl TieredEngine {
             let m = stores[newest].1.manifest();
             latest.and_then(|v| m.chain(v)).map_or(0, |c| c.len() as u64)
         };
-        let roots = stores.iter().map(|(_, s)| s.root().to_path_buf()).collect();
+        let roots: Vec<PathBuf> = stores.iter().map(|(_, s)| s.root().to_path_buf()).collect();
+        let prefetch = match tiers.prefetch_cache_bytes {
+            0 => None,
+            bytes => Some(prefetch::Prefetcher::new(rank, roots.clone(), bytes, tiers.eviction)?),
+        };
         let cache = Arc::new(HostCache::new(tiers.host_cache_bytes)?);
         let progress = Progress::new(stores.iter().map(|(n, _)| n.clone()).collect());
         let shared = Arc::new(Shared { progress, needs_baseline: Default::default(), cache });
@@ -246,6 +260,7 @@ impl TieredEngine {
             roots,
             opened: parts.opened,
             collective: matches!(listing, Listing::Part { .. }),
+            prefetch,
         })
     }
 
@@ -485,7 +500,11 @@ impl TieredEngine {
             if !self.is_durable(version, tier) {
                 continue;
             }
-            match crate::restore::restore_version(&self.roots[i], self.rank, version) {
+            let restored = match &self.prefetch {
+                Some(p) => p.restore(version, &self.roots[i]),
+                None => crate::restore::restore_version(&self.roots[i], self.rank, version),
+            };
+            match restored {
                 Ok(bytes) => return self.backend.place(&bytes, dst),
                 Err(e) => {
                     first_error.get_or_insert(e);
@@ -537,6 +556,28 @@ impl TieredEngine {
         }
         // Nothing restores: the newest version's error, or no version at all.
         Err(first_error.unwrap_or_else(|| Error::NoStore { dir: self.roots[0].clone(), rank: self.rank }))
+    }
+
+    /// Hints that `version` will be restored after the versions hinted
+    /// before it (a no-op without a prefetch cache). Once started, a
+    /// background thread loads the hinted versions' files from the fastest
+    /// tier holding them into the prefetch cache, in hint order.
+    pub fn prefetch_enqueue(&self, version: u64) {
+        if let Some(p) = &self.prefetch {
+            p.enqueue(version);
+        }
+    }
+
+    /// Starts prefetching the hinted versions (a no-op without a cache).
+    pub fn prefetch_start(&self) {
+        if let Some(p) = &self.prefetch {
+            p.start();
+        }
+    }
+
+    /// What the prefetch cache did so far (`None` without one).
+    pub fn prefetch_stats(&self) -> Option<prefetch::PrefetchStats> {
+        self.prefetch.as_ref().map(prefetch::Prefetcher::stats)
     }
 
     /// A retention pass on every tier, after what is queued (collective:

@@ -75,6 +75,7 @@ impl CheckpointArgs {
             compression: self.compress,
             keep_local: self.keep_local,
             keep_shared: self.keep_shared,
+            ..Default::default()
         })
     }
 

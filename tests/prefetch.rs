@@ -1,0 +1,151 @@
+//! Prefetching restores: with hints, a background thread loads the hinted
+//! versions' files into the prefetch cache and restores read them from
+//! memory; a cache smaller than the versions evicts (every policy) without
+//! wrong bytes or a stuck thread; without hints, versions of one chain share
+//! the files the first restore read; a damaged cached copy is never served
+//! twice.
+#![allow(clippy::unwrap_used)] // tests may panic on setup failures
+
+mod common;
+
+use common::noise;
+use dckpt::backend::BackendKind;
+use dckpt::memory::ProtectedMut;
+use dckpt::tiers::arena::Policy;
+use dckpt::tiers::{TierOptions, TieredEngine};
+use dckpt::{Method, StoreOptions};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const LEN: usize = 1 << 18;
+
+fn versions(n: usize) -> Vec<Vec<u8>> {
+    let mut v = noise(LEN, 3);
+    (0..n)
+        .map(|i| {
+            for k in 0..6 {
+                let at = (i * 7919 + k * 104_729) % (LEN - 4096);
+                v[at..at + 4096].copy_from_slice(&noise(4096, 100 + i as u64 * 10 + k as u64));
+            }
+            v.clone()
+        })
+        .collect()
+}
+
+fn opts() -> StoreOptions {
+    StoreOptions { chunk_size: 128, method: Method::Tree, max_chain: Some(4), ..StoreOptions::default() }
+}
+
+/// Writes `vs` through the tiers under `root` (forward pass).
+fn forward(root: &Path, vs: &[Vec<u8>]) {
+    let t =
+        TierOptions { local: Some(root.join("local")), shared: Some(root.join("shared")), ..TierOptions::default() };
+    let mut e = TieredEngine::open(0, LEN as u64, &opts(), &t, BackendKind::Cpu).unwrap();
+    for (i, v) in vs.iter().enumerate() {
+        e.checkpoint(i as u64 + 1, v).unwrap();
+    }
+    e.finalize().unwrap();
+}
+
+fn reader(root: &Path, cache: u64, policy: Policy) -> TieredEngine {
+    let t = TierOptions {
+        local: Some(root.join("local")),
+        shared: Some(root.join("shared")),
+        prefetch_cache_bytes: cache,
+        eviction: policy,
+        ..TierOptions::default()
+    };
+    TieredEngine::open(0, LEN as u64, &opts(), &t, BackendKind::Cpu).unwrap()
+}
+
+fn restore(e: &TieredEngine, v: u64) -> Vec<u8> {
+    let mut back = vec![0u8; LEN];
+    e.restore_into(v, ProtectedMut::Host(&mut back)).unwrap();
+    back
+}
+
+#[test]
+fn hinted_versions_are_restored_from_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let vs = versions(12);
+    forward(dir.path(), &vs);
+    let e = reader(dir.path(), 64 << 20, Policy::GapAware);
+    for v in (1..=12).rev() {
+        e.prefetch_enqueue(v);
+    }
+    e.prefetch_start();
+    // Every file of every version fits: wait until the thread has them all.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while e.prefetch_stats().unwrap().prefetched_files < 12 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for v in (1..=12).rev() {
+        assert!(restore(&e, v) == vs[v as usize - 1], "version {v}");
+    }
+    let s = e.prefetch_stats().unwrap();
+    assert_eq!((s.prefetched_files, s.miss_bytes), (12, 0), "{s:?}");
+    assert!(s.hit_bytes > 0);
+}
+
+#[test]
+fn a_small_cache_evicts_without_wrong_bytes_under_every_policy_and_hint_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let vs = versions(12);
+    forward(dir.path(), &vs);
+    // Irregular order, as an adjoint run with checkpoint recomputation reads.
+    let order = [12u64, 8, 11, 4, 10, 3, 9, 7, 2, 6, 1, 5];
+    for policy in [Policy::Fifo, Policy::Lru, Policy::GapAware] {
+        for hints in ["none", "one", "all"] {
+            // Room for about two baselines and some increments.
+            let e = reader(dir.path(), 3 * LEN as u64, policy);
+            if hints == "all" {
+                order.iter().for_each(|v| e.prefetch_enqueue(*v));
+            }
+            e.prefetch_start();
+            for (k, &v) in order.iter().enumerate() {
+                if hints == "one" {
+                    e.prefetch_enqueue(v);
+                    if let Some(next) = order.get(k + 1) {
+                        e.prefetch_enqueue(*next);
+                    }
+                }
+                assert!(restore(&e, v) == vs[v as usize - 1], "{policy:?} {hints}: version {v}");
+            }
+            let s = e.prefetch_stats().unwrap();
+            assert!(s.hit_bytes > 0 && s.evicted_files > 0, "{policy:?} {hints}: {s:?}");
+        }
+    }
+}
+
+#[test]
+fn without_hints_a_chain_shares_the_files_its_first_restore_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let vs = versions(4);
+    forward(dir.path(), &vs);
+    let e = reader(dir.path(), 64 << 20, Policy::Lru);
+    assert!(restore(&e, 4) == vs[3]);
+    let first = e.prefetch_stats().unwrap();
+    assert!(first.hit_bytes == 0 && first.miss_bytes > 0, "{first:?}");
+    for v in (1..=3).rev() {
+        assert!(restore(&e, v) == vs[v as usize - 1]);
+    }
+    let s = e.prefetch_stats().unwrap();
+    assert_eq!(s.miss_bytes, first.miss_bytes, "versions 1-3 read only files version 4 read: {s:?}");
+}
+
+#[test]
+fn a_damaged_cached_copy_is_not_served_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let vs = versions(3);
+    forward(dir.path(), &vs);
+    // Damage version 1 on the local tier (the fastest): restores fall back to shared.
+    let f = dir.path().join("local/rank-00000/v000000000001.dckpt");
+    let mut bytes = std::fs::read(&f).unwrap();
+    let n = bytes.len();
+    bytes[n / 2] ^= 0x40;
+    std::fs::write(&f, &bytes).unwrap();
+    let e = reader(dir.path(), 64 << 20, Policy::GapAware);
+    for v in [3u64, 2, 1, 3] {
+        assert!(restore(&e, v) == vs[v as usize - 1], "version {v}");
+    }
+}
