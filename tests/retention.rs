@@ -6,7 +6,6 @@
 
 mod common;
 
-use common::noise;
 use dckpt::backend::BackendKind;
 use dckpt::memory::ProtectedMut;
 use dckpt::restore::restore_version;
@@ -17,16 +16,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 fn versions(n: usize, len: usize, seed: u64) -> Vec<Vec<u8>> {
-    let mut v = noise(len, seed);
-    (0..n)
-        .map(|i| {
-            for k in 0..8 {
-                let at = (i * 7919 + k * 104_729) % (len - 200);
-                v[at..at + 200].copy_from_slice(&noise(200, seed * 100 + i as u64 * 10 + k as u64));
-            }
-            v.clone()
-        })
-        .collect()
+    common::edited_versions(n, len, seed)
 }
 
 fn opts() -> StoreOptions {
@@ -34,7 +24,7 @@ fn opts() -> StoreOptions {
 }
 
 fn tiers(local: Option<PathBuf>, shared: Option<PathBuf>, cache: u64) -> TierOptions {
-    TierOptions { local, shared, host_cache_bytes: cache, ..TierOptions::default() }
+    common::tier_options(local, shared, cache)
 }
 
 #[test]

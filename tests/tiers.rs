@@ -19,16 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn versions(n: usize, len: usize, seed: u64) -> Vec<Vec<u8>> {
-    let mut v = noise(len, seed);
-    (0..n)
-        .map(|i| {
-            for k in 0..8 {
-                let at = (i * 7919 + k * 104_729) % (len - 200);
-                v[at..at + 200].copy_from_slice(&noise(200, seed * 100 + i as u64 * 10 + k as u64));
-            }
-            v.clone()
-        })
-        .collect()
+    common::edited_versions(n, len, seed)
 }
 
 fn opts() -> StoreOptions {
@@ -36,7 +27,7 @@ fn opts() -> StoreOptions {
 }
 
 fn tiers(local: Option<PathBuf>, shared: Option<PathBuf>, cache: u64) -> TierOptions {
-    TierOptions { local, shared, host_cache_bytes: cache, ..TierOptions::default() }
+    common::tier_options(local, shared, cache)
 }
 
 /// Opens CPU tiers for the rank-0 buffer of `len` bytes.

@@ -57,3 +57,27 @@ impl Drop for SmallFs {
         let _ = std::process::Command::new("umount").arg(&self.0).status();
     }
 }
+
+/// `n` versions of a `len`-byte buffer: each rewrites eight 200-byte pieces
+/// of the previous one (the asynchronous tiers' tests).
+pub fn edited_versions(n: usize, len: usize, seed: u64) -> Vec<Vec<u8>> {
+    let mut v = noise(len, seed);
+    (0..n)
+        .map(|i| {
+            for k in 0..8 {
+                let at = (i * 7919 + k * 104_729) % (len - 200);
+                v[at..at + 200].copy_from_slice(&noise(200, seed * 100 + i as u64 * 10 + k as u64));
+            }
+            v.clone()
+        })
+        .collect()
+}
+
+/// Tier options with these directories and host cache, the rest default.
+pub fn tier_options(
+    local: Option<std::path::PathBuf>,
+    shared: Option<std::path::PathBuf>,
+    cache: u64,
+) -> dckpt::tiers::TierOptions {
+    dckpt::tiers::TierOptions { local, shared, host_cache_bytes: cache, ..dckpt::tiers::TierOptions::default() }
+}
