@@ -10,7 +10,7 @@ use crate::diff::Diff;
 use crate::format::manifest::VersionEntry;
 use crate::layout::Layout;
 use crate::memory::Protected;
-use crate::regions::{Conversion, FirstBytes, Region};
+use crate::regions::{Conversion, Region};
 use crate::{Error, Result};
 use std::time::Instant;
 
@@ -40,12 +40,6 @@ impl LocalCheckpoint {
     /// The diff as it stands.
     pub fn diff(&self) -> &Diff {
         &self.version.diff
-    }
-
-    /// Where this diff's FIRST bytes are: `data` (the protected buffer, CPU)
-    /// or the backend's copy (GPU; `data` is not used).
-    pub fn first_bytes<'a>(&'a self, data: &'a [u8]) -> Result<FirstBytes<'a>> {
-        self.version.pending.first_bytes(&self.version.diff, data)
     }
 
     /// Turns the converted regions into references to their owners
