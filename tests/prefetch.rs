@@ -149,3 +149,47 @@ fn a_damaged_cached_copy_is_not_served_twice() {
         assert!(restore(&e, v) == vs[v as usize - 1], "version {v}");
     }
 }
+
+#[test]
+fn files_written_last_restore_from_memory_without_hints() {
+    let dir = tempfile::tempdir().unwrap();
+    let vs = versions(6);
+    // One engine writes and restores (an adjoint run): the first tier's
+    // flush worker leaves each file it made durable in the restore cache.
+    let mut e = reader(dir.path(), 64 << 20, Policy::Fifo);
+    for (i, v) in vs.iter().enumerate() {
+        e.checkpoint(i as u64 + 1, v).unwrap();
+    }
+    for v in (1..=6).rev() {
+        // No wait: a restore waits only until the fastest tier has the version.
+        assert!(restore(&e, v) == vs[v as usize - 1], "version {v}");
+    }
+    let s = e.prefetch_stats().unwrap();
+    assert_eq!((s.retained_files, s.miss_bytes), (6, 0), "{s:?}");
+    assert!(s.hit_bytes > 0);
+    e.finalize().unwrap();
+}
+
+#[test]
+fn each_file_of_a_chain_is_read_from_the_fastest_tier_holding_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let vs = versions(4);
+    forward(dir.path(), &vs[..3]);
+    // Version 4 goes to the shared tier only: listed there alone, its chain
+    // (versions 1-3) on both tiers.
+    let t = TierOptions { shared: Some(dir.path().join("shared")), ..TierOptions::default() };
+    let mut e = TieredEngine::open(0, LEN as u64, &opts(), &t, BackendKind::Cpu).unwrap();
+    let report = e.checkpoint(4, &vs[3]).unwrap();
+    assert!(!report.baseline, "version 4 continues the chain");
+    e.finalize().unwrap();
+    // The shared copy of version 1 is damaged; the local one is intact.
+    let f = dir.path().join("shared/rank-00000/v000000000001.dckpt");
+    let mut bytes = std::fs::read(&f).unwrap();
+    let n = bytes.len();
+    bytes[n / 2] ^= 0x40;
+    std::fs::write(&f, &bytes).unwrap();
+    for cache in [0, 64 << 20] {
+        let e = reader(dir.path(), cache, Policy::GapAware);
+        assert!(restore(&e, 4) == vs[3], "cache {cache}: version 4 from shared, version 1 from local");
+    }
+}

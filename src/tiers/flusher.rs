@@ -18,6 +18,7 @@
 //! chain on every tier.
 
 use super::cache::{Cached, HostCache};
+use super::prefetch::RestoreCache;
 use super::state::{Progress, TierState};
 use crate::format::Compression;
 use crate::format::manifest::VersionEntry;
@@ -77,6 +78,9 @@ pub(crate) struct Shared {
     pub needs_baseline: AtomicBool,
     /// The host cache (a cached file's segments go back when it is dropped).
     pub cache: Arc<HostCache>,
+    /// The restore cache, if any: the first tier's worker leaves each file
+    /// it made durable there (the versions written last restore from memory).
+    pub restore_cache: Option<RestoreCache>,
 }
 
 /// How a worker lists a version once its file is durable on its tier.
@@ -100,10 +104,11 @@ pub(crate) struct Flusher {
 }
 
 impl Flusher {
-    /// Starts one worker per store (tier order: fastest first; each with
-    /// its retention, if any); the first compresses each file with
-    /// `compression`, if any.
+    /// Starts one worker per store of `rank` (tier order: fastest first;
+    /// each with its retention, if any); the first compresses each file
+    /// with `compression`, if any.
     pub fn start(
+        rank: u32,
         stores: Vec<(Option<u64>, String, Store)>,
         shared: Arc<Shared>,
         listing: Listing,
@@ -116,6 +121,7 @@ impl Flusher {
         for (i, (keep, name, store)) in stores.into_iter().enumerate().rev() {
             let (tx, rx) = channel::<Msg>();
             let worker = Worker {
+                rank,
                 tier: i,
                 name,
                 store,
@@ -169,6 +175,8 @@ impl Drop for Flusher {
 
 /// One tier's worker.
 struct Worker {
+    /// The rank whose files it writes.
+    rank: u32,
     tier: usize,
     name: String,
     store: Store,
@@ -249,6 +257,22 @@ impl Worker {
 
     /// Writes and lists one version on this tier; the file's length.
     fn flush(&mut self, job: &Job) -> Result<u64> {
+        let (len, retained) = self.write_and_list(job)?;
+        if let (Some(bytes), Some(cache)) = (retained, &self.shared.restore_cache) {
+            cache.offer_written((self.rank, job.version), bytes);
+        }
+        Ok(len)
+    }
+
+    /// Whether this worker keeps a copy of a file of `len` bytes it writes
+    /// from the host cache, for the restore cache.
+    fn retains(&self, len: u64) -> bool {
+        self.tier == 0 && self.shared.restore_cache.as_ref().is_some_and(|c| c.fits(len))
+    }
+
+    /// Writes and lists one version on this tier: the file's length, and
+    /// its bytes if the restore cache may keep them ([`Worker::retains`]).
+    fn write_and_list(&mut self, job: &Job) -> Result<(u64, Option<Vec<u8>>)> {
         if !job.baseline && job.prev != self.last {
             return Err(Error::NotDurable {
                 version: job.version,
@@ -259,6 +283,7 @@ impl Worker {
                 ),
             });
         }
+        let mut retained = None;
         let entry: VersionEntry = match &job.source {
             Source::Cache(c) => {
                 // The file to write: the cached bytes, rewritten where regions
@@ -283,18 +308,33 @@ impl Worker {
                 if let Some(how) = self.compression {
                     let file = crate::format::compress_file(&pieces, len, how).map_err(invalid)?;
                     let trailer = file.len().checked_sub(32).map(|at| &file[at..]);
-                    self.store.write_diff_with(job.version, job.baseline, file.len() as u64, trailer, &mut |w| {
-                        w.write_all(&file)
-                    })?
+                    let entry = self.store.write_diff_with(
+                        job.version,
+                        job.baseline,
+                        file.len() as u64,
+                        trailer,
+                        &mut |w| w.write_all(&file),
+                    )?;
+                    if self.retains(file.len() as u64) {
+                        retained = Some(file);
+                    }
+                    entry
                 } else {
                     let trailer = if sealed {
                         last_32(&pieces).ok_or_else(|| invalid("shorter than a trailer".into()))?
                     } else {
                         crate::format::seal(&pieces, len).map_err(invalid)?
                     };
-                    self.store.write_diff_with(job.version, job.baseline, len, Some(&trailer), &mut |w| {
-                        write_sealed(&pieces, &trailer, w)
-                    })?
+                    let entry =
+                        self.store.write_diff_with(job.version, job.baseline, len, Some(&trailer), &mut |w| {
+                            write_sealed(&pieces, &trailer, w)
+                        })?;
+                    if self.retains(len) {
+                        let mut copy = Vec::with_capacity(len as usize);
+                        write_sealed(&pieces, &trailer, &mut copy).map_err(|e| Error::Internal(e.to_string()))?;
+                        retained = Some(copy);
+                    }
+                    entry
                 }
             }
             Source::File(path, len) => {
@@ -324,7 +364,7 @@ impl Worker {
                 part.write_to(self.store.storage().as_ref())?;
             }
         }
-        Ok(len)
+        Ok((len, retained))
     }
 }
 

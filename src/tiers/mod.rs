@@ -25,6 +25,7 @@ pub mod arena;
 pub mod cache;
 mod flusher;
 pub mod prefetch;
+mod reader;
 pub mod state;
 
 use crate::backend::Deduplicated;
@@ -40,6 +41,7 @@ use cache::Cached;
 use cache::HostCache;
 pub(crate) use flusher::Listing;
 use flusher::{Flusher, Job, Shared, Source};
+use reader::Reach;
 use serde::{Deserialize, Serialize};
 use state::{Progress, TierState};
 use std::path::PathBuf;
@@ -245,9 +247,10 @@ impl TieredEngine {
         };
         let cache = Arc::new(HostCache::new(tiers.host_cache_bytes)?);
         let progress = Progress::new(stores.iter().map(|(n, _)| n.clone()).collect());
-        let shared = Arc::new(Shared { progress, needs_baseline: Default::default(), cache });
+        let restore_cache = prefetch.as_ref().map(|p| p.cache().clone());
+        let shared = Arc::new(Shared { progress, needs_baseline: Default::default(), cache, restore_cache });
         let stores = stores.into_iter().map(|(name, store)| (tiers.keep_of(&name), name, store)).collect();
-        let flusher = Flusher::start(stores, Arc::clone(&shared), listing, tiers.compression)?;
+        let flusher = Flusher::start(rank, stores, Arc::clone(&shared), listing, tiers.compression)?;
         Ok(TieredEngine {
             backend: parts.backend,
             opts: parts.opts,
@@ -489,22 +492,35 @@ impl TieredEngine {
         self.shared.progress.states(version)
     }
 
-    /// Restores `version` into `dst` (waiting until its flush is settled):
-    /// from the fastest tier where it is durable, every byte verified; if
-    /// that copy is damaged, from the next tier. The error, if every tier
-    /// fails, is the fastest tier's.
+    /// Restores `version` into `dst`, every byte verified, as soon as some
+    /// tier has it durable (waiting tier by tier, fastest first): its
+    /// metadata from the fastest tier listing it, each file of its chain
+    /// from the restore cache or the fastest tier holding it. If that fails
+    /// (a damaged copy), from each tier listing it alone. The error, if
+    /// every way fails, is the first one's.
     pub fn restore_into(&self, version: u64, dst: ProtectedMut<'_>) -> Result<()> {
-        let _ = self.shared.progress.wait(version);
+        let cache = self.prefetch.as_ref().map(prefetch::Prefetcher::cache);
+        let restore = |home: usize, reach: Reach| reader::restore(&self.roots, home, self.rank, version, reach, cache);
         let mut first_error = None;
+        let mut tried = Vec::new();
+        if let Some(home) = self.first_durable(version) {
+            for reach in [Reach::Fastest, Reach::HomeOnly] {
+                match restore(home, reach) {
+                    Ok(bytes) => return self.backend.place(&bytes, dst),
+                    Err(e) => {
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+            tried.push(home);
+        }
+        // The slower tiers, once they have settled it.
+        let _ = self.shared.progress.wait(version);
         for (i, tier) in self.tiers().iter().enumerate() {
-            if !self.is_durable(version, tier) {
+            if tried.contains(&i) || !self.is_durable(version, tier) {
                 continue;
             }
-            let restored = match &self.prefetch {
-                Some(p) => p.restore(version, &self.roots[i]),
-                None => crate::restore::restore_version(&self.roots[i], self.rank, version),
-            };
-            match restored {
+            match restore(i, Reach::HomeOnly) {
                 Ok(bytes) => return self.backend.place(&bytes, dst),
                 Err(e) => {
                     first_error.get_or_insert(e);
@@ -516,6 +532,16 @@ impl TieredEngine {
             rank: self.rank,
             version,
         }))
+    }
+
+    /// The fastest tier where `version` is durable, waiting for each tier
+    /// in turn to settle it (a version still in flight restores as soon as
+    /// the first tier has it).
+    fn first_durable(&self, version: u64) -> Option<usize> {
+        (0..self.roots.len()).find(|&i| {
+            self.shared.progress.wait_tier(version, i);
+            self.is_durable(version, &self.tiers()[i])
+        })
     }
 
     /// A restart's restore: the newest version listed on any tier that

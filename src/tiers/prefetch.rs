@@ -13,29 +13,34 @@
 //!                   sooner than the one it loads)
 //! ```
 //!
-//! A restore reads each file through [`CachedStorage`], a storage decorator:
-//! a cached file is served from memory, every other from its tier (and then
-//! admitted to the cache, so versions sharing a chain share its files even
-//! without hints). Every byte is verified as on disk (the catalog checks
-//! each file against its committed entry; each block against its digest).
-//! After a restore, the files no remaining hinted version needs are
+//! A restore reads each file through [`super::reader::TierReader`]: a cached
+//! file is served from memory, every other from the fastest tier holding it
+//! (and then admitted to the cache, so versions sharing a chain share its
+//! files even without hints). Every byte is verified as on disk (the catalog
+//! checks each file against its committed entry; each block against its
+//! digest). After a restore, the files no remaining hinted version needs are
 //! *consumed*: evicted first.
+//!
+//! The cache is also the write side's victim cache (HPDC'23's unified
+//! cache): once the first tier has a version's file durable, its flush
+//! worker offers the bytes it wrote ([`RestoreCache::offer_written`]), so
+//! the versions written last are restored from memory even without hints.
 //!
 //! The arena's offsets model one contiguous buffer (what a device cache
 //! needs); here each file is its own allocation, within the arena's budget.
 
 use super::arena::{Arena, Evictable, Policy};
-use crate::restore::{Catalog, restore_in};
-use crate::storage::{Entry, Fill, LockGuard, Posix, ReadAt, Storage};
-use crate::store::{parse_diff_name, rank_rel};
+use crate::restore::Catalog;
+use crate::storage::{Posix, Storage};
+use crate::store::rank_rel;
 use crate::{Error, Result};
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
 /// A diff file: `(rank, version)`.
-type FileKey = (u32, u64);
+pub(crate) type FileKey = (u32, u64);
 
 /// The arena id of a file (versions below 2^44).
 fn id_of((rank, version): FileKey) -> u64 {
@@ -51,6 +56,8 @@ pub struct PrefetchStats {
     pub miss_bytes: u64,
     /// Files the prefetch thread loaded ahead of their restore.
     pub prefetched_files: u64,
+    /// Files the first tier's flush worker left in the cache after writing.
+    pub retained_files: u64,
     /// Files evicted.
     pub evicted_files: u64,
     /// Times the prefetch thread waited rather than evict a file needed sooner.
@@ -61,15 +68,14 @@ pub struct PrefetchStats {
 struct State {
     arena: Arena,
     policy: Policy,
-    /// Cached files, with the tier root each was read from.
-    files: HashMap<FileKey, (PathBuf, Arc<Vec<u8>>)>,
+    /// Cached files (the same bytes on every tier that holds them).
+    files: HashMap<FileKey, Arc<Vec<u8>>>,
     /// Files being loaded (their arena slot is reserved, not evictable).
     loading: HashSet<FileKey>,
     /// Hinted versions not yet restored, the next first.
     hints: VecDeque<u64>,
-    /// The files each hinted version needs, with their lengths, once known;
-    /// and the tier root it is read from.
-    needs: HashMap<u64, (PathBuf, Vec<(FileKey, u64)>)>,
+    /// The files each hinted version needs, with their lengths, once known.
+    needs: HashMap<u64, Vec<(FileKey, u64)>>,
     /// Versions the prefetch thread could not resolve or cache (skipped).
     skipped: HashSet<u64>,
     started: bool,
@@ -83,7 +89,7 @@ impl State {
         let mut seen = HashSet::new();
         let mut out = Vec::new();
         for v in &self.hints {
-            if let Some((_, files)) = self.needs.get(v) {
+            if let Some(files) = self.needs.get(v) {
                 for (k, _) in files {
                     if seen.insert(*k) {
                         out.push(id_of(*k));
@@ -97,7 +103,7 @@ impl State {
     /// Admits `bytes` as file `key` if the policy finds room without evicting
     /// a file needed before `before` (a position in [`State::order`];
     /// `usize::MAX`: any unneeded file may go). Returns whether it is cached.
-    fn admit(&mut self, key: FileKey, root: &Path, bytes: Arc<Vec<u8>>, before: usize) -> bool {
+    fn admit(&mut self, key: FileKey, bytes: Arc<Vec<u8>>, before: usize) -> bool {
         if self.files.contains_key(&key) {
             return true;
         }
@@ -105,18 +111,13 @@ impl State {
         if !self.arena.insert(id_of(key), offset, bytes.len() as u64, Evictable::Now) {
             return false;
         }
-        self.files.insert(key, (root.to_path_buf(), bytes));
+        self.files.insert(key, bytes);
         true
     }
 
-    /// Forgets every file cached from `root` (a restore from it failed: a
-    /// damaged copy must not be served again).
-    fn forget_root(&mut self, root: &Path) {
-        let gone: Vec<FileKey> = self.files.iter().filter(|(_, (r, _))| r == root).map(|(k, _)| *k).collect();
-        for k in gone {
-            self.files.remove(&k);
-            self.arena.remove(id_of(k));
-        }
+    /// The position of `key` in [`State::order`] (`usize::MAX`: not hinted).
+    fn position(&self, key: FileKey) -> usize {
+        self.order().iter().position(|o| *o == id_of(key)).unwrap_or(usize::MAX)
     }
 
     /// Evicts what the policy names for a file of `len` bytes, unless it
@@ -147,8 +148,7 @@ impl State {
         if self.hints.is_empty() {
             return; // no hints: the policy alone decides
         }
-        let still: HashSet<FileKey> =
-            self.needs.values().flat_map(|(_, files)| files.iter().map(|(k, _)| *k)).collect();
+        let still: HashSet<FileKey> = self.needs.values().flat_map(|files| files.iter().map(|(k, _)| *k)).collect();
         for k in self.files.keys() {
             if !still.contains(k) {
                 self.arena.consume(id_of(*k));
@@ -157,11 +157,82 @@ impl State {
     }
 }
 
+/// The restore cache: shared by the prefetch thread, the restores reading
+/// through it and the first tier's flush worker.
+#[derive(Clone, Debug)]
+pub(crate) struct RestoreCache {
+    shared: Arc<(Mutex<State>, Condvar)>,
+}
+
+impl RestoreCache {
+    /// The cached bytes of `key`, if any (a hit).
+    pub fn lookup(&self, key: FileKey) -> Option<Arc<Vec<u8>>> {
+        let mut s = lock(&self.shared.0);
+        let bytes = s.files.get(&key).cloned()?;
+        s.stats.hit_bytes += bytes.len() as u64;
+        s.arena.touch(id_of(key));
+        Some(bytes)
+    }
+
+    /// The bytes a cache may hold in one file.
+    pub fn capacity(&self) -> u64 {
+        lock(&self.shared.0).arena.capacity()
+    }
+
+    /// A restore read `key` from a disk tier (a miss): it is cached if the
+    /// policy finds room without evicting a file needed sooner.
+    pub fn offer_read(&self, key: FileKey, bytes: Arc<Vec<u8>>) {
+        let (m, cv) = &*self.shared;
+        let mut s = lock(m);
+        s.stats.miss_bytes += bytes.len() as u64;
+        let position = s.position(key);
+        if s.admit(key, bytes, position) {
+            s.arena.touch(id_of(key));
+        }
+        cv.notify_all();
+    }
+
+    /// The first tier made `key` durable with these bytes: they stay cached
+    /// (as a flushed, evictable file) if the policy finds room without
+    /// evicting a file needed sooner.
+    pub fn offer_written(&self, key: FileKey, bytes: Vec<u8>) {
+        let (m, cv) = &*self.shared;
+        let mut s = lock(m);
+        let position = s.position(key);
+        if s.admit(key, Arc::new(bytes), position) {
+            s.stats.retained_files += 1;
+        }
+        cv.notify_all();
+    }
+
+    /// Whether a file of `len` bytes could be cached at all.
+    pub fn fits(&self, len: u64) -> bool {
+        len <= self.capacity()
+    }
+
+    /// Forgets `keys` (a restore that read them failed: a damaged copy must
+    /// not be served again).
+    pub fn forget(&self, keys: &[FileKey]) {
+        let mut s = lock(&self.shared.0);
+        for k in keys {
+            if s.files.remove(k).is_some() {
+                s.arena.remove(id_of(*k));
+            }
+        }
+    }
+
+    /// `version` was restored (or its restore failed): it leaves the hints
+    /// and the files no other hinted version needs are consumed.
+    pub fn restored(&self, version: u64) {
+        let (m, cv) = &*self.shared;
+        lock(m).restored(version);
+        cv.notify_all();
+    }
+}
+
 /// The prefetcher of one rank's restores.
 pub struct Prefetcher {
-    shared: Arc<(Mutex<State>, Condvar)>,
-    rank: u32,
-    roots: Vec<PathBuf>,
+    cache: RestoreCache,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -186,17 +257,17 @@ impl Prefetcher {
             stats: PrefetchStats::default(),
         };
         let shared = Arc::new((Mutex::new(state), Condvar::new()));
-        let worker = Worker { shared: Arc::clone(&shared), rank, roots: roots.clone() };
+        let worker = Worker { shared: Arc::clone(&shared), rank, roots };
         let thread = std::thread::Builder::new()
             .name("dckpt-prefetch".into())
             .spawn(move || worker.run())
             .map_err(|e| Error::Internal(format!("starting the prefetch thread: {e}")))?;
-        Ok(Prefetcher { shared, rank, roots, thread: Some(thread) })
+        Ok(Prefetcher { cache: RestoreCache { shared }, thread: Some(thread) })
     }
 
     /// Hints that `version` will be restored after those already hinted.
     pub fn enqueue(&self, version: u64) {
-        let (m, cv) = &*self.shared;
+        let (m, cv) = &*self.cache.shared;
         let mut s = lock(m);
         if !s.hints.contains(&version) {
             s.hints.push_back(version);
@@ -206,51 +277,31 @@ impl Prefetcher {
 
     /// Starts (or resumes) loading the hinted versions in the background.
     pub fn start(&self) {
-        let (m, cv) = &*self.shared;
+        let (m, cv) = &*self.cache.shared;
         lock(m).started = true;
         cv.notify_all();
     }
 
     /// What it did so far.
     pub fn stats(&self) -> PrefetchStats {
-        lock(&self.shared.0).stats
+        lock(&self.cache.shared.0).stats
     }
 
     /// Bytes cached now.
     pub fn cached_bytes(&self) -> u64 {
-        lock(&self.shared.0).arena.used()
+        lock(&self.cache.shared.0).arena.used()
     }
 
-    /// Restores `version` from tier root `root` through the cache.
-    pub fn restore(&self, version: u64, root: &Path) -> Result<Vec<u8>> {
-        let storage = Arc::new(CachedStorage {
-            inner: Posix::at(root),
-            root: root.to_path_buf(),
-            shared: Arc::clone(&self.shared),
-        });
-        let mut catalog = Catalog::on(storage);
-        let result = restore_in(&mut catalog, self.rank, version).map(|(bytes, _, _)| bytes);
-        let (m, cv) = &*self.shared;
-        let mut s = lock(m);
-        if result.is_err() {
-            s.forget_root(root);
-        }
-        s.restored(version);
-        drop(s);
-        cv.notify_all();
-        result
-    }
-
-    /// The tier roots it reads (fastest first).
-    pub fn roots(&self) -> &[PathBuf] {
-        &self.roots
+    /// The cache restores read through and flushes offer their files to.
+    pub(crate) fn cache(&self) -> &RestoreCache {
+        &self.cache
     }
 }
 
 impl Drop for Prefetcher {
     fn drop(&mut self) {
         {
-            let (m, cv) = &*self.shared;
+            let (m, cv) = &*self.cache.shared;
             lock(m).stopping = true;
             cv.notify_all();
         }
@@ -270,7 +321,7 @@ struct Worker {
 /// What the thread does next.
 enum Step {
     Resolve(u64),
-    Load(u64, FileKey, u64, PathBuf, usize),
+    Load(u64, FileKey, u64, usize),
 }
 
 impl Worker {
@@ -300,7 +351,7 @@ impl Worker {
                         }
                     }
                 }
-                Step::Load(v, key, len, root, at) => {
+                Step::Load(v, key, len, at) => {
                     if len > s.arena.capacity() {
                         s.skipped.insert(v); // read from disk when restored
                         continue;
@@ -317,13 +368,12 @@ impl Worker {
                     }
                     s.loading.insert(key);
                     drop(s);
-                    let rel = rank_rel(key.0).join(crate::store::diff_file_name(key.1));
-                    let bytes = Posix::at(&root).read(&rel).ok().flatten();
+                    let bytes = self.load(key);
                     s = lock(m);
                     s.loading.remove(&key);
                     match bytes.filter(|b| b.len() as u64 == len) {
                         Some(b) => {
-                            s.files.insert(key, (root.clone(), Arc::new(b)));
+                            s.files.insert(key, Arc::new(b));
                             s.arena.set_evictable(id_of(key), Evictable::Now);
                             s.stats.prefetched_files += 1;
                         }
@@ -339,9 +389,16 @@ impl Worker {
         }
     }
 
-    /// The tier root holding `version` (fastest first) and the files its
-    /// restore reads, with their lengths.
-    fn resolve(&self, version: u64) -> Option<(PathBuf, Vec<(FileKey, u64)>)> {
+    /// The file `key` from the fastest tier holding it (the restore checks
+    /// it against the committed entry).
+    fn load(&self, key: FileKey) -> Option<Vec<u8>> {
+        let rel = rank_rel(key.0).join(crate::store::diff_file_name(key.1));
+        self.roots.iter().find_map(|root| Posix::at(root).read(&rel).ok().flatten())
+    }
+
+    /// The files a restore of `version` reads, with their lengths (resolved
+    /// on the fastest tier that lists it).
+    fn resolve(&self, version: u64) -> Option<Vec<(FileKey, u64)>> {
         for root in &self.roots {
             let mut catalog = Catalog::new(root);
             let Ok(res) = crate::restore::resolve_all(&mut catalog, self.rank, version) else { continue };
@@ -354,7 +411,7 @@ impl Worker {
                 let len = catalog.reader(k.0, k.1).ok()?.file_len();
                 files.push((k, len));
             }
-            return Some((root.clone(), files));
+            return Some(files);
         }
         None
     }
@@ -368,123 +425,13 @@ fn next_step(s: &State) -> Option<Step> {
         if s.skipped.contains(v) {
             continue;
         }
-        let Some((root, files)) = s.needs.get(v) else { return Some(Step::Resolve(*v)) };
+        let Some(files) = s.needs.get(v) else { return Some(Step::Resolve(*v)) };
         for (k, len) in files {
             if !s.files.contains_key(k) && !s.loading.contains(k) {
                 let at = order.iter().position(|o| *o == id_of(*k)).unwrap_or(usize::MAX);
-                return Some(Step::Load(*v, *k, *len, root.clone(), at));
+                return Some(Step::Load(*v, *k, *len, at));
             }
         }
     }
     None
-}
-
-/// A file served from memory.
-#[derive(Debug)]
-struct MemFile(Arc<Vec<u8>>);
-
-impl ReadAt for MemFile {
-    fn len(&self) -> u64 {
-        self.0.len() as u64
-    }
-
-    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        let at = usize::try_from(offset).map_err(|_| std::io::ErrorKind::InvalidInput)?;
-        let src = self.0.get(at..at + buf.len()).ok_or(std::io::ErrorKind::UnexpectedEof)?;
-        buf.copy_from_slice(src);
-        Ok(())
-    }
-}
-
-/// Reads through the prefetch cache (the restore's storage decorator):
-/// cached diff files from memory, every other file from `inner`; a diff file
-/// read from disk is admitted to the cache. Read-only.
-#[derive(Debug)]
-pub struct CachedStorage {
-    inner: Posix,
-    root: PathBuf,
-    shared: Arc<(Mutex<State>, Condvar)>,
-}
-
-fn diff_key(rel: &Path) -> Option<FileKey> {
-    let mut parts = rel.iter();
-    let dir = parts.next()?.to_str()?;
-    let name = parts.next()?.to_str()?;
-    if parts.next().is_some() {
-        return None;
-    }
-    let rank: u32 = dir.strip_prefix("rank-")?.parse().ok()?;
-    Some((rank, parse_diff_name(name)?))
-}
-
-impl Storage for CachedStorage {
-    fn locate(&self, rel: &Path) -> PathBuf {
-        self.inner.locate(rel)
-    }
-
-    fn create_dir(&self, _: &Path) -> Result<()> {
-        Err(read_only())
-    }
-
-    fn read(&self, rel: &Path) -> Result<Option<Vec<u8>>> {
-        self.inner.read(rel)
-    }
-
-    fn open(&self, rel: &Path) -> Result<Box<dyn ReadAt>> {
-        let Some(key) = diff_key(rel) else { return self.inner.open(rel) };
-        let (m, cv) = &*self.shared;
-        {
-            let mut s = lock(m);
-            if let Some((_, bytes)) = s.files.get(&key).filter(|(r, _)| *r == self.root).cloned() {
-                s.stats.hit_bytes += bytes.len() as u64;
-                s.arena.touch(id_of(key));
-                return Ok(Box::new(MemFile(bytes)));
-            }
-        }
-        // A miss: the whole file from disk (one read), offered to the cache;
-        // a file larger than the cache is read block by block as usual.
-        let file = self.inner.open(rel)?;
-        if file.len() > lock(m).arena.capacity() {
-            return Ok(file);
-        }
-        let mut bytes = vec![0u8; file.len() as usize];
-        file.read_exact_at(&mut bytes, 0).map_err(|e| Error::io(self.inner.locate(rel), e))?;
-        let bytes = Arc::new(bytes);
-        let mut s = lock(m);
-        s.stats.miss_bytes += bytes.len() as u64;
-        let position = s.order().iter().position(|o| *o == id_of(key)).unwrap_or(usize::MAX);
-        if s.admit(key, &self.root, Arc::clone(&bytes), position) {
-            s.arena.touch(id_of(key));
-        }
-        cv.notify_all();
-        Ok(Box::new(MemFile(bytes)))
-    }
-
-    fn list(&self, rel: &Path) -> Result<Vec<Entry>> {
-        self.inner.list(rel)
-    }
-
-    fn write_atomic(&self, _: &Path, _: Fill<'_>) -> Result<()> {
-        Err(read_only())
-    }
-
-    fn remove(&self, _: &Path) -> Result<()> {
-        Err(read_only())
-    }
-
-    fn rename(&self, _: &Path, _: &Path) -> Result<()> {
-        Err(read_only())
-    }
-
-    fn barrier(&self, _: &Path) -> Result<()> {
-        Err(read_only())
-    }
-
-    fn lock(&self, _: &Path) -> Result<Box<dyn LockGuard>> {
-        Err(read_only())
-    }
-}
-
-fn read_only() -> Error {
-    Error::Internal("the prefetch cache's storage is read-only".into())
 }

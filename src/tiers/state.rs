@@ -123,6 +123,14 @@ impl Progress {
         Ok(true)
     }
 
+    /// Blocks until `version` is settled on tier `tier` (or not tracked).
+    pub fn wait_tier(&self, version: u64, tier: usize) {
+        let mut s = self.states.lock().unwrap_or_else(PoisonError::into_inner);
+        while s.get(&version).and_then(|v| v.get(tier)).is_some_and(|st| !st.settled()) {
+            s = self.changed.wait(s).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
     /// Blocks until every registered version is settled on every tier.
     pub fn wait_all(&self) -> Result<()> {
         let versions: Vec<u64> = self.states.lock().unwrap_or_else(PoisonError::into_inner).keys().copied().collect();

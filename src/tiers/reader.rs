@@ -1,0 +1,183 @@
+//! The tiers' restore path: a read-only storage over every tier that reads
+//! a version's metadata from its *home* tier (the one whose manifest or
+//! commit log lists it) and each diff file of its chain from the fastest
+//! place holding it: the restore cache ([`super::prefetch`]), then the disk
+//! tiers fastest first. The copies of a file are the same bytes on every
+//! tier (later tiers copy the first tier's file), and the catalog checks
+//! each file against the home tier's committed entry and each block against
+//! its digest, so a file read from another tier is as verified as one read
+//! from home. A chain whose old files retention deleted from the local tier
+//! reads them from the shared tier, and its new ones locally.
+
+use super::prefetch::{FileKey, RestoreCache};
+use crate::restore::{Catalog, restore_in};
+use crate::storage::{Entry, Fill, LockGuard, Posix, ReadAt, Storage};
+use crate::store::parse_diff_name;
+use crate::{Error, Result};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// How a restore may read the tiers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reach {
+    /// Each diff file from the cache or the fastest tier holding it.
+    Fastest,
+    /// Every file from the home tier (the fallback when a mixed read failed).
+    HomeOnly,
+}
+
+/// Restores `version` of `rank`, listed on `roots[home]`, reading as
+/// `reach` says (through `cache` if given). On failure the files the cache
+/// served or admitted are forgotten, so that a damaged copy is not served
+/// again; in every case the cache learns the version was restored.
+pub(crate) fn restore(
+    roots: &[PathBuf],
+    home: usize,
+    rank: u32,
+    version: u64,
+    reach: Reach,
+    cache: Option<&RestoreCache>,
+) -> Result<Vec<u8>> {
+    let tiers: Vec<Posix> = roots.iter().map(|r| Posix::at(r)).collect();
+    let reader = Arc::new(TierReader { home, tiers, reach, cache: cache.cloned(), touched: Mutex::new(Vec::new()) });
+    let mut catalog = Catalog::on(Arc::clone(&reader) as Arc<dyn Storage>);
+    let result = restore_in(&mut catalog, rank, version).map(|(bytes, _, _)| bytes);
+    if let Some(cache) = cache {
+        if result.is_err() {
+            cache.forget(&reader.touched.lock().unwrap_or_else(PoisonError::into_inner));
+        }
+        cache.restored(version);
+    }
+    result
+}
+
+/// A file served from memory.
+#[derive(Debug)]
+struct MemFile(Arc<Vec<u8>>);
+
+impl ReadAt for MemFile {
+    fn len(&self) -> u64 {
+        self.0.len() as u64
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        let at = usize::try_from(offset).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+        let src = self.0.get(at..at + buf.len()).ok_or(std::io::ErrorKind::UnexpectedEof)?;
+        buf.copy_from_slice(src);
+        Ok(())
+    }
+}
+
+/// The restore's storage decorator over the tiers (see the module
+/// documentation). Read-only.
+#[derive(Debug)]
+struct TierReader {
+    /// The tier listing the version: metadata comes from here.
+    home: usize,
+    /// Every disk tier, fastest first.
+    tiers: Vec<Posix>,
+    reach: Reach,
+    cache: Option<RestoreCache>,
+    /// Diff files served from or admitted to the cache.
+    touched: Mutex<Vec<FileKey>>,
+}
+
+/// `(rank, version)` of a path `rank-R/vV.dckpt`.
+fn diff_key(rel: &Path) -> Option<FileKey> {
+    let mut parts = rel.iter();
+    let dir = parts.next()?.to_str()?;
+    let name = parts.next()?.to_str()?;
+    if parts.next().is_some() {
+        return None;
+    }
+    let rank: u32 = dir.strip_prefix("rank-")?.parse().ok()?;
+    Some((rank, parse_diff_name(name)?))
+}
+
+impl TierReader {
+    fn home(&self) -> &Posix {
+        &self.tiers[self.home]
+    }
+
+    fn touched(&self, key: FileKey) {
+        self.touched.lock().unwrap_or_else(PoisonError::into_inner).push(key);
+    }
+
+    /// Opens a diff file from the fastest tier holding it (home last among
+    /// equals: it is tried in its place in the order).
+    fn open_fastest(&self, rel: &Path) -> Result<Box<dyn ReadAt>> {
+        let mut home_error = None;
+        for (i, tier) in self.tiers.iter().enumerate() {
+            match tier.open(rel) {
+                Ok(f) => return Ok(f),
+                Err(e) if i == self.home => home_error = Some(e),
+                Err(_) => {} // not on this tier
+            }
+        }
+        Err(home_error.unwrap_or_else(|| Error::Internal("no home tier".into())))
+    }
+}
+
+impl Storage for TierReader {
+    fn locate(&self, rel: &Path) -> PathBuf {
+        self.home().locate(rel)
+    }
+
+    fn create_dir(&self, _: &Path) -> Result<()> {
+        Err(read_only())
+    }
+
+    fn read(&self, rel: &Path) -> Result<Option<Vec<u8>>> {
+        self.home().read(rel)
+    }
+
+    fn open(&self, rel: &Path) -> Result<Box<dyn ReadAt>> {
+        let key = diff_key(rel);
+        let (Some(key), Reach::Fastest) = (key, self.reach) else { return self.home().open(rel) };
+        let Some(cache) = &self.cache else { return self.open_fastest(rel) };
+        if let Some(bytes) = cache.lookup(key) {
+            self.touched(key);
+            return Ok(Box::new(MemFile(bytes)));
+        }
+        // A miss: the whole file (one read), offered to the cache; a file
+        // larger than the cache is read block by block as usual.
+        let file = self.open_fastest(rel)?;
+        if !cache.fits(file.len()) {
+            return Ok(file);
+        }
+        let mut bytes = vec![0u8; file.len() as usize];
+        file.read_exact_at(&mut bytes, 0).map_err(|e| Error::io(self.home().locate(rel), e))?;
+        let bytes = Arc::new(bytes);
+        cache.offer_read(key, Arc::clone(&bytes));
+        self.touched(key);
+        Ok(Box::new(MemFile(bytes)))
+    }
+
+    fn list(&self, rel: &Path) -> Result<Vec<Entry>> {
+        self.home().list(rel)
+    }
+
+    fn write_atomic(&self, _: &Path, _: Fill<'_>) -> Result<()> {
+        Err(read_only())
+    }
+
+    fn remove(&self, _: &Path) -> Result<()> {
+        Err(read_only())
+    }
+
+    fn rename(&self, _: &Path, _: &Path) -> Result<()> {
+        Err(read_only())
+    }
+
+    fn barrier(&self, _: &Path) -> Result<()> {
+        Err(read_only())
+    }
+
+    fn lock(&self, _: &Path) -> Result<Box<dyn LockGuard>> {
+        Err(read_only())
+    }
+}
+
+fn read_only() -> Error {
+    Error::Internal("the tiers' restore storage is read-only".into())
+}
