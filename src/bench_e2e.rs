@@ -164,13 +164,30 @@ fn ms(t: Instant) -> f64 {
 }
 
 /// The buffer being protected, on the host or on the device.
-enum Buffer {
+pub(crate) enum Buffer {
+    /// Host memory.
     Host(Vec<u8>),
+    /// Device memory.
     Device(std::sync::Arc<Gpu>, cudarc::driver::CudaSlice<u8>),
 }
 
 impl Buffer {
-    fn load(&mut self, bytes: &[u8]) -> Result<()> {
+    /// A buffer holding `bytes` where `backend` works (the device for
+    /// CUDA), and the device's name (`cpu` on the host).
+    pub(crate) fn new(backend: BackendKind, bytes: &[u8]) -> Result<(Self, String)> {
+        Ok(match backend {
+            BackendKind::Cuda => {
+                let gpu = Gpu::open(0)?;
+                let d = cuda::upload(&gpu, bytes)?;
+                let name = gpu.name().to_string();
+                (Buffer::Device(gpu, d), name)
+            }
+            _ => (Buffer::Host(bytes.to_vec()), "cpu".to_string()),
+        })
+    }
+
+    /// Overwrites the buffer with `bytes` (the application's next state).
+    pub(crate) fn load(&mut self, bytes: &[u8]) -> Result<()> {
         match self {
             Buffer::Host(v) => v.copy_from_slice(bytes),
             Buffer::Device(gpu, d) => cuda::upload_into(gpu, bytes, d)?,
@@ -178,7 +195,8 @@ impl Buffer {
         Ok(())
     }
 
-    fn protected(&self) -> Result<Protected<'_>> {
+    /// The buffer as checkpoint input.
+    pub(crate) fn protected(&self) -> Result<Protected<'_>> {
         Ok(match self {
             Buffer::Host(v) => Protected::Host(v),
             Buffer::Device(_, d) => Protected::Device(DeviceRegion::of(d)?),
@@ -189,8 +207,16 @@ impl Buffer {
         engine.checkpoint(version, self.protected()?)
     }
 
+    /// The buffer as a restore's destination.
+    pub(crate) fn protected_mut(&mut self) -> Result<crate::memory::ProtectedMut<'_>> {
+        Ok(match self {
+            Buffer::Host(v) => crate::memory::ProtectedMut::Host(v),
+            Buffer::Device(_, d) => crate::memory::ProtectedMut::Device(DeviceRegion::of_mut(d)?),
+        })
+    }
+
     /// The naive copy to host memory.
-    fn copy_out(&self) -> Result<Vec<u8>> {
+    pub(crate) fn copy_out(&self) -> Result<Vec<u8>> {
         match self {
             Buffer::Host(v) => Ok(v.clone()),
             Buffer::Device(gpu, d) => gpu.stream_clone_dtoh(d),
@@ -205,15 +231,7 @@ pub fn run(o: &E2eOptions, mut progress: impl FnMut(&str)) -> Result<E2eReport> 
     }
     let backend = o.backend.resolve();
     let mut w = Workload::new(o.size, o.change, o.shape, o.seed)?.with_granule(o.granule)?;
-    let (mut buf, device) = match backend {
-        BackendKind::Cuda => {
-            let gpu = Gpu::open(0)?;
-            let d = cuda::upload(&gpu, w.current())?;
-            let name = gpu.name().to_string();
-            (Buffer::Device(gpu, d), name)
-        }
-        _ => (Buffer::Host(w.current().to_vec()), "cpu".to_string()),
-    };
+    let (mut buf, device) = Buffer::new(backend, w.current())?;
     let len = o.size as u64;
     let mut engine = Engine::open_with_backend(&o.dir, 0, len, &o.store, backend)?;
     let mut versions = Vec::new();

@@ -96,6 +96,15 @@ impl Workload {
         Ok(self)
     }
 
+    /// Sets the fraction of bytes the next versions rewrite (0..=1).
+    pub fn set_change(&mut self, change: f64) -> Result<()> {
+        if !(0.0..=1.0).contains(&change) {
+            return Err(Error::InvalidOption(format!("change fraction {change} is outside 0..=1")));
+        }
+        self.change = change;
+        Ok(())
+    }
+
     /// The current version's bytes (the base before the first `advance`).
     pub fn current(&self) -> &[u8] {
         &self.data

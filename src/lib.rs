@@ -51,6 +51,7 @@ pub mod backend;
 pub mod bench;
 pub mod bench_compress;
 pub mod bench_e2e;
+pub mod bench_rtm;
 pub mod collective;
 pub mod dedup;
 pub mod diff;

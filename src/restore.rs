@@ -442,18 +442,50 @@ pub fn restore_to_file(root: &Path, rank: u32, version: u64, out: &Path) -> Resu
 /// Restores `(rank, version)` through `catalog`; also returns the resolution
 /// (what a reopening writer rebuilds its record from).
 pub fn restore_in(catalog: &mut Catalog, rank: u32, version: u64) -> Result<(Vec<u8>, RestoreStats, Resolution)> {
+    let mut out = Vec::new();
+    let (stats, res) = restore_with(catalog, rank, version, |len| {
+        out = vec![0u8; len];
+        // Touch every page in parallel (a fresh allocation faults on first write).
+        out.par_chunks_mut(1 << 20).for_each(|c| c.fill(0));
+        Ok(&mut out[..])
+    })?;
+    Ok((out, stats, res))
+}
+
+/// Restores `(rank, version)` through `catalog` into `out`, which must be
+/// the version's length. Every byte of `out` is written; on an error its
+/// content is unspecified (what was verified before the error).
+pub fn restore_in_place(catalog: &mut Catalog, rank: u32, version: u64, out: &mut [u8]) -> Result<RestoreStats> {
+    let want = out.len();
+    restore_with(catalog, rank, version, |len| {
+        if len == want {
+            Ok(out)
+        } else {
+            Err(Error::InvalidOption(format!("the buffer holds {want} bytes, version {version} holds {len}")))
+        }
+    })
+    .map(|(stats, _)| stats)
+}
+
+/// The restore: resolves, asks `output` for the buffer of the version's
+/// length, fills it and checks the references.
+fn restore_with<'o>(
+    catalog: &mut Catalog,
+    rank: u32,
+    version: u64,
+    output: impl FnOnce(usize) -> Result<&'o mut [u8]>,
+) -> Result<(RestoreStats, Resolution)> {
     let t0 = std::time::Instant::now();
     let res = resolve_all(catalog, rank, version)?;
     let resolve_seconds = t0.elapsed().as_secs_f64();
     let layout = res.layout;
-    let mut out = vec![0u8; layout.data_len() as usize];
-    // Touch every page in parallel (a fresh allocation faults on first write).
-    out.par_chunks_mut(1 << 20).for_each(|c| c.fill(0));
+    let len = usize::try_from(layout.data_len()).map_err(|_| Error::Internal("version too large".into()))?;
+    let out = output(len)?;
     let t1 = std::time::Instant::now();
     let mut per_file = plan_copies(catalog, rank, &layout, &res.sources)?;
     let plan_seconds = t1.elapsed().as_secs_f64();
-    let io = fill(catalog, &mut per_file, &mut out)?;
-    check_references(catalog, rank, &layout, &res.references, Some(&out))?;
+    let io = fill(catalog, &mut per_file, out)?;
+    check_references(catalog, rank, &layout, &res.references, Some(out))?;
     let stats = RestoreStats {
         files_opened: catalog.files_opened(),
         bytes_read: io.bytes,
@@ -464,7 +496,7 @@ pub fn restore_in(catalog: &mut Catalog, rank: u32, version: u64) -> Result<(Vec
         read_seconds: io.read,
         copy_seconds: io.copy,
     };
-    Ok((out, stats, res))
+    Ok((stats, res))
 }
 
 /// Byte copies per file, in no particular order.

@@ -57,6 +57,28 @@ pub enum Policy {
     GapAware,
 }
 
+impl std::str::FromStr for Policy {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> crate::Result<Self> {
+        match s {
+            "fifo" => Ok(Policy::Fifo),
+            "lru" => Ok(Policy::Lru),
+            "gap-aware" => Ok(Policy::GapAware),
+            _ => Err(crate::Error::InvalidOption(format!("eviction policy '{s}': fifo, lru or gap-aware"))),
+        }
+    }
+}
+
+impl std::fmt::Display for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Policy::Fifo => "fifo",
+            Policy::Lru => "lru",
+            Policy::GapAware => "gap-aware",
+        })
+    }
+}
+
 /// What a checkpoint in the arena is known by.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Resident {

@@ -497,16 +497,15 @@ impl TieredEngine {
     /// metadata from the fastest tier listing it, each file of its chain
     /// from the restore cache or the fastest tier holding it. If that fails
     /// (a damaged copy), from each tier listing it alone. The error, if
-    /// every way fails, is the first one's.
-    pub fn restore_into(&self, version: u64, dst: ProtectedMut<'_>) -> Result<()> {
-        let cache = self.prefetch.as_ref().map(prefetch::Prefetcher::cache);
-        let restore = |home: usize, reach: Reach| reader::restore(&self.roots, home, self.rank, version, reach, cache);
+    /// every way fails, is the first one's; host memory is restored in
+    /// place, so after an error its content is unspecified.
+    pub fn restore_into(&self, version: u64, mut dst: ProtectedMut<'_>) -> Result<()> {
         let mut first_error = None;
         let mut tried = Vec::new();
         if let Some(home) = self.first_durable(version) {
             for reach in [Reach::Fastest, Reach::HomeOnly] {
-                match restore(home, reach) {
-                    Ok(bytes) => return self.backend.place(&bytes, dst),
+                match self.restore_from(version, home, reach, &mut dst) {
+                    Ok(()) => return Ok(()),
                     Err(e) => {
                         first_error.get_or_insert(e);
                     }
@@ -520,8 +519,8 @@ impl TieredEngine {
             if tried.contains(&i) || !self.is_durable(version, tier) {
                 continue;
             }
-            match restore(i, Reach::HomeOnly) {
-                Ok(bytes) => return self.backend.place(&bytes, dst),
+            match self.restore_from(version, i, Reach::HomeOnly, &mut dst) {
+                Ok(()) => return Ok(()),
                 Err(e) => {
                     first_error.get_or_insert(e);
                 }
@@ -532,6 +531,23 @@ impl TieredEngine {
             rank: self.rank,
             version,
         }))
+    }
+
+    /// One way of restoring `version` (listed on tier `home`) into `dst`:
+    /// host memory in place, device memory through a host buffer.
+    fn restore_from(&self, version: u64, home: usize, reach: Reach, dst: &mut ProtectedMut<'_>) -> Result<()> {
+        let cache = self.prefetch.as_ref().map(prefetch::Prefetcher::cache);
+        let at = (&self.roots[..], home);
+        match dst {
+            ProtectedMut::Host(buf) => {
+                reader::restore(at, self.rank, version, reach, cache, reader::Output::Into(buf)).map(|_| ())
+            }
+            ProtectedMut::Device(region) => {
+                let bytes = reader::restore(at, self.rank, version, reach, cache, reader::Output::New)?
+                    .ok_or_else(|| Error::Internal("the restore returned no buffer".into()))?;
+                self.backend.place(&bytes, ProtectedMut::Device(*region))
+            }
+        }
     }
 
     /// The fastest tier where `version` is durable, waiting for each tier

@@ -13,10 +13,10 @@
 //!                   sooner than the one it loads)
 //! ```
 //!
-//! A restore reads each file through [`super::reader::TierReader`]: a cached
-//! file is served from memory, every other from the fastest tier holding it
-//! (and then admitted to the cache, so versions sharing a chain share its
-//! files even without hints). Every byte is verified as on disk (the catalog
+//! A restore reads each file through the tiers' reader ([`super::reader`]):
+//! a cached file is served from memory, every other from the fastest tier
+//! holding it (only the bytes the restore needs; a miss is not admitted).
+//! Every byte is verified as on disk (the catalog
 //! checks each file against its committed entry; each block against its
 //! digest). After a restore, the files no remaining hinted version needs are
 //! *consumed*: evicted first.
@@ -36,6 +36,7 @@ use crate::store::rank_rel;
 use crate::{Error, Result};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
@@ -50,9 +51,9 @@ fn id_of((rank, version): FileKey) -> u64 {
 /// What the prefetcher did so far.
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]
 pub struct PrefetchStats {
-    /// Bytes of files restores read from the cache.
+    /// Bytes restores read from cached files.
     pub hit_bytes: u64,
-    /// Bytes of files restores read from a disk tier.
+    /// Bytes restores read from the disk tiers (metadata included).
     pub miss_bytes: u64,
     /// Files the prefetch thread loaded ahead of their restore.
     pub prefetched_files: u64,
@@ -162,34 +163,31 @@ impl State {
 #[derive(Clone, Debug)]
 pub(crate) struct RestoreCache {
     shared: Arc<(Mutex<State>, Condvar)>,
+    /// Bytes restores read from cached files, and from the disk tiers.
+    read: Arc<ReadCounters>,
+}
+
+/// Bytes read by restores (counted per read, without the cache's lock).
+#[derive(Debug, Default)]
+pub(crate) struct ReadCounters {
+    /// From cached files.
+    pub hit: AtomicU64,
+    /// From the disk tiers.
+    pub miss: AtomicU64,
 }
 
 impl RestoreCache {
-    /// The cached bytes of `key`, if any (a hit).
+    /// The cached bytes of `key`, if any.
     pub fn lookup(&self, key: FileKey) -> Option<Arc<Vec<u8>>> {
         let mut s = lock(&self.shared.0);
         let bytes = s.files.get(&key).cloned()?;
-        s.stats.hit_bytes += bytes.len() as u64;
         s.arena.touch(id_of(key));
         Some(bytes)
     }
 
-    /// The bytes a cache may hold in one file.
-    pub fn capacity(&self) -> u64 {
-        lock(&self.shared.0).arena.capacity()
-    }
-
-    /// A restore read `key` from a disk tier (a miss): it is cached if the
-    /// policy finds room without evicting a file needed sooner.
-    pub fn offer_read(&self, key: FileKey, bytes: Arc<Vec<u8>>) {
-        let (m, cv) = &*self.shared;
-        let mut s = lock(m);
-        s.stats.miss_bytes += bytes.len() as u64;
-        let position = s.position(key);
-        if s.admit(key, bytes, position) {
-            s.arena.touch(id_of(key));
-        }
-        cv.notify_all();
+    /// The counters of the bytes restores read.
+    pub fn counters(&self) -> Arc<ReadCounters> {
+        Arc::clone(&self.read)
     }
 
     /// The first tier made `key` durable with these bytes: they stay cached
@@ -207,7 +205,7 @@ impl RestoreCache {
 
     /// Whether a file of `len` bytes could be cached at all.
     pub fn fits(&self, len: u64) -> bool {
-        len <= self.capacity()
+        len <= lock(&self.shared.0).arena.capacity()
     }
 
     /// Forgets `keys` (a restore that read them failed: a damaged copy must
@@ -262,7 +260,7 @@ impl Prefetcher {
             .name("dckpt-prefetch".into())
             .spawn(move || worker.run())
             .map_err(|e| Error::Internal(format!("starting the prefetch thread: {e}")))?;
-        Ok(Prefetcher { cache: RestoreCache { shared }, thread: Some(thread) })
+        Ok(Prefetcher { cache: RestoreCache { shared, read: Arc::default() }, thread: Some(thread) })
     }
 
     /// Hints that `version` will be restored after those already hinted.
@@ -284,7 +282,10 @@ impl Prefetcher {
 
     /// What it did so far.
     pub fn stats(&self) -> PrefetchStats {
-        lock(&self.cache.shared.0).stats
+        let mut stats = lock(&self.cache.shared.0).stats;
+        stats.hit_bytes = self.cache.read.hit.load(Ordering::Relaxed);
+        stats.miss_bytes = self.cache.read.miss.load(Ordering::Relaxed);
+        stats
     }
 
     /// Bytes cached now.
@@ -311,7 +312,8 @@ impl Drop for Prefetcher {
     }
 }
 
-/// The prefetch thread.
+/// The prefetch thread (files are loaded whole: a hinted version's restore
+/// reads their data).
 struct Worker {
     shared: Arc<(Mutex<State>, Condvar)>,
     rank: u32,

@@ -2,19 +2,21 @@
 //! a version's metadata from its *home* tier (the one whose manifest or
 //! commit log lists it) and each diff file of its chain from the fastest
 //! place holding it: the restore cache ([`super::prefetch`]), then the disk
-//! tiers fastest first. The copies of a file are the same bytes on every
+//! tiers fastest first (a miss reads only what the restore needs, and is
+//! not admitted: a chain's older files are read mostly for their tables). The copies of a file are the same bytes on every
 //! tier (later tiers copy the first tier's file), and the catalog checks
 //! each file against the home tier's committed entry and each block against
 //! its digest, so a file read from another tier is as verified as one read
 //! from home. A chain whose old files retention deleted from the local tier
 //! reads them from the shared tier, and its new ones locally.
 
-use super::prefetch::{FileKey, RestoreCache};
-use crate::restore::{Catalog, restore_in};
+use super::prefetch::{FileKey, ReadCounters, RestoreCache};
+use crate::restore::{Catalog, restore_in, restore_in_place};
 use crate::storage::{Entry, Fill, LockGuard, Posix, ReadAt, Storage};
 use crate::store::parse_diff_name;
 use crate::{Error, Result};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// How a restore may read the tiers.
@@ -26,22 +28,35 @@ pub(crate) enum Reach {
     HomeOnly,
 }
 
+/// Where a restore's verified bytes go.
+pub(crate) enum Output<'a> {
+    /// Into this buffer of the version's length (on an error its content
+    /// is unspecified).
+    Into(&'a mut [u8]),
+    /// Into a new buffer, returned.
+    New,
+}
+
 /// Restores `version` of `rank`, listed on `roots[home]`, reading as
-/// `reach` says (through `cache` if given). On failure the files the cache
-/// served or admitted are forgotten, so that a damaged copy is not served
-/// again; in every case the cache learns the version was restored.
+/// `reach` says (through `cache` if given), into `out`; the new buffer for
+/// [`Output::New`]. On failure the files the cache served are forgotten, so
+/// that a damaged copy is not served again; in every case the cache learns
+/// the version was restored.
 pub(crate) fn restore(
-    roots: &[PathBuf],
-    home: usize,
+    (roots, home): (&[PathBuf], usize),
     rank: u32,
     version: u64,
     reach: Reach,
     cache: Option<&RestoreCache>,
-) -> Result<Vec<u8>> {
+    out: Output<'_>,
+) -> Result<Option<Vec<u8>>> {
     let tiers: Vec<Posix> = roots.iter().map(|r| Posix::at(r)).collect();
     let reader = Arc::new(TierReader { home, tiers, reach, cache: cache.cloned(), touched: Mutex::new(Vec::new()) });
     let mut catalog = Catalog::on(Arc::clone(&reader) as Arc<dyn Storage>);
-    let result = restore_in(&mut catalog, rank, version).map(|(bytes, _, _)| bytes);
+    let result = match out {
+        Output::Into(buf) => restore_in_place(&mut catalog, rank, version, buf).map(|_| None),
+        Output::New => restore_in(&mut catalog, rank, version).map(|(bytes, _, _)| Some(bytes)),
+    };
     if let Some(cache) = cache {
         if result.is_err() {
             cache.forget(&reader.touched.lock().unwrap_or_else(PoisonError::into_inner));
@@ -51,9 +66,9 @@ pub(crate) fn restore(
     result
 }
 
-/// A file served from memory.
+/// A file served from memory; its reads counted.
 #[derive(Debug)]
-struct MemFile(Arc<Vec<u8>>);
+struct MemFile(Arc<Vec<u8>>, Arc<ReadCounters>);
 
 impl ReadAt for MemFile {
     fn len(&self) -> u64 {
@@ -64,6 +79,28 @@ impl ReadAt for MemFile {
         let at = usize::try_from(offset).map_err(|_| std::io::ErrorKind::InvalidInput)?;
         let src = self.0.get(at..at + buf.len()).ok_or(std::io::ErrorKind::UnexpectedEof)?;
         buf.copy_from_slice(src);
+        self.1.hit.fetch_add(buf.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// A file read from a disk tier, its reads counted as misses.
+struct DiskFile(Box<dyn ReadAt>, Arc<ReadCounters>);
+
+impl std::fmt::Debug for DiskFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DiskFile")
+    }
+}
+
+impl ReadAt for DiskFile {
+    fn len(&self) -> u64 {
+        self.0.len()
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.0.read_exact_at(buf, offset)?;
+        self.1.miss.fetch_add(buf.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 }
@@ -137,20 +174,12 @@ impl Storage for TierReader {
         let Some(cache) = &self.cache else { return self.open_fastest(rel) };
         if let Some(bytes) = cache.lookup(key) {
             self.touched(key);
-            return Ok(Box::new(MemFile(bytes)));
+            return Ok(Box::new(MemFile(bytes, cache.counters())));
         }
-        // A miss: the whole file (one read), offered to the cache; a file
-        // larger than the cache is read block by block as usual.
-        let file = self.open_fastest(rel)?;
-        if !cache.fits(file.len()) {
-            return Ok(file);
-        }
-        let mut bytes = vec![0u8; file.len() as usize];
-        file.read_exact_at(&mut bytes, 0).map_err(|e| Error::io(self.home().locate(rel), e))?;
-        let bytes = Arc::new(bytes);
-        cache.offer_read(key, Arc::clone(&bytes));
-        self.touched(key);
-        Ok(Box::new(MemFile(bytes)))
+        // A miss: read from disk only what the restore needs (a chain's
+        // older files are mostly read for their tables); what the cache
+        // holds is what the flush left and what the prefetch loaded.
+        Ok(Box::new(DiskFile(self.open_fastest(rel)?, cache.counters())))
     }
 
     fn list(&self, rel: &Path) -> Result<Vec<Entry>> {

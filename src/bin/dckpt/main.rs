@@ -5,6 +5,7 @@ mod bench_cmd;
 #[cfg(feature = "mpi")]
 mod collective_cmd;
 mod compress_cmd;
+mod rtm_cmd;
 mod store_cmds;
 
 use clap::{Parser, Subcommand};
@@ -70,6 +71,9 @@ enum Command {
     /// Bytes stored by de-duplication, compression alone and both, on the
     /// same versions of a simulation or of synthetic edits.
     BenchCompression(compress_cmd::CompressionArgs),
+    /// An adjoint (RTM-like) run: checkpoint and restore throughput of the
+    /// synchronous store and the tiers (eviction policies x restore hints).
+    BenchRtm(rtm_cmd::RtmArgs),
     /// Measure the collective step under mpirun (rank 0 prints JSON).
     #[cfg(feature = "mpi")]
     BenchCollective(collective_cmd::BenchCollectiveArgs),
@@ -87,6 +91,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => bench_cmd::bench(a),
         Command::Gen(a) => bench_cmd::generate(a),
         Command::BenchCompression(a) => compress_cmd::run(a),
+        Command::BenchRtm(a) => rtm_cmd::run(a),
         #[cfg(feature = "mpi")]
         Command::BenchCollective(a) => collective_cmd::bench(a),
     };
