@@ -114,3 +114,45 @@ impl ProtectedMut<'_> {
         self.len() == 0
     }
 }
+
+/// Host memory a cache lends in fixed-size segments: ordinary heap memory,
+/// or page-locked memory the device copies into directly (the CUDA
+/// backend's, [`crate::backend::Backend::host_segments`]).
+pub trait SegmentMemory: Send + Sync + std::fmt::Debug {
+    /// The segment's bytes.
+    fn bytes(&self) -> &[u8];
+    /// The segment's bytes, to fill.
+    fn bytes_mut(&mut self) -> &mut [u8];
+    /// Whether the memory is page-locked (a device copies into it at full speed).
+    fn pinned(&self) -> bool {
+        false
+    }
+}
+
+/// A segment of heap memory.
+#[derive(Debug)]
+pub struct HeapSegment(Box<[u8]>);
+
+impl HeapSegment {
+    /// A segment of `len` bytes, written now (so that no later use pays its
+    /// page faults).
+    pub fn new(len: usize) -> Self {
+        HeapSegment(vec![0xa5u8; len].into_boxed_slice())
+    }
+}
+
+impl SegmentMemory for HeapSegment {
+    fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+}
+
+/// One segment of host memory.
+pub type Segment = Box<dyn SegmentMemory>;
+
+/// Allocates a segment of the given length.
+pub type SegmentAlloc = Box<dyn Fn(usize) -> crate::Result<Segment> + Send + Sync>;

@@ -179,8 +179,16 @@ pub trait Backend: Send {
     /// memory on the CUDA backend).
     fn place(&self, bytes: &[u8], dst: ProtectedMut<'_>) -> Result<()>;
 
+    /// The host memory its files should be cached in, if not the heap: the
+    /// CUDA backend's page-locked segments, which its device copies diffs
+    /// into directly ([`FileSink::fill`]).
+    fn host_segments(&self) -> Option<crate::memory::SegmentAlloc> {
+        None
+    }
+
     /// The asynchronous tiers' path, all in one: de-duplicates `input`,
-    /// hands its diff file to `sink` as consecutive parts, then commits.
+    /// hands its diff file to `sink` (as parts, or written into the sink's
+    /// buffers), then commits.
     /// `sealed` is false when the backend left the file's last 32 bytes (its
     /// trailer) unwritten, so that nothing but the de-duplication precedes
     /// the hand-off: the consumer seals it ([`crate::format::seal`]). On any
@@ -195,7 +203,7 @@ pub trait Backend: Send {
     ) -> Result<Option<cuda::GpuTimings>> {
         let mut d = self.deduplicate(version, input, baseline, false)?;
         let gpu = d.gpu;
-        let handed = self.serialize(&mut d, input.host_bytes()).and_then(|file| sink(&file.parts(), true));
+        let handed = self.serialize(&mut d, input.host_bytes()).and_then(|file| sink.put(&file.parts(), true));
         if let Err(e) = handed {
             self.rollback()?;
             return Err(e);
@@ -205,9 +213,20 @@ pub trait Backend: Send {
     }
 }
 
-/// Receives a diff file as consecutive parts, and whether it is sealed
-/// ([`Backend::checkpoint_into`]).
-pub type Sink<'a> = &'a mut dyn FnMut(&[&[u8]], bool) -> Result<()>;
+/// Receives a diff file ([`Backend::checkpoint_into`]), and whether it is
+/// sealed: as consecutive parts it copies, or written straight into its own
+/// buffers (a device copies into a page-locked host cache directly).
+pub trait FileSink {
+    /// Takes a file given as consecutive `parts` (copied).
+    fn put(&mut self, parts: &[&[u8]], sealed: bool) -> Result<()>;
+
+    /// Takes a file of `len` bytes that `fill` writes into the sink's
+    /// buffers (consecutive slices totalling `len` bytes).
+    fn fill(&mut self, len: usize, sealed: bool, fill: &mut dyn FnMut(&mut [&mut [u8]]) -> Result<()>) -> Result<()>;
+}
+
+/// The sink of [`Backend::checkpoint_into`].
+pub type Sink<'a> = &'a mut dyn FileSink;
 
 /// A pending version made by another backend (an internal error).
 pub(crate) fn foreign() -> Error {

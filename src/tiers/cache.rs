@@ -5,9 +5,13 @@
 //! back. When every segment is lent, a checkpoint waits (backpressure) and
 //! says how long.
 //!
-//! Segments move by ownership (a `Box<[u8]>` travels with its job), so the
-//! application thread and the flusher never share a byte.
+//! Segments move by ownership (a segment travels with its job), so the
+//! application thread and the flusher never share a byte. On the CUDA
+//! backend the segments are page-locked ([`crate::memory::SegmentMemory`]):
+//! the device copies each diff into them directly ([`HostCache::store_with`]),
+//! with no host copy after the D2H.
 
+use crate::memory::{HeapSegment, Segment, SegmentAlloc};
 use crate::{Error, Result};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -20,17 +24,18 @@ pub const SEGMENT_BYTES: usize = 4 << 20;
 pub struct HostCache {
     pool: Arc<Pool>,
     segments: usize,
+    pinned: usize,
 }
 
 /// The segments not lent out.
 #[derive(Debug)]
 struct Pool {
-    free: Mutex<Vec<Box<[u8]>>>,
+    free: Mutex<Vec<Segment>>,
     returned: Condvar,
 }
 
 impl Pool {
-    fn put(&self, segments: Vec<Box<[u8]>>) {
+    fn put(&self, segments: Vec<Segment>) {
         if segments.is_empty() {
             return;
         }
@@ -43,7 +48,7 @@ impl Pool {
 /// when it is dropped.
 #[derive(Debug)]
 pub struct Cached {
-    segments: Vec<Box<[u8]>>,
+    segments: Vec<Segment>,
     len: usize,
     pool: Arc<Pool>,
 }
@@ -69,6 +74,7 @@ impl Cached {
     pub fn pieces(&self) -> impl Iterator<Item = &[u8]> {
         let mut left = self.len;
         self.segments.iter().map(move |s| {
+            let s = s.bytes();
             let n = left.min(s.len());
             left -= n;
             &s[..n]
@@ -86,23 +92,44 @@ impl Cached {
         let mut t = [0u8; 32];
         for (k, b) in t.iter_mut().enumerate() {
             let at = start + k;
-            *b = *self.segments.get(at / SEGMENT_BYTES)?.get(at % SEGMENT_BYTES)?;
+            *b = *self.segments.get(at / SEGMENT_BYTES)?.bytes().get(at % SEGMENT_BYTES)?;
         }
         Some(t)
     }
 }
 
 impl HostCache {
-    /// A cache of `bytes` (rounded up to whole segments, at least one),
-    /// allocated and touched now.
+    /// A cache of `bytes` (rounded up to whole segments, at least one) of
+    /// heap memory, allocated and touched now.
     pub fn new(bytes: u64) -> Result<Self> {
+        Self::with_memory(bytes, None)
+    }
+
+    /// A cache of `bytes` whose segments `alloc` makes (heap memory without
+    /// it, or where it fails: a cache that cannot be page-locked still
+    /// works, only its copies are slower), allocated now.
+    pub fn with_memory(bytes: u64, alloc: Option<&SegmentAlloc>) -> Result<Self> {
         let segments = usize::try_from(bytes.div_ceil(SEGMENT_BYTES as u64))
             .map_err(|_| Error::InvalidOption(format!("host cache of {bytes} bytes")))?
             .max(1);
-        // Written now, so that no checkpoint pays the page faults (a zeroed
-        // allocation would only map its pages on first write).
-        let free = (0..segments).map(|_| vec![0xa5u8; SEGMENT_BYTES].into_boxed_slice()).collect();
-        Ok(HostCache { pool: Arc::new(Pool { free: Mutex::new(free), returned: Condvar::new() }), segments })
+        let mut free: Vec<Segment> = Vec::with_capacity(segments);
+        let mut alloc = alloc;
+        for _ in 0..segments {
+            let made = alloc.map(|a| a(SEGMENT_BYTES)).transpose().unwrap_or_else(|_| {
+                alloc = None; // the rest on the heap
+                None
+            });
+            // Heap segments are written now, so that no checkpoint pays the
+            // page faults (a zeroed allocation maps its pages on first write).
+            free.push(made.unwrap_or_else(|| Box::new(HeapSegment::new(SEGMENT_BYTES))));
+        }
+        let pinned = free.iter().filter(|s| s.pinned()).count();
+        Ok(HostCache { pool: Arc::new(Pool { free: Mutex::new(free), returned: Condvar::new() }), segments, pinned })
+    }
+
+    /// Bytes of page-locked segments.
+    pub fn pinned_bytes(&self) -> u64 {
+        (self.pinned * SEGMENT_BYTES) as u64
     }
 
     /// Capacity in bytes.
@@ -124,6 +151,7 @@ impl HostCache {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let (mut cached, waited) = self.take(len)?;
         cached.segments.par_iter_mut().enumerate().for_each(|(i, seg)| {
+            let seg = seg.bytes_mut();
             let (lo, hi) = (i * SEGMENT_BYTES, ((i + 1) * SEGMENT_BYTES).min(len));
             let mut at = 0; // start of the current part in the file
             for p in parts {
@@ -135,6 +163,32 @@ impl HostCache {
                 }
             }
         });
+        cached.len = len;
+        Ok((cached, waited))
+    }
+
+    /// A file of `len` bytes that `fill` writes straight into cache
+    /// segments (given as consecutive slices totalling `len` bytes); waits
+    /// while the cache is full. The cached file and the time spent waiting;
+    /// on an error the segments go back.
+    pub fn store_with(
+        &self,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [&mut [u8]]) -> Result<()>,
+    ) -> Result<(Cached, Duration)> {
+        let (mut cached, waited) = self.take(len)?;
+        let mut left = len;
+        let mut slices: Vec<&mut [u8]> = cached
+            .segments
+            .iter_mut()
+            .map(|s| {
+                let n = left.min(SEGMENT_BYTES);
+                left -= n;
+                &mut s.bytes_mut()[..n]
+            })
+            .collect();
+        fill(&mut slices)?;
+        drop(slices);
         cached.len = len;
         Ok((cached, waited))
     }
@@ -154,7 +208,7 @@ impl HostCache {
             free = self.pool.returned.wait(free).unwrap_or_else(PoisonError::into_inner);
         }
         let at = free.len() - need;
-        let segments: Vec<Box<[u8]>> = free.drain(at..).collect();
+        let segments: Vec<Segment> = free.drain(at..).collect();
         Ok((Cached { segments, len: 0, pool: Arc::clone(&self.pool) }, t.elapsed()))
     }
 }
@@ -189,5 +243,30 @@ mod tests {
         c.write_to(&mut back).expect("write");
         assert_eq!(back, bytes);
         drop(c);
+    }
+
+    #[test]
+    fn a_file_filled_in_place_spans_segments_and_a_failed_fill_gives_them_back() {
+        let cache = HostCache::new(3 * SEGMENT_BYTES as u64).expect("cache");
+        let bytes: Vec<u8> = (0..SEGMENT_BYTES + 99).map(|i| (i * 13 % 251) as u8).collect();
+        let (c, _) = cache
+            .store_with(bytes.len(), &mut |slices| {
+                assert_eq!(slices.iter().map(|s| s.len()).collect::<Vec<_>>(), [SEGMENT_BYTES, 99]);
+                let mut at = 0;
+                for s in slices.iter_mut() {
+                    s.copy_from_slice(&bytes[at..at + s.len()]);
+                    at += s.len();
+                }
+                Ok(())
+            })
+            .expect("store");
+        let mut back = Vec::new();
+        c.write_to(&mut back).expect("write");
+        assert_eq!(back, bytes);
+        drop(c);
+        let failed = cache.store_with(10, &mut |_| Err(Error::Internal("device copy failed".into())));
+        assert!(failed.is_err());
+        assert_eq!(cache.in_use(), 0, "the segments went back");
+        assert_eq!(cache.pinned_bytes(), 0);
     }
 }

@@ -127,7 +127,8 @@ pub struct TieredReport {
     pub file_bytes: u64,
     /// Seconds de-duplicating and serializing (the backend).
     pub dedup_seconds: f64,
-    /// Seconds copying the file into the host cache.
+    /// Seconds copying the file into the host cache (on the CUDA backend,
+    /// the D2H of the diff straight into the page-locked cache).
     pub cache_seconds: f64,
     /// Seconds waiting for room in the host cache (backpressure: the flush
     /// is slower than the checkpoints).
@@ -245,7 +246,7 @@ impl TieredEngine {
             0 => None,
             bytes => Some(prefetch::Prefetcher::new(rank, roots.clone(), bytes, tiers.eviction)?),
         };
-        let cache = Arc::new(HostCache::new(tiers.host_cache_bytes)?);
+        let cache = Arc::new(HostCache::with_memory(tiers.host_cache_bytes, parts.backend.host_segments().as_ref())?);
         let progress = Progress::new(stores.iter().map(|(n, _)| n.clone()).collect());
         let restore_cache = prefetch.as_ref().map(|p| p.cache().clone());
         let shared = Arc::new(Shared { progress, needs_baseline: Default::default(), cache, restore_cache });
@@ -306,17 +307,10 @@ impl TieredEngine {
         }
         let input = data.into();
         let baseline = self.next_is_baseline();
-        let mut handed = None;
-        let cache = &self.shared.cache;
-        let gpu = self.backend.checkpoint_into(version, input, baseline, &mut |parts, sealed| {
-            crate::failpoint::hit("checkpoint.deduplicated");
-            let t1 = Instant::now();
-            let (cached, waited) = cache.store_parts(parts)?;
-            handed = Some((cached, waited, t1, t1.elapsed(), sealed));
-            Ok(())
-        })?;
+        let mut sink = CacheSink { cache: &self.shared.cache, handed: None };
+        let gpu = self.backend.checkpoint_into(version, input, baseline, &mut sink)?;
         let (cached, waited, t1, copied, sealed) =
-            handed.ok_or_else(|| Error::Internal("the backend handed no file over".into()))?;
+            sink.handed.ok_or_else(|| Error::Internal("the backend handed no file over".into()))?;
         let file_bytes = cached.len() as u64;
         self.enqueue(version, baseline, cached, sealed, None)?;
         Ok(report_of(version, baseline, file_bytes, t0, t1, copied, waited, gpu))
@@ -644,6 +638,33 @@ impl Drop for TieredEngine {
     fn drop(&mut self) {
         // The flusher's own drop lets every queued version finish.
         self.flusher.stop();
+    }
+}
+
+/// The application side's sink of a checkpoint: the file into the host cache
+/// (copied from parts, or written there by the device).
+struct CacheSink<'c> {
+    cache: &'c HostCache,
+    /// The cached file, the wait for room, when the hand-over began, how
+    /// long it took, and whether the file is sealed.
+    handed: Option<(Cached, Duration, Instant, Duration, bool)>,
+}
+
+impl crate::backend::FileSink for CacheSink<'_> {
+    fn put(&mut self, parts: &[&[u8]], sealed: bool) -> Result<()> {
+        crate::failpoint::hit("checkpoint.deduplicated");
+        let t1 = Instant::now();
+        let (cached, waited) = self.cache.store_parts(parts)?;
+        self.handed = Some((cached, waited, t1, t1.elapsed(), sealed));
+        Ok(())
+    }
+
+    fn fill(&mut self, len: usize, sealed: bool, fill: &mut dyn FnMut(&mut [&mut [u8]]) -> Result<()>) -> Result<()> {
+        crate::failpoint::hit("checkpoint.deduplicated");
+        let t1 = Instant::now();
+        let (cached, waited) = self.cache.store_with(len, fill)?;
+        self.handed = Some((cached, waited, t1, t1.elapsed(), sealed));
+        Ok(())
     }
 }
 

@@ -3,6 +3,7 @@
 //! single-rank path), or is copied to host memory for the collective step,
 //! which reads its FIRST bytes and may rewrite it.
 
+use super::pipeline::Dest;
 use super::{GpuDedup, StoredRun, cuda_err};
 use crate::backend::{Backend, BackendKind, Deduplicated, DiffBytes, PendingVersion, Sink, foreign};
 use crate::diff::Diff;
@@ -11,6 +12,7 @@ use crate::memory::{Protected, ProtectedMut};
 use crate::regions::{self, Conversion, FirstBytes, Region, Rewrite};
 use crate::{Error, Result};
 use std::any::Any;
+use std::sync::Arc;
 
 /// De-duplication on a CUDA device.
 pub struct CudaBackend {
@@ -212,8 +214,9 @@ impl Backend for CudaBackend {
         self.dev.rollback()
     }
 
-    /// Hands the file over straight from pinned memory, unsealed: no
-    /// decoding of its tables and no trailer on the host before it returns.
+    /// Hands the file over unsealed (no decoding of its tables and no
+    /// trailer on the host before it returns), copied by the device
+    /// straight into the sink's buffers (the tiers' page-locked cache).
     fn checkpoint_into(
         &mut self,
         version: u64,
@@ -221,14 +224,27 @@ impl Backend for CudaBackend {
         baseline: bool,
         sink: Sink<'_>,
     ) -> Result<Option<super::GpuTimings>> {
-        let c = self.dev.compute(version, input, baseline)?;
-        let handed = self.dev.pinned_prefix(c.prefix_len + 32).and_then(|prefix| sink(&[prefix, &[0u8; 32]], false));
+        let prepared = self.dev.prepare(version, input, baseline)?;
+        let len = prepared.prefix_len + 32; // the trailer, zero until sealed
+        let mut slot = Some(prepared);
+        let mut timings = None;
+        let dev = &mut self.dev;
+        let handed = sink.fill(len, false, &mut |bufs| {
+            let p = slot.take().ok_or_else(|| Error::Internal("a file was filled twice".into()))?;
+            timings = Some(dev.finish(p, Dest::Buffers(bufs))?.timings);
+            Ok(())
+        });
         if let Err(e) = handed {
             self.dev.rollback()?;
             return Err(e);
         }
         self.dev.commit()?;
-        Ok(Some(c.timings))
+        Ok(timings)
+    }
+
+    fn host_segments(&self) -> Option<crate::memory::SegmentAlloc> {
+        let ctx = Arc::clone(&self.dev.gpu().ctx);
+        Some(Box::new(move |len| super::PinnedSegment::new(&ctx, len).map(|s| Box::new(s) as crate::memory::Segment)))
     }
 
     fn place(&self, bytes: &[u8], dst: ProtectedMut<'_>) -> Result<()> {

@@ -40,6 +40,71 @@ pub fn available() -> bool {
     libs && CudaContext::device_count().is_ok_and(|n| n > 0)
 }
 
+/// A segment of page-locked host memory (a host cache's, which the device
+/// copies diffs into directly).
+pub(crate) struct PinnedSegment {
+    alloc: cudarc::driver::PinnedHostSlice<u8>,
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: `ptr` points into `alloc`, which the segment owns (cudarc's pinned
+// allocations are Send and Sync); the bytes are reached only through `&self`
+// and `&mut self`, so Rust's borrow rules order every access.
+unsafe impl Send for PinnedSegment {}
+// SAFETY: as above.
+unsafe impl Sync for PinnedSegment {}
+
+impl PinnedSegment {
+    /// `len` page-locked bytes (not write-combined: the host reads them to
+    /// write files), zeroed.
+    pub(crate) fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<Self> {
+        // SAFETY: the allocation is zeroed below before any of it is read.
+        let mut alloc = unsafe { ctx.alloc_pinned_with_flags::<u8>(len, 0) }.map_err(cuda_err)?;
+        let ptr = alloc.as_mut_ptr().map_err(cuda_err)?;
+        let mut s = PinnedSegment { alloc, ptr, len };
+        s.bytes_mut_raw().fill(0);
+        Ok(s)
+    }
+
+    fn bytes_mut_raw(&mut self) -> &mut [u8] {
+        // SAFETY: `ptr..ptr + len` is the live allocation `alloc` owns, and
+        // `&mut self` makes this the only reference to it.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl std::fmt::Debug for PinnedSegment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PinnedSegment").field("len", &self.len).finish()
+    }
+}
+
+impl crate::memory::SegmentMemory for PinnedSegment {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `ptr..ptr + len` is the live allocation `alloc` owns; `&self`
+        // excludes any `&mut` access for the borrow's duration. No device
+        // copy into it is in flight: `GpuDedup::finish` synchronizes the
+        // stream before the segment leaves the backend.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self.bytes_mut_raw()
+    }
+
+    fn pinned(&self) -> bool {
+        true
+    }
+}
+
+impl Drop for PinnedSegment {
+    fn drop(&mut self) {
+        // The free (in cudarc's drop) may run on a flush thread.
+        let _ = self.alloc.context().bind_to_thread();
+    }
+}
+
 /// A new device buffer holding `bytes` (synchronous).
 pub fn upload(gpu: &Gpu, bytes: &[u8]) -> Result<cudarc::driver::CudaSlice<u8>> {
     gpu.stream.clone_htod(bytes).map_err(cuda_err)

@@ -8,7 +8,7 @@ use crate::hash::Digest;
 use crate::layout::{Layout, NodeId};
 use crate::memory::Protected;
 use crate::{Error, HashAlgo, Method, Result};
-use cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig, PinnedHostSlice, PushKernelArg};
+use cudarc::driver::{CudaEvent, CudaSlice, DevicePtr, LaunchConfig, PinnedHostSlice, PushKernelArg};
 use std::sync::Arc;
 
 /// Device-side times of one checkpoint, from CUDA events, in milliseconds.
@@ -70,6 +70,88 @@ pub struct Computed {
     pub data_len: usize,
     /// Device-side times.
     pub timings: GpuTimings,
+}
+
+/// A version computed on the device whose file has not crossed to the host
+/// yet ([`GpuDedup::prepare`], [`GpuDedup::finish`], which must follow
+/// before the input changes: a version stored whole is copied from it).
+pub(crate) struct Prepared {
+    /// Bytes of the file up to its trailer.
+    pub prefix_len: usize,
+    /// Offset of the FIRST data.
+    pub data_start: usize,
+    /// Bytes of FIRST data.
+    pub data_len: usize,
+    /// The file's pieces, in order.
+    pieces: Vec<Piece>,
+    /// Recorded at the start, after the H2D, after the de-duplication.
+    events: [CudaEvent; 3],
+}
+
+/// A piece of a prepared file: bytes the host wrote, or a span of device
+/// memory (the output buffer, or the input of a version stored whole) that
+/// stays valid until the stream is synchronized.
+enum Piece {
+    Host(Vec<u8>),
+    Device(u64, usize),
+}
+
+/// Where [`GpuDedup::finish`] copies a file.
+pub(crate) enum Dest<'a, 'b> {
+    /// The dedup's own pinned buffer ([`GpuDedup::pinned_prefix`]).
+    Pinned,
+    /// Consecutive host buffers (a page-locked cache's segments).
+    Buffers(&'a mut [&'b mut [u8]]),
+}
+
+/// What [`GpuDedup::prepare_with`] got to.
+enum Step {
+    /// Stopped before the file (no emit).
+    Done(Computed),
+    /// The file is ready on the device.
+    Prepared(Prepared),
+}
+
+/// Copies `pieces` into the consecutive buffers `bufs` on `st` (device
+/// pieces asynchronously: the caller synchronizes before reading `bufs`);
+/// zeroes what the pieces leave of `bufs`.
+fn emit(st: &Arc<cudarc::driver::CudaStream>, pieces: &[Piece], bufs: &mut [&mut [u8]]) -> Result<()> {
+    let (mut b, mut at) = (0usize, 0usize);
+    for piece in pieces {
+        let len = match piece {
+            Piece::Host(v) => v.len(),
+            Piece::Device(_, len) => *len,
+        };
+        let mut done = 0;
+        while done < len {
+            let buf =
+                bufs.get_mut(b).ok_or_else(|| Error::Internal("the host buffers are shorter than the file".into()))?;
+            let n = (len - done).min(buf.len() - at);
+            let dst = &mut buf[at..at + n];
+            match piece {
+                Piece::Host(v) => dst.copy_from_slice(&v[done..done + n]),
+                // SAFETY: `ptr + done .. ptr + done + n` lies in a device
+                // span that stays valid until the stream is synchronized
+                // (Piece's contract); `dst` is host memory borrowed for
+                // longer than that, and the caller synchronizes the stream
+                // before anything reads it.
+                Piece::Device(ptr, _) => {
+                    unsafe { cudarc::driver::result::memcpy_dtoh_async(dst, *ptr + done as u64, st.cu_stream()) }
+                        .map_err(cuda_err)?
+                }
+            }
+            done += n;
+            at += n;
+            if at == buf.len() {
+                (b, at) = (b + 1, 0);
+            }
+        }
+    }
+    for (i, buf) in bufs.iter_mut().enumerate().skip(b) {
+        let from = if i == b { at } else { 0 };
+        buf[from..].fill(0);
+    }
+    Ok(())
 }
 
 /// Bytes of data per integrity block digest (docs/FORMAT.md).
@@ -551,6 +633,24 @@ impl GpuDedup {
     /// [`GpuDedup::compute`]; without `emit`, stops once the labels and the
     /// record are computed (no digests, no D2H: what a rebuild needs).
     fn compute_with(&mut self, version: u64, input: Protected<'_>, baseline: bool, emit: bool) -> Result<Computed> {
+        match self.prepare_with(version, input, baseline, emit)? {
+            Step::Done(c) => Ok(c),
+            Step::Prepared(p) => self.finish(p, Dest::Pinned),
+        }
+    }
+
+    /// Computes checkpoint `version` of `input` on the device, up to the
+    /// copy of its file to the host: [`GpuDedup::finish`] copies it (into
+    /// any host buffers). The version is pending from here.
+    pub(crate) fn prepare(&mut self, version: u64, input: Protected<'_>, baseline: bool) -> Result<Prepared> {
+        match self.prepare_with(version, input, baseline, true)? {
+            Step::Prepared(p) => Ok(p),
+            Step::Done(_) => Err(Error::Internal("a prepared version was computed to the end".into())),
+        }
+    }
+
+    /// The device stages of [`GpuDedup::compute_with`].
+    fn prepare_with(&mut self, version: u64, input: Protected<'_>, baseline: bool, emit: bool) -> Result<Step> {
         let version32 = u32::try_from(version).map_err(|_| {
             Error::InvalidOption(format!("version {version} exceeds the supported maximum {}", u32::MAX))
         })?;
@@ -576,7 +676,7 @@ impl GpuDedup {
         let e1 = ev(&st)?;
         let data_ptr = self.input_ptr(input)?;
         if self.method == Method::Full {
-            return self.copy_whole(version, data_ptr, &e0, &e1);
+            return self.prepare_whole(version, data_ptr, [e0, e1]).map(Step::Prepared);
         }
         if baseline {
             self.clear_table()?;
@@ -588,7 +688,7 @@ impl GpuDedup {
                 // Most chunks changed: store the version whole (see dedup::is_dense).
                 self.pending = Some(version32);
                 self.pending_dense = true;
-                return self.copy_whole(version, data_ptr, &e0, &e1);
+                return self.prepare_whole(version, data_ptr, [e0, e1]).map(Step::Prepared);
             }
             let (_, overflow) = self.read_table_stats()?;
             if !overflow {
@@ -604,7 +704,7 @@ impl GpuDedup {
             st.synchronize().map_err(cuda_err)?;
             self.pending = Some(version32);
             let timings = timings(&e0, &e1, &e2, &e2)?;
-            return Ok(Computed { prefix_len: 0, data_start: 0, data_len: 0, timings });
+            return Ok(Step::Done(Computed { prefix_len: 0, data_start: 0, data_len: 0, timings }));
         }
         let counters = st.clone_dtoh(&self.counters).map_err(cuda_err)?;
         let wft = self.method != Method::Basic;
@@ -616,67 +716,60 @@ impl GpuDedup {
         let out_ptr = ptr(&self.out, &self.gpu);
         self.launch_block_digests(out_ptr + data_start, data_len, out_ptr + body_len)?;
         let prefix_len = (body_len + 32 * data_len.div_ceil(BLOCK_SIZE)) as usize;
-        {
-            self.ensure_pinned(prefix_len)?;
-            let src = self.out.slice(0..prefix_len);
-            let host = match &mut self.pinned {
-                Some(p) => p.as_mut_slice().map_err(cuda_err)?,
-                None => return Err(Error::Internal("pinned buffer".into())),
-            };
-            st.memcpy_dtoh(&src, &mut host[..prefix_len]).map_err(cuda_err)?;
-        }
-        let e3 = ev(&st)?;
-        st.synchronize().map_err(cuda_err)?;
         self.pending = Some(version32);
-        Ok(Computed {
+        Ok(Step::Prepared(Prepared {
             prefix_len,
             data_start: data_start as usize,
             data_len: data_len as usize,
-            timings: timings(&e0, &e1, &e2, &e3)?,
-        })
+            pieces: vec![Piece::Device(out_ptr, prefix_len)],
+            events: [e0, e1, e2],
+        }))
     }
 
-    /// A version stored whole: header and one FIRST run written by the host,
-    /// the data copied from the input in one D2H transfer.
-    fn copy_whole(
-        &mut self,
-        version: u64,
-        src: u64,
-        e0: &cudarc::driver::CudaEvent,
-        e1: &cudarc::driver::CudaEvent,
-    ) -> Result<Computed> {
+    /// A version stored whole: its header and one FIRST run (written by the
+    /// host), the data straight from the input, and the block digests of
+    /// the input (computed into the otherwise unused output buffer).
+    fn prepare_whole(&mut self, version: u64, src: u64, [e0, e1]: [CudaEvent; 2]) -> Result<Prepared> {
         let st = self.gpu.stream.clone();
         let meta = whole_meta(self.rank, self.layout, self.hash, self.method, version);
         let len = self.layout.data_len() as usize;
         let digests = 32 * (len as u64).div_ceil(BLOCK_SIZE) as usize;
-        self.ensure_pinned(meta.len() + len + digests)?;
-        let ev = || st.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda_err);
-        let e2 = ev()?;
-        // Block digests of the input itself, into the (otherwise unused) output buffer.
-        self.launch_block_digests(src, len as u64, ptr(&self.out, &self.gpu))?;
-        {
-            let host = match &mut self.pinned {
-                Some(p) => p.as_mut_slice().map_err(cuda_err)?,
-                None => return Err(Error::Internal("pinned buffer".into())),
-            };
-            host[..meta.len()].copy_from_slice(&meta);
-            // SAFETY: `src..src + len` is the checked input region (or the
-            // staging buffer), device memory that outlives the copy, which
-            // the synchronize below completes before `host` is read.
-            unsafe {
-                cudarc::driver::result::memcpy_dtoh_async(&mut host[meta.len()..meta.len() + len], src, st.cu_stream())
-            }
-            .map_err(cuda_err)?;
-            let d = self.out.slice(0..digests);
-            st.memcpy_dtoh(&d, &mut host[meta.len() + len..meta.len() + len + digests]).map_err(cuda_err)?;
-        }
-        let e3 = ev()?;
-        st.synchronize().map_err(cuda_err)?;
-        Ok(Computed {
+        let e2 = st.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda_err)?;
+        let out = ptr(&self.out, &self.gpu);
+        self.launch_block_digests(src, len as u64, out)?;
+        Ok(Prepared {
             prefix_len: meta.len() + len + digests,
             data_start: meta.len(),
             data_len: len,
-            timings: timings(e0, e1, &e2, &e3)?,
+            pieces: vec![Piece::Host(meta), Piece::Device(src, len), Piece::Device(out, digests)],
+            events: [e0, e1, e2],
+        })
+    }
+
+    /// Copies a prepared version's file to the host (into the pinned
+    /// buffer, or into `dest`'s buffers, which must hold at least its
+    /// prefix; what follows it is zeroed) and waits for the device.
+    pub(crate) fn finish(&mut self, p: Prepared, dest: Dest<'_, '_>) -> Result<Computed> {
+        let st = self.gpu.stream.clone();
+        match dest {
+            Dest::Pinned => {
+                self.ensure_pinned(p.prefix_len)?;
+                let host = match &mut self.pinned {
+                    Some(pinned) => pinned.as_mut_slice().map_err(cuda_err)?,
+                    None => return Err(Error::Internal("pinned buffer".into())),
+                };
+                emit(&st, &p.pieces, &mut [&mut host[..p.prefix_len]])?;
+            }
+            Dest::Buffers(bufs) => emit(&st, &p.pieces, bufs)?,
+        }
+        let e3 = st.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda_err)?;
+        st.synchronize().map_err(cuda_err)?;
+        let [e0, e1, e2] = &p.events;
+        Ok(Computed {
+            prefix_len: p.prefix_len,
+            data_start: p.data_start,
+            data_len: p.data_len,
+            timings: timings(e0, e1, e2, &e3)?,
         })
     }
 
