@@ -4,7 +4,9 @@
 # them (reverse, then irregular order; uniform, then variable diff sizes),
 # through the synchronous store and the asynchronous tiers (FIFO, LRU,
 # gap-aware eviction x no, one, all hints). Page cache dropped before each
-# restore (--cold). One CSV for all, in OUT, and a short table.
+# restore (--cold). One CSV for all, in OUT, and a short table ("mem %":
+# the share of the restores' reads served from memory: the restore cache or
+# versions still in the host cache).
 #
 #   scripts/rtm-study.sh [OUT]                 (default docs/bench/rtm)
 # Environment: SIZE (256M), VERSIONS (16), COMPUTE_MS (50), BACKEND (auto),
@@ -36,9 +38,9 @@ done
 python3 - "$csv" <<'PY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
-print(f"{'sizes':<9}{'order':<10}{'engine':<10}{'hints':<6}{'ckpt GB/s':>10}{'x sync':>8}{'restore GB/s':>13}{'x sync':>8}{'hit %':>7}")
+print(f"{'sizes':<9}{'order':<10}{'engine':<10}{'hints':<6}{'ckpt GB/s':>10}{'x sync':>8}{'restore GB/s':>13}{'x sync':>8}{'mem %':>7}")
 for r in rows:
-    hit, miss = int(r['hit_bytes']), int(r['miss_bytes'])
+    hit, miss = int(r['hit_bytes']) + int(r['inflight_bytes']), int(r['miss_bytes'])
     pct = 100 * hit / (hit + miss) if hit + miss else 0
     print(f"{r['sizes']:<9}{r['order']:<10}{r['engine']:<10}{r['hints']:<6}{float(r['checkpoint_gbps']):>10.2f}"
           f"{float(r['ckpt_speedup']):>8.2f}{float(r['restore_gbps']):>13.2f}{float(r['restore_speedup']):>8.2f}{pct:>7.0f}")

@@ -167,6 +167,8 @@ pub struct RtmRun {
     pub hit_bytes: u64,
     /// Bytes restores read from a disk tier (through the cache).
     pub miss_bytes: u64,
+    /// Bytes restores read from versions still in the host cache.
+    pub inflight_bytes: u64,
     /// Files prefetched ahead of their restore.
     pub prefetched_files: u64,
     /// Files the flush left in the restore cache.
@@ -369,6 +371,7 @@ impl RtmOptions {
             wall_seconds: p.wall,
             hit_bytes: stats.hit_bytes,
             miss_bytes: stats.miss_bytes,
+            inflight_bytes: stats.inflight_bytes,
             prefetched_files: stats.prefetched_files,
             retained_files: stats.retained_files,
             evicted_files: stats.evicted_files,

@@ -382,6 +382,11 @@ fn tiered_gpu_checkpoints_write_the_cpu_files_on_every_tier() {
             let dev = cuda::upload(&gpu, &data).unwrap();
             g.checkpoint(v, DeviceRegion::of(&dev).unwrap()).unwrap();
             c.checkpoint(v, &data).unwrap();
+            // At once (likely still in the page-locked cache, handed over
+            // unsealed): the right bytes, onto the device.
+            let mut back = cuda::upload(&gpu, &vec![0u8; len]).unwrap();
+            g.restore_into(v, dckpt::memory::ProtectedMut::Device(DeviceRegion::of_mut(&mut back).unwrap())).unwrap();
+            assert!(gpu.stream_clone_dtoh(&back).unwrap() == data, "{how:?}: version {v} restored right after it");
         }
         g.finalize().unwrap();
         c.finalize().unwrap();

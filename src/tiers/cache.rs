@@ -86,6 +86,27 @@ impl Cached {
         self.pieces().try_for_each(|p| out.write_all(p))
     }
 
+    /// Copies the file's bytes `offset..offset + buf.len()` into `buf`;
+    /// `None` if they run past the file.
+    pub fn read_at(&self, offset: usize, buf: &mut [u8]) -> Option<()> {
+        if offset.checked_add(buf.len())? > self.len {
+            return None;
+        }
+        let mut done = 0;
+        while done < buf.len() {
+            let at = offset + done;
+            let seg = self.segments.get(at / SEGMENT_BYTES)?.bytes();
+            let from = at % SEGMENT_BYTES;
+            let n = (buf.len() - done).min(seg.len().checked_sub(from)?);
+            if n == 0 {
+                return None;
+            }
+            buf[done..done + n].copy_from_slice(&seg[from..from + n]);
+            done += n;
+        }
+        Some(())
+    }
+
     /// The last 32 bytes (a diff file's trailer).
     pub fn trailer(&self) -> Option<[u8; 32]> {
         let start = self.len.checked_sub(32)?;

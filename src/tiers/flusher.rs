@@ -20,6 +20,7 @@
 use super::cache::{Cached, HostCache};
 use super::prefetch::RestoreCache;
 use super::state::{Progress, TierState};
+use super::writeback::InFlightMap;
 use crate::format::Compression;
 use crate::format::manifest::VersionEntry;
 use crate::regions::Rewrite;
@@ -63,8 +64,8 @@ pub(crate) enum Msg {
 
 /// Where a version's file is read from.
 pub(crate) enum Source {
-    /// The host cache.
-    Cache(Cached),
+    /// The host cache (shared with restores of versions in flight).
+    Cache(Arc<Cached>),
     /// A durable file on an earlier tier, with its length.
     File(PathBuf, u64),
 }
@@ -81,6 +82,10 @@ pub(crate) struct Shared {
     /// The restore cache, if any: the first tier's worker leaves each file
     /// it made durable there (the versions written last restore from memory).
     pub restore_cache: Option<RestoreCache>,
+    /// Versions the first tier has not settled yet, for restores from the
+    /// host cache (single-rank tiers; the first tier's worker removes each
+    /// once it is listed there, or failed).
+    pub inflight: InFlightMap,
 }
 
 /// How a worker lists a version once its file is durable on its tier.
@@ -238,6 +243,10 @@ impl Worker {
                 s => s,
             };
             self.shared.progress.set(version, self.tier, state);
+            if self.tier == 0 {
+                // Listed here (or failed): restores no longer need the cached bytes.
+                self.shared.inflight.lock().unwrap_or_else(PoisonError::into_inner).remove(&version);
+            }
             if let Some(next) = &self.next {
                 // A forwarded file is sealed and rewritten; cached bytes keep their state.
                 let from_file = matches!(forward, Source::File(..));

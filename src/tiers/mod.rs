@@ -27,6 +27,7 @@ mod flusher;
 pub mod prefetch;
 mod reader;
 pub mod state;
+mod writeback;
 
 use crate::backend::Deduplicated;
 use crate::backend::{Backend, BackendKind};
@@ -45,8 +46,8 @@ use reader::Reach;
 use serde::{Deserialize, Serialize};
 use state::{Progress, TierState};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Where the tiers are and how large the cache is. Serde-able for configs.
@@ -249,7 +250,13 @@ impl TieredEngine {
         let cache = Arc::new(HostCache::with_memory(tiers.host_cache_bytes, parts.backend.host_segments().as_ref())?);
         let progress = Progress::new(stores.iter().map(|(n, _)| n.clone()).collect());
         let restore_cache = prefetch.as_ref().map(|p| p.cache().clone());
-        let shared = Arc::new(Shared { progress, needs_baseline: Default::default(), cache, restore_cache });
+        let shared = Arc::new(Shared {
+            progress,
+            needs_baseline: Default::default(),
+            cache,
+            restore_cache,
+            inflight: Default::default(),
+        });
         let stores = stores.into_iter().map(|(name, store)| (tiers.keep_of(&name), name, store)).collect();
         let flusher = Flusher::start(rank, stores, Arc::clone(&shared), listing, tiers.compression)?;
         Ok(TieredEngine {
@@ -335,9 +342,15 @@ impl TieredEngine {
         let prev = if baseline { None } else { self.latest };
         self.shared.progress.register(version);
         self.latest = Some(version);
+        let cached = Arc::new(cached);
+        if !self.collective {
+            let flying = writeback::InFlight { cached: Arc::clone(&cached), baseline, prev, sealed };
+            self.shared.inflight.lock().unwrap_or_else(PoisonError::into_inner).insert(version, flying);
+        }
         if let Err(e) =
             self.flusher.submit(Job { version, baseline, prev, sealed, rewrite, source: Source::Cache(cached) })
         {
+            self.shared.inflight.lock().unwrap_or_else(PoisonError::into_inner).remove(&version);
             // The history has this version but no tier will: start over.
             self.force_baseline = true;
             for tier in 0..self.roots.len() {
@@ -495,10 +508,20 @@ impl TieredEngine {
     /// place, so after an error its content is unspecified.
     pub fn restore_into(&self, version: u64, mut dst: ProtectedMut<'_>) -> Result<()> {
         let mut first_error = None;
+        // Still in the host cache: from there, without waiting for its flush.
+        match writeback::Overlay::of(&self.shared.inflight, &self.roots[0], self.rank, version) {
+            Ok(Some(overlay)) => match self.restore_from(version, 0, Reach::Fastest, Some(Arc::new(overlay)), &mut dst)
+            {
+                Ok(()) => return Ok(()),
+                Err(e) => first_error = Some(e),
+            },
+            Ok(None) => {}
+            Err(e) => first_error = Some(e),
+        }
         let mut tried = Vec::new();
         if let Some(home) = self.first_durable(version) {
             for reach in [Reach::Fastest, Reach::HomeOnly] {
-                match self.restore_from(version, home, reach, &mut dst) {
+                match self.restore_from(version, home, reach, None, &mut dst) {
                     Ok(()) => return Ok(()),
                     Err(e) => {
                         first_error.get_or_insert(e);
@@ -513,7 +536,7 @@ impl TieredEngine {
             if tried.contains(&i) || !self.is_durable(version, tier) {
                 continue;
             }
-            match self.restore_from(version, i, Reach::HomeOnly, &mut dst) {
+            match self.restore_from(version, i, Reach::HomeOnly, None, &mut dst) {
                 Ok(()) => return Ok(()),
                 Err(e) => {
                     first_error.get_or_insert(e);
@@ -527,11 +550,19 @@ impl TieredEngine {
         }))
     }
 
-    /// One way of restoring `version` (listed on tier `home`) into `dst`:
-    /// host memory in place, device memory through a host buffer.
-    fn restore_from(&self, version: u64, home: usize, reach: Reach, dst: &mut ProtectedMut<'_>) -> Result<()> {
+    /// One way of restoring `version` (listed on tier `home`, or in flight
+    /// through `overlay`) into `dst`: host memory in place, device memory
+    /// through a host buffer.
+    fn restore_from(
+        &self,
+        version: u64,
+        home: usize,
+        reach: Reach,
+        overlay: Option<Arc<writeback::Overlay>>,
+        dst: &mut ProtectedMut<'_>,
+    ) -> Result<()> {
         let cache = self.prefetch.as_ref().map(prefetch::Prefetcher::cache);
-        let at = (&self.roots[..], home);
+        let at = reader::At { roots: &self.roots, home, overlay };
         match dst {
             ProtectedMut::Host(buf) => {
                 reader::restore(at, self.rank, version, reach, cache, reader::Output::Into(buf)).map(|_| ())

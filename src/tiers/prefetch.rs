@@ -55,6 +55,9 @@ pub struct PrefetchStats {
     pub hit_bytes: u64,
     /// Bytes restores read from the disk tiers (metadata included).
     pub miss_bytes: u64,
+    /// Bytes restores read from versions still in the host cache (not yet
+    /// flushed).
+    pub inflight_bytes: u64,
     /// Files the prefetch thread loaded ahead of their restore.
     pub prefetched_files: u64,
     /// Files the first tier's flush worker left in the cache after writing.
@@ -174,6 +177,8 @@ pub(crate) struct ReadCounters {
     pub hit: AtomicU64,
     /// From the disk tiers.
     pub miss: AtomicU64,
+    /// From the host cache (versions in flight).
+    pub inflight: AtomicU64,
 }
 
 impl RestoreCache {
@@ -285,6 +290,7 @@ impl Prefetcher {
         let mut stats = lock(&self.cache.shared.0).stats;
         stats.hit_bytes = self.cache.read.hit.load(Ordering::Relaxed);
         stats.miss_bytes = self.cache.read.miss.load(Ordering::Relaxed);
+        stats.inflight_bytes = self.cache.read.inflight.load(Ordering::Relaxed);
         stats
     }
 

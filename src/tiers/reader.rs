@@ -11,6 +11,7 @@
 //! reads them from the shared tier, and its new ones locally.
 
 use super::prefetch::{FileKey, ReadCounters, RestoreCache};
+use super::writeback::Overlay;
 use crate::restore::{Catalog, restore_in, restore_in_place};
 use crate::storage::{Entry, Fill, LockGuard, Posix, ReadAt, Storage};
 use crate::store::parse_diff_name;
@@ -28,6 +29,16 @@ pub(crate) enum Reach {
     HomeOnly,
 }
 
+/// The tiers a restore reads.
+pub(crate) struct At<'a> {
+    /// Every disk tier's root, fastest first.
+    pub roots: &'a [PathBuf],
+    /// The tier listing the version (or, with an overlay, the first).
+    pub home: usize,
+    /// The versions still in the host cache, over the home tier.
+    pub overlay: Option<Arc<Overlay>>,
+}
+
 /// Where a restore's verified bytes go.
 pub(crate) enum Output<'a> {
     /// Into this buffer of the version's length (on an error its content
@@ -43,15 +54,22 @@ pub(crate) enum Output<'a> {
 /// that a damaged copy is not served again; in every case the cache learns
 /// the version was restored.
 pub(crate) fn restore(
-    (roots, home): (&[PathBuf], usize),
+    at: At<'_>,
     rank: u32,
     version: u64,
     reach: Reach,
     cache: Option<&RestoreCache>,
     out: Output<'_>,
 ) -> Result<Option<Vec<u8>>> {
-    let tiers: Vec<Posix> = roots.iter().map(|r| Posix::at(r)).collect();
-    let reader = Arc::new(TierReader { home, tiers, reach, cache: cache.cloned(), touched: Mutex::new(Vec::new()) });
+    let tiers: Vec<Posix> = at.roots.iter().map(|r| Posix::at(r)).collect();
+    let reader = Arc::new(TierReader {
+        home: at.home,
+        tiers,
+        reach,
+        cache: cache.cloned(),
+        overlay: at.overlay,
+        touched: Mutex::new(Vec::new()),
+    });
     let mut catalog = Catalog::on(Arc::clone(&reader) as Arc<dyn Storage>);
     let result = match out {
         Output::Into(buf) => restore_in_place(&mut catalog, rank, version, buf).map(|_| None),
@@ -84,23 +102,36 @@ impl ReadAt for MemFile {
     }
 }
 
-/// A file read from a disk tier, its reads counted as misses.
-struct DiskFile(Box<dyn ReadAt>, Arc<ReadCounters>);
+/// Where a counted file's bytes come from.
+#[derive(Clone, Copy, Debug)]
+enum Source {
+    /// A disk tier (a miss).
+    Disk,
+    /// The host cache (a version in flight).
+    InFlight,
+}
 
-impl std::fmt::Debug for DiskFile {
+/// A file whose reads are counted.
+struct Counted(Box<dyn ReadAt>, Arc<ReadCounters>, Source);
+
+impl std::fmt::Debug for Counted {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("DiskFile")
+        write!(f, "Counted({:?})", self.2)
     }
 }
 
-impl ReadAt for DiskFile {
+impl ReadAt for Counted {
     fn len(&self) -> u64 {
         self.0.len()
     }
 
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
         self.0.read_exact_at(buf, offset)?;
-        self.1.miss.fetch_add(buf.len() as u64, Ordering::Relaxed);
+        let counter = match self.2 {
+            Source::Disk => &self.1.miss,
+            Source::InFlight => &self.1.inflight,
+        };
+        counter.fetch_add(buf.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 }
@@ -115,6 +146,7 @@ struct TierReader {
     tiers: Vec<Posix>,
     reach: Reach,
     cache: Option<RestoreCache>,
+    overlay: Option<Arc<Overlay>>,
     /// Diff files served from or admitted to the cache.
     touched: Mutex<Vec<FileKey>>,
 }
@@ -165,10 +197,19 @@ impl Storage for TierReader {
     }
 
     fn read(&self, rel: &Path) -> Result<Option<Vec<u8>>> {
+        if let Some(bytes) = self.overlay.as_ref().and_then(|o| o.read(rel)) {
+            return Ok(Some(bytes));
+        }
         self.home().read(rel)
     }
 
     fn open(&self, rel: &Path) -> Result<Box<dyn ReadAt>> {
+        if let Some(file) = self.overlay.as_ref().and_then(|o| o.open(rel)) {
+            return Ok(match &self.cache {
+                Some(cache) => Box::new(Counted(file, cache.counters(), Source::InFlight)),
+                None => file,
+            });
+        }
         let key = diff_key(rel);
         let (Some(key), Reach::Fastest) = (key, self.reach) else { return self.home().open(rel) };
         let Some(cache) = &self.cache else { return self.open_fastest(rel) };
@@ -179,7 +220,7 @@ impl Storage for TierReader {
         // A miss: read from disk only what the restore needs (a chain's
         // older files are mostly read for their tables); what the cache
         // holds is what the flush left and what the prefetch loaded.
-        Ok(Box::new(DiskFile(self.open_fastest(rel)?, cache.counters())))
+        Ok(Box::new(Counted(self.open_fastest(rel)?, cache.counters(), Source::Disk)))
     }
 
     fn list(&self, rel: &Path) -> Result<Vec<Entry>> {

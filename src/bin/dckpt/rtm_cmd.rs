@@ -74,7 +74,7 @@ pub struct RtmArgs {
 /// The CSV columns, in order.
 const HEADER: &str = "device,backend,size,versions,sizes,order,compute_ms,host_cache,restore_cache,cold,engine,hints,\
 checkpoint_s,backpressure_s,restore_s,checkpoint_gbps,restore_gbps,wall_s,ckpt_speedup,restore_speedup,hit_bytes,\
-miss_bytes,prefetched,retained,evicted";
+miss_bytes,prefetched,retained,evicted,inflight_bytes";
 
 /// Runs the comparison and prints a table (or CSV rows).
 pub fn run(a: RtmArgs) -> Result<ExitCode> {
@@ -124,7 +124,7 @@ fn print_csv(r: &RtmReport, header: bool) {
     let base = &r.runs[0];
     for run in &r.runs {
         println!(
-            "{},{},{},{},{:?},{:?},{},{},{},{},{},{},{:.4},{:.4},{:.4},{:.3},{:.3},{:.3},{:.2},{:.2},{},{},{},{},{}",
+            "{},{},{},{},{:?},{:?},{},{},{},{},{},{},{:.4},{:.4},{:.4},{:.3},{:.3},{:.3},{:.2},{:.2},{},{},{},{},{},{}",
             r.device.replace(',', " "),
             r.backend,
             r.size,
@@ -149,7 +149,8 @@ fn print_csv(r: &RtmReport, header: bool) {
             run.miss_bytes,
             run.prefetched_files,
             run.retained_files,
-            run.evicted_files
+            run.evicted_files,
+            run.inflight_bytes
         );
     }
 }
@@ -171,13 +172,24 @@ fn print_table(r: &RtmReport) {
         if r.cold { ", cold reads" } else { "" }
     );
     println!(
-        "{:<10} {:<5} {:>9} {:>8} {:>9} {:>8} {:>8} {:>8} {:>7} {:>6} {:>6}",
-        "engine", "hints", "ckpt GB/s", "x sync", "rest GB/s", "x sync", "wall s", "hit MB", "miss MB", "pref", "evict"
+        "{:<10} {:<5} {:>9} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6} {:>6}",
+        "engine",
+        "hints",
+        "ckpt GB/s",
+        "x sync",
+        "rest GB/s",
+        "x sync",
+        "wall s",
+        "hit MB",
+        "fly MB",
+        "miss MB",
+        "pref",
+        "evict"
     );
     let base = &r.runs[0];
     for run in &r.runs {
         println!(
-            "{:<10} {:<5} {:>9.2} {:>8.2} {:>9.2} {:>8.2} {:>8.2} {:>8.0} {:>7.0} {:>6} {:>6}",
+            "{:<10} {:<5} {:>9.2} {:>8.2} {:>9.2} {:>8.2} {:>8.2} {:>8.0} {:>8.0} {:>7.0} {:>6} {:>6}",
             run.engine,
             run.hints,
             run.checkpoint_gbps,
@@ -186,6 +198,7 @@ fn print_table(r: &RtmReport) {
             base.restore_seconds / run.restore_seconds.max(1e-9),
             run.wall_seconds,
             run.hit_bytes as f64 / 1e6,
+            run.inflight_bytes as f64 / 1e6,
             run.miss_bytes as f64 / 1e6,
             run.prefetched_files,
             run.evicted_files
