@@ -170,6 +170,9 @@ pub struct TieredEngine {
     collective: bool,
     /// The restore cache and its prefetch thread, if configured.
     prefetch: Option<prefetch::Prefetcher>,
+    /// The host buffer device restores go through, allocated at the first
+    /// one and kept (page-locked on the CUDA backend).
+    restore_staging: std::sync::Mutex<Option<crate::memory::Segment>>,
 }
 
 /// A version de-duplicated and copied into the host cache, not yet queued
@@ -272,6 +275,7 @@ impl TieredEngine {
             opened: parts.opened,
             collective: matches!(listing, Listing::Part { .. }),
             prefetch,
+            restore_staging: Default::default(),
         })
     }
 
@@ -564,13 +568,21 @@ impl TieredEngine {
         let cache = self.prefetch.as_ref().map(prefetch::Prefetcher::cache);
         let at = reader::At { roots: &self.roots, home, overlay };
         match dst {
-            ProtectedMut::Host(buf) => {
-                reader::restore(at, self.rank, version, reach, cache, reader::Output::Into(buf)).map(|_| ())
-            }
+            ProtectedMut::Host(buf) => reader::restore(at, self.rank, version, reach, cache, buf),
             ProtectedMut::Device(region) => {
-                let bytes = reader::restore(at, self.rank, version, reach, cache, reader::Output::New)?
-                    .ok_or_else(|| Error::Internal("the restore returned no buffer".into()))?;
-                self.backend.place(&bytes, ProtectedMut::Device(*region))
+                // Through a reused host buffer (page-locked on the CUDA
+                // backend: no page faults, and the H2D at full speed).
+                let mut staging = self.restore_staging.lock().unwrap_or_else(PoisonError::into_inner);
+                if staging.as_ref().is_none_or(|s| s.bytes().len() != region.len()) {
+                    *staging = None; // freed before the new one is allocated
+                    *staging = Some(match self.backend.host_segments() {
+                        Some(alloc) => alloc(region.len())?,
+                        None => Box::new(crate::memory::HeapSegment::new(region.len())),
+                    });
+                }
+                let buf = staging.as_mut().ok_or_else(|| Error::Internal("restore staging".into()))?.bytes_mut();
+                reader::restore(at, self.rank, version, reach, cache, buf)?;
+                self.backend.place(buf, ProtectedMut::Device(*region))
             }
         }
     }

@@ -12,7 +12,7 @@
 
 use super::prefetch::{FileKey, ReadCounters, RestoreCache};
 use super::writeback::Overlay;
-use crate::restore::{Catalog, restore_in, restore_in_place};
+use crate::restore::{Catalog, restore_in_place};
 use crate::storage::{Entry, Fill, LockGuard, Posix, ReadAt, Storage};
 use crate::store::parse_diff_name;
 use crate::{Error, Result};
@@ -39,18 +39,9 @@ pub(crate) struct At<'a> {
     pub overlay: Option<Arc<Overlay>>,
 }
 
-/// Where a restore's verified bytes go.
-pub(crate) enum Output<'a> {
-    /// Into this buffer of the version's length (on an error its content
-    /// is unspecified).
-    Into(&'a mut [u8]),
-    /// Into a new buffer, returned.
-    New,
-}
-
 /// Restores `version` of `rank`, listed on `roots[home]`, reading as
-/// `reach` says (through `cache` if given), into `out`; the new buffer for
-/// [`Output::New`]. On failure the files the cache served are forgotten, so
+/// `reach` says (through `cache` if given), into `out` (of the version's
+/// length; after an error its content is unspecified). On failure the files the cache served are forgotten, so
 /// that a damaged copy is not served again; in every case the cache learns
 /// the version was restored.
 pub(crate) fn restore(
@@ -59,8 +50,8 @@ pub(crate) fn restore(
     version: u64,
     reach: Reach,
     cache: Option<&RestoreCache>,
-    out: Output<'_>,
-) -> Result<Option<Vec<u8>>> {
+    out: &mut [u8],
+) -> Result<()> {
     let tiers: Vec<Posix> = at.roots.iter().map(|r| Posix::at(r)).collect();
     let reader = Arc::new(TierReader {
         home: at.home,
@@ -71,10 +62,7 @@ pub(crate) fn restore(
         touched: Mutex::new(Vec::new()),
     });
     let mut catalog = Catalog::on(Arc::clone(&reader) as Arc<dyn Storage>);
-    let result = match out {
-        Output::Into(buf) => restore_in_place(&mut catalog, rank, version, buf).map(|_| None),
-        Output::New => restore_in(&mut catalog, rank, version).map(|(bytes, _, _)| Some(bytes)),
-    };
+    let result = restore_in_place(&mut catalog, rank, version, out).map(|_| ());
     if let Some(cache) = cache {
         if result.is_err() {
             cache.forget(&reader.touched.lock().unwrap_or_else(PoisonError::into_inner));
