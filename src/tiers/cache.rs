@@ -92,18 +92,24 @@ impl Cached {
         if offset.checked_add(buf.len())? > self.len {
             return None;
         }
-        let mut done = 0;
-        while done < buf.len() {
-            let at = offset + done;
+        // One piece per segment touched, copied in parallel.
+        let mut jobs: Vec<(&mut [u8], &[u8])> = Vec::new();
+        let mut rest: &mut [u8] = buf;
+        let mut at = offset;
+        while !rest.is_empty() {
             let seg = self.segments.get(at / SEGMENT_BYTES)?.bytes();
             let from = at % SEGMENT_BYTES;
-            let n = (buf.len() - done).min(seg.len().checked_sub(from)?);
+            let n = rest.len().min(seg.len().checked_sub(from)?);
             if n == 0 {
                 return None;
             }
-            buf[done..done + n].copy_from_slice(&seg[from..from + n]);
-            done += n;
+            let (piece, tail) = std::mem::take(&mut rest).split_at_mut(n);
+            jobs.push((piece, &seg[from..from + n]));
+            rest = tail;
+            at += n;
         }
+        use rayon::prelude::*;
+        jobs.into_par_iter().for_each(|(d, s)| d.copy_from_slice(s));
         Some(())
     }
 
