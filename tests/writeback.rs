@@ -87,3 +87,44 @@ fn a_version_in_flight_continues_a_chain_already_durable() {
     dckpt::failpoint::delay("store.temp_written", Duration::ZERO);
     e.finalize().unwrap();
 }
+
+#[test]
+fn a_version_chained_on_one_the_local_tier_failed_restores_right_or_from_the_shared_tier() {
+    let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let t = tempfile::tempdir().unwrap();
+    let Some(fs) = common::SmallFs::mount(&t.path().join("mnt"), "512k") else {
+        println!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let opts = StoreOptions { chunk_size: 128, method: Method::Tree, max_chain: Some(8), ..StoreOptions::default() };
+    let tiers = TierOptions {
+        local: Some(fs.0.join("local")),
+        shared: Some(t.path().join("shared")),
+        host_cache_bytes: 16 << 20,
+        ..TierOptions::default()
+    };
+    let mut e = TieredEngine::open(0, LEN as u64, &opts, &tiers, BackendKind::Cpu).unwrap();
+    // The local tier (512 KiB) takes the 256 KiB baseline, then fills up:
+    // later versions fail there, and those chained on a failed one too,
+    // whether their restore finds them in flight or not.
+    let vs = edited_versions(6, LEN, 13);
+    for (i, v) in vs.iter().enumerate() {
+        if i == 1 {
+            e.wait(1).unwrap();
+            // Leave less room than one more version's file.
+            let used = dckpt::inspect::bytes_on_disk(&fs.0) as usize;
+            std::fs::write(fs.0.join("filler"), vec![7u8; (512usize << 10).saturating_sub(used + 8192)]).ok();
+        }
+        e.checkpoint(i as u64 + 1, v).unwrap();
+        let v = i as u64 + 1;
+        assert!(restore(&e, v) == vs[i], "version {v}, restored at once");
+    }
+    assert!(e.wait_all().is_err(), "the local tier failed some versions");
+    for v in 1..=6u64 {
+        assert!(restore(&e, v) == vs[v as usize - 1], "version {v}, once settled");
+        assert!(e.is_durable(v, "shared"), "version {v} is on the shared tier");
+    }
+    let failed = (2..=6u64).filter(|&v| matches!(e.states(v).unwrap()[0], TierState::Failed(_))).count();
+    assert!(failed > 0, "some versions failed on the full local tier");
+    let _ = e.finalize();
+}
