@@ -21,7 +21,7 @@ use super::CollectiveOptions;
 use super::merge::{self, HashFreq};
 pub use super::reduce::reduce_sets;
 use super::regions::{self, Conversion};
-use super::step;
+use super::step::{self, LocalSide};
 use crate::backend::BackendKind;
 use crate::engine::{CheckpointReport, Engine, StagedCheckpoint};
 use crate::layout::Layout;
@@ -161,24 +161,9 @@ impl<'c, C: Communicator> Collective<'c, C> {
         let input = data.into();
         let t0 = Instant::now();
         let me = self.engine.store().manifest().rank;
-        let local = self.engine.deduplicate_local(version, input);
-        let t_offer = Instant::now();
-        let offer = local.and_then(|l| {
-            let regions = self.engine.regions(&l, input.host_bytes(), self.max_level)?;
-            Ok(step::offer_of(l, regions, self.opts.threshold))
-        });
-        let offer_seconds = t_offer.elapsed().as_secs_f64();
-        let offer = self.agree_or_abandon("de-duplication", version, offer)?;
-        let t1 = Instant::now();
-        let offered = offer.regions.len();
-        let merged = match self.reduce(&offer.set) {
-            Ok(m) => m,
-            Err(e) => {
-                let _ = self.engine.abandon();
-                return Err(e);
-            }
-        };
-        let t2 = Instant::now();
+        let (offer, merged, reduced_from, reduced_at) =
+            offer_and_reduce(self.comm, &mut self.engine, version, input, self.max_level, self.opts.threshold)?;
+        let (offer_seconds, offered) = (offer.regions_seconds, offer.regions.len());
         let host = input.host_bytes();
         let settled = step::settle(&mut self.engine, offer, &merged, &self.layouts, host);
         let (staged, conv) = self.commit_record(version, settled)?;
@@ -189,7 +174,7 @@ impl<'c, C: Communicator> Collective<'c, C> {
                 "dckpt: warning: rank {me}: version {version} is committed, but its manifest entry was not written ({e}); the next open lists it"
             );
         }
-        let clock = StepClock { start: t0, offer_seconds, reduced_from: t1, reduced_at: t2 };
+        let clock = StepClock { start: t0, offer_seconds, reduced_from, reduced_at };
         Ok(CollectiveReport::new(me, self.layouts.len() as u32, checkpoint, offered, merged.len(), &conv, &clock))
     }
 
@@ -269,23 +254,57 @@ impl<'c, C: Communicator> Collective<'c, C> {
         outcome
     }
 
-    /// [`all_agree`], rolling this rank's engine back when the step failed
-    /// anywhere (here or on another rank).
-    fn agree_or_abandon<T>(&mut self, step: &str, version: u64, local: Result<T>) -> Result<T> {
-        let agreed = all_agree(self.comm, step, version, local);
-        if agreed.is_err() {
-            // The step's error is what the caller needs; a failed rollback
-            // leaves only GPU state that the next checkpoint resets anyway.
-            let _ = self.engine.abandon();
-        }
-        agreed
-    }
-
     /// The reduction alone: every rank's set in, the merged set out (the
     /// same on every rank). Collective.
     pub fn reduce(&self, set: &[HashFreq]) -> Result<Vec<HashFreq>> {
         reduce_sets(self.comm, set, self.opts.threshold)
     }
+}
+
+/// Agrees on a step's outcome across ranks (every rank gets the first
+/// failure, if any); on a failure anywhere this rank abandons its pending
+/// version. Collective.
+pub(crate) fn agree_or_abandon<C: Communicator, E: LocalSide + ?Sized, T>(
+    comm: &C,
+    engine: &mut E,
+    step: &str,
+    version: u64,
+    local: Result<T>,
+) -> Result<T> {
+    let agreed = all_agree(comm, step, version, local);
+    if agreed.is_err() {
+        // The step's error is what the caller needs; a failed rollback
+        // leaves only GPU state that the next checkpoint resets anyway.
+        let _ = engine.abandon();
+    }
+    agreed
+}
+
+/// The first steps of a collective checkpoint, the same over either local
+/// engine: this rank's de-duplication and offer, agreed by every rank, then
+/// the reduction. On any failure every rank abandons the version. The
+/// offer, the merged set (the same on every rank) and when the reduction
+/// started and ended. Collective.
+pub(crate) fn offer_and_reduce<C: Communicator, E: LocalSide + ?Sized>(
+    comm: &C,
+    engine: &mut E,
+    version: u64,
+    input: Protected<'_>,
+    max_level: u32,
+    threshold: usize,
+) -> Result<(step::Offer, Vec<HashFreq>, Instant, Instant)> {
+    let offer = step::offer(engine, version, input, max_level, threshold);
+    let offer = agree_or_abandon(comm, engine, "de-duplication", version, offer)?;
+    let reduced_from = Instant::now();
+    let merged = reduce_sets(comm, &offer.set, threshold);
+    let merged = match merged {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = engine.abandon();
+            return Err(e);
+        }
+    };
+    Ok((offer, merged, reduced_from, Instant::now()))
 }
 
 /// What opening a collective needs on this rank, checked before anything

@@ -20,19 +20,59 @@ pub struct Offer {
     pub regions: Vec<Region>,
     /// The tuple set sent to the reduction (at most `threshold` entries).
     pub set: Vec<HashFreq>,
+    /// Seconds finding the regions and their digests.
+    pub regions_seconds: f64,
+}
+
+/// The rank-local engine a collective step runs over: the synchronous
+/// [`Engine`] or the asynchronous tiers.
+pub trait LocalSide {
+    /// De-duplicates `input` without changing the history (pending).
+    fn deduplicate_local(&mut self, version: u64, input: Protected<'_>) -> Result<LocalCheckpoint>;
+    /// The FIRST regions `local` offers (digests from the device on the GPU).
+    fn regions(&mut self, local: &LocalCheckpoint, data: &[u8], max_level: u32) -> Result<Vec<Region>>;
+    /// Gives up the pending version (another rank failed).
+    fn abandon(&mut self) -> Result<()>;
+}
+
+impl LocalSide for Engine {
+    fn deduplicate_local(&mut self, version: u64, input: Protected<'_>) -> Result<LocalCheckpoint> {
+        Engine::deduplicate_local(self, version, input)
+    }
+    fn regions(&mut self, local: &LocalCheckpoint, data: &[u8], max_level: u32) -> Result<Vec<Region>> {
+        Engine::regions(self, local, data, max_level)
+    }
+    fn abandon(&mut self) -> Result<()> {
+        Engine::abandon(self)
+    }
+}
+
+impl LocalSide for crate::tiers::TieredEngine {
+    fn deduplicate_local(&mut self, version: u64, input: Protected<'_>) -> Result<LocalCheckpoint> {
+        crate::tiers::TieredEngine::deduplicate_local(self, version, input)
+    }
+    fn regions(&mut self, local: &LocalCheckpoint, data: &[u8], max_level: u32) -> Result<Vec<Region>> {
+        crate::tiers::TieredEngine::regions(self, local, data, max_level)
+    }
+    fn abandon(&mut self) -> Result<()> {
+        crate::tiers::TieredEngine::abandon(self)
+    }
 }
 
 /// De-duplicates `input` locally (CPU or GPU) and builds the rank's tuple set.
-pub fn offer(
-    engine: &mut Engine,
+pub fn offer<E: LocalSide + ?Sized>(
+    engine: &mut E,
     version: u64,
     input: Protected<'_>,
     max_level: u32,
     threshold: usize,
 ) -> Result<Offer> {
     let local = engine.deduplicate_local(version, input)?;
+    let t = std::time::Instant::now();
     let regions = engine.regions(&local, input.host_bytes(), max_level)?;
-    Ok(offer_of(local, regions, threshold))
+    let mut offer = offer_of(local, regions, threshold);
+    offer.regions_seconds = t.elapsed().as_secs_f64();
+    Ok(offer)
 }
 
 /// The offer of a version already de-duplicated (by the engine or by the
@@ -40,7 +80,7 @@ pub fn offer(
 pub fn offer_of(local: LocalCheckpoint, regions: Vec<Region>, threshold: usize) -> Offer {
     let rank = local.diff().rank;
     let set = local_set(rank, regions.iter().map(|r| (r.digest, r.bytes, r.node)), threshold);
-    Offer { local, regions, set }
+    Offer { local, regions, set, regions_seconds: 0.0 }
 }
 
 /// Applies the merged set: the regions other ranks own become references

@@ -19,7 +19,10 @@
 
 use super::CollectiveOptions;
 use super::merge::HashFreq;
-use super::mpi::{CollectiveReport, StepClock, all_agree, exchange_layouts, open_checks, reduce_sets};
+use super::mpi::{
+    CollectiveReport, StepClock, agree_or_abandon, all_agree, exchange_layouts, offer_and_reduce, open_checks,
+    reduce_sets,
+};
 use super::step;
 use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
@@ -91,31 +94,16 @@ impl<'c, C: Communicator> TieredCollective<'c, C> {
         let t0 = Instant::now();
         let me = self.comm.rank().max(0) as u32;
         self.agree_on_baseline(version)?;
-        let local = self.engine.deduplicate_local(version, input);
-        let t_offer = Instant::now();
-        let offer = local.and_then(|l| {
-            let regions = self.engine.regions(&l, input.host_bytes(), self.max_level)?;
-            Ok(step::offer_of(l, regions, self.opts.threshold))
-        });
-        let offer_seconds = t_offer.elapsed().as_secs_f64();
-        let offer = self.agree_or_abandon("de-duplication", version, offer)?;
-        let t1 = Instant::now();
-        let offered = offer.regions.len();
-        let merged = match reduce_sets(self.comm, &offer.set, self.opts.threshold) {
-            Ok(m) => m,
-            Err(e) => {
-                let _ = self.engine.abandon();
-                return Err(e);
-            }
-        };
-        let t2 = Instant::now();
+        let (offer, merged, reduced_from, reduced_at) =
+            offer_and_reduce(self.comm, &mut self.engine, version, input, self.max_level, self.opts.threshold)?;
+        let (offer_seconds, offered) = (offer.regions_seconds, offer.regions.len());
         let host = input.host_bytes();
         let cached = step::give_away(offer, &merged, &self.layouts)
             .and_then(|(local, conv)| Ok((self.engine.cache(local, host)?, conv)));
         let (cached, conv) = self.agree_or_abandon("the copy into the host cache", version, cached)?;
         // Every rank holds its version: from here it is taken everywhere.
         let checkpoint = self.engine.submit(cached)?;
-        let clock = StepClock { start: t0, offer_seconds, reduced_from: t1, reduced_at: t2 };
+        let clock = StepClock { start: t0, offer_seconds, reduced_from, reduced_at };
         Ok(CollectiveReport::new(me, self.layouts.len() as u32, checkpoint, offered, merged.len(), &conv, &clock))
     }
 
@@ -140,11 +128,7 @@ impl<'c, C: Communicator> TieredCollective<'c, C> {
     /// [`all_agree`], rolling this rank's pending version back when the step
     /// failed anywhere.
     fn agree_or_abandon<T>(&mut self, step: &str, version: u64, local: Result<T>) -> Result<T> {
-        let agreed = all_agree(self.comm, step, version, local);
-        if agreed.is_err() {
-            let _ = self.engine.abandon();
-        }
-        agreed
+        agree_or_abandon(self.comm, &mut self.engine, step, version, local)
     }
 
     /// Blocks until `version` is durable on every tier on every rank.
