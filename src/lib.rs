@@ -53,6 +53,7 @@ pub mod bench_compress;
 pub mod bench_e2e;
 pub mod bench_rtm;
 pub mod collective;
+pub mod config;
 pub mod dedup;
 pub mod diff;
 pub mod engine;

@@ -165,7 +165,7 @@ pub struct ModeResult {
 enum Runner<'c, C: Communicator> {
     Collective(Collective<'c, C>),
     Local(Engine),
-    TieredCollective(TieredCollective<'c, C>),
+    TieredCollective(TieredCollective),
     TieredLocal(TieredEngine),
 }
 

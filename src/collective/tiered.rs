@@ -29,6 +29,7 @@ use crate::memory::{Protected, ProtectedMut};
 use crate::store::StoreOptions;
 use crate::tiers::{Listing, TierOptions, TieredEngine, TieredReport};
 use crate::{Error, Result};
+use ::mpi::topology::SimpleCommunicator;
 use ::mpi::traits::*;
 use std::time::Instant;
 
@@ -47,20 +48,22 @@ use std::time::Instant;
 /// ckpt.wait(1)?; // collective: durable on every tier, on every rank
 /// # Ok(()) }
 /// ```
-pub struct TieredCollective<'c, C: Communicator> {
-    comm: &'c C,
+pub struct TieredCollective {
+    /// A duplicate of the application's communicator (the handle borrows
+    /// nothing; its collectives never mix with the application's).
+    comm: SimpleCommunicator,
     engine: TieredEngine,
     opts: CollectiveOptions,
     layouts: Vec<Layout>,
     max_level: u32,
 }
 
-impl<'c, C: Communicator> TieredCollective<'c, C> {
+impl TieredCollective {
     /// Opens (or creates) this rank's stores on every tier for a buffer of
     /// `data_len` bytes. Collective; ranks must agree on the chunk size,
     /// hash, method (with a record), K and region size.
-    pub fn open(
-        comm: &'c C,
+    pub fn open<C: Communicator>(
+        comm: &C,
         tiers: &TierOptions,
         data_len: u64,
         store: &StoreOptions,
@@ -72,7 +75,7 @@ impl<'c, C: Communicator> TieredCollective<'c, C> {
         let engine = all_agree(comm, "open", 0, opened)?;
         let layout = Layout::new(data_len, store.chunk_size)?;
         let (layouts, max_level) = exchange_layouts(comm, layout, store, opts)?;
-        Ok(TieredCollective { comm, engine, opts: opts.clone(), layouts, max_level })
+        Ok(TieredCollective { comm: comm.duplicate(), engine, opts: opts.clone(), layouts, max_level })
     }
 
     /// The rank's tiered engine (its tiers, states, backend).
@@ -95,7 +98,7 @@ impl<'c, C: Communicator> TieredCollective<'c, C> {
         let me = self.comm.rank().max(0) as u32;
         self.agree_on_baseline(version)?;
         let (offer, merged, reduced_from, reduced_at) =
-            offer_and_reduce(self.comm, &mut self.engine, version, input, self.max_level, self.opts.threshold)?;
+            offer_and_reduce(&self.comm, &mut self.engine, version, input, self.max_level, self.opts.threshold)?;
         let (offer_seconds, offered) = (offer.regions_seconds, offer.regions.len());
         let host = input.host_bytes();
         let cached = step::give_away(offer, &merged, &self.layouts)
@@ -128,7 +131,7 @@ impl<'c, C: Communicator> TieredCollective<'c, C> {
     /// [`all_agree`], rolling this rank's pending version back when the step
     /// failed anywhere.
     fn agree_or_abandon<T>(&mut self, step: &str, version: u64, local: Result<T>) -> Result<T> {
-        agree_or_abandon(self.comm, &mut self.engine, step, version, local)
+        agree_or_abandon(&self.comm, &mut self.engine, step, version, local)
     }
 
     /// Blocks until `version` is durable on every tier on every rank.
@@ -168,20 +171,20 @@ impl<'c, C: Communicator> TieredCollective<'c, C> {
 
     /// The reduction alone (the same result on every rank). Collective.
     pub fn reduce(&self, set: &[HashFreq]) -> Result<Vec<HashFreq>> {
-        reduce_sets(self.comm, set, self.opts.threshold)
+        reduce_sets(&self.comm, set, self.opts.threshold)
     }
 
     /// Waits until every version taken is settled on every tier on every
     /// rank, and stops the flush workers. Collective; the first failure
     /// anywhere, if any.
     pub fn finalize(self) -> Result<()> {
-        let settled = all_agree(self.comm, "finalize", 0, self.engine.wait_all());
+        let settled = all_agree(&self.comm, "finalize", 0, self.engine.wait_all());
         if settled.is_ok() {
             // Every rank's parts are on every tier: a last retention pass
             // sees every committed version.
             self.engine.retire_now();
         }
         let stopped = self.engine.finalize();
-        settled.and(all_agree(self.comm, "finalize", 0, stopped))
+        settled.and(all_agree(&self.comm, "finalize", 0, stopped))
     }
 }

@@ -503,48 +503,41 @@ impl TieredEngine {
         self.shared.progress.states(version)
     }
 
-    /// Restores `version` into `dst`, every byte verified, as soon as some
-    /// tier has it durable (waiting tier by tier, fastest first): its
-    /// metadata from the fastest tier listing it, each file of its chain
+    /// Restores `version` into `dst`, every byte verified. A version still
+    /// in the host cache is restored from there at once; otherwise as soon
+    /// as some tier has it durable (waiting tier by tier, fastest first):
+    /// its metadata from the fastest tier listing it, each file of its chain
     /// from the restore cache or the fastest tier holding it. If that fails
     /// (a damaged copy), from each tier listing it alone. The error, if
     /// every way fails, is the first one's; host memory is restored in
     /// place, so after an error its content is unspecified.
     pub fn restore_into(&self, version: u64, mut dst: ProtectedMut<'_>) -> Result<()> {
-        let mut first_error = None;
         // Still in the host cache: from there, without waiting for its flush.
-        match writeback::Overlay::of(&self.shared.inflight, &self.roots[0], self.rank, version) {
-            Ok(Some(overlay)) => match self.restore_from(version, 0, Reach::Fastest, Some(Arc::new(overlay)), &mut dst)
-            {
-                Ok(()) => return Ok(()),
-                Err(e) => first_error = Some(e),
-            },
-            Ok(None) => {}
-            Err(e) => first_error = Some(e),
+        let (overlay, mut first_error) =
+            match writeback::Overlay::of(&self.shared.inflight, &self.roots[0], self.rank, version) {
+                Ok(overlay) => (overlay, None),
+                Err(e) => (None, Some(e)),
+            };
+        let mut attempt = |home: usize, reach: Reach, overlay: Option<writeback::Overlay>| {
+            let restored = self.restore_from(version, home, reach, overlay.map(Arc::new), &mut dst);
+            restored.map_err(|e| first_error.get_or_insert(e).kind()).is_ok()
+        };
+        if let Some(overlay) = overlay
+            && attempt(0, Reach::Fastest, Some(overlay))
+        {
+            return Ok(());
         }
-        let mut tried = Vec::new();
-        if let Some(home) = self.first_durable(version) {
-            for reach in [Reach::Fastest, Reach::HomeOnly] {
-                match self.restore_from(version, home, reach, None, &mut dst) {
-                    Ok(()) => return Ok(()),
-                    Err(e) => {
-                        first_error.get_or_insert(e);
-                    }
-                }
-            }
-            tried.push(home);
+        let home = self.first_durable(version);
+        if let Some(home) = home
+            && (attempt(home, Reach::Fastest, None) || attempt(home, Reach::HomeOnly, None))
+        {
+            return Ok(());
         }
         // The slower tiers, once they have settled it.
         let _ = self.shared.progress.wait(version);
         for (i, tier) in self.tiers().iter().enumerate() {
-            if tried.contains(&i) || !self.is_durable(version, tier) {
-                continue;
-            }
-            match self.restore_from(version, i, Reach::HomeOnly, None, &mut dst) {
-                Ok(()) => return Ok(()),
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
+            if Some(i) != home && self.is_durable(version, tier) && attempt(i, Reach::HomeOnly, None) {
+                return Ok(());
             }
         }
         Err(first_error.unwrap_or_else(|| Error::MissingVersion {

@@ -74,6 +74,14 @@ enum Command {
     /// An adjoint (RTM-like) run: checkpoint and restore throughput of the
     /// synchronous store and the tiers (eviction policies x restore hints).
     BenchRtm(rtm_cmd::RtmArgs),
+    /// Print the effective configuration: FILE (TOML, VeloC-like keys) with
+    /// the DCKPT_<KEY> environment overrides; an unknown key or a bad value
+    /// is refused, naming the key and where it came from.
+    Config {
+        /// The configuration file (without it: the defaults and the environment).
+        #[arg(long)]
+        check: Option<PathBuf>,
+    },
     /// Measure the collective step under mpirun (rank 0 prints JSON).
     #[cfg(feature = "mpi")]
     BenchCollective(collective_cmd::BenchCollectiveArgs),
@@ -92,6 +100,10 @@ fn main() -> ExitCode {
         Command::Gen(a) => bench_cmd::generate(a),
         Command::BenchCompression(a) => compress_cmd::run(a),
         Command::BenchRtm(a) => rtm_cmd::run(a),
+        Command::Config { check } => dckpt::config::Config::load(check.as_deref()).and_then(|c| {
+            print!("{}", c.to_toml()?);
+            Ok(ExitCode::SUCCESS)
+        }),
         #[cfg(feature = "mpi")]
         Command::BenchCollective(a) => collective_cmd::bench(a),
     };

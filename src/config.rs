@@ -1,0 +1,367 @@
+//! The configuration a simulation gives dckpt: a TOML file with VeloC-like
+//! keys, each overridable by an environment variable `DCKPT_<KEY>` (the key
+//! in upper case), checked once and turned into the options of the layers
+//! below ([`StoreOptions`], [`TierOptions`], [`CollectiveOptions`]).
+//!
+//! ```toml
+//! scratch = "/local/ckpt"        # node-local directory (optional)
+//! persistent = "/gpfs/run/ckpt"  # directory every rank sees (optional; one of the two at least)
+//! mode = "async"                 # or "sync": return once durable on every tier
+//! chunk_size = 128
+//! hash = "murmur3"               # murmur3 | xxh3 | blake3 | sha1 (not on the GPU)
+//! method = "tree"                # tree | list | basic | full
+//! max_chain = 8                  # a baseline every 8 versions
+//! threshold = 131072             # K of the collective step
+//! region_bytes = 0               # largest region offered (0: automatic)
+//! host_cache_size = "4G"         # bytes, or a size with K, M, G, T
+//! prefetch_cache_size = "2G"     # the restore cache (0: none)
+//! eviction = "gap-aware"         # fifo | lru | gap-aware
+//! max_versions = 4               # kept per tier (absent: all)
+//! compression = "zstd:1"         # none | lz4 | zstd | zstd:N
+//! backend = "auto"               # auto | cpu | cuda
+//! ```
+//!
+//! An unknown key, a bad value or a bad override is an error naming the key
+//! and where it came from (the file, or the variable).
+
+use crate::backend::BackendKind;
+use crate::collective::CollectiveOptions;
+use crate::format::Compression;
+use crate::generate::parse_size;
+use crate::layout::Layout;
+use crate::tiers::TierOptions;
+use crate::tiers::arena::Policy;
+use crate::{Error, HashAlgo, Method, Result, StoreOptions};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::path::{Path, PathBuf};
+
+/// When a checkpoint call returns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Once the diff is in the host cache (the tiers flush it in the background).
+    #[default]
+    Async,
+    /// Once the version is durable on every tier.
+    Sync,
+}
+
+/// A byte count, written as an integer or as a size (`"4G"`, `"512M"`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Bytes(pub u64);
+
+impl Serialize for Bytes {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_u64(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Bytes {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Int(n) => Ok(Bytes(n)),
+            Raw::Text(s) => parse_size(&s).map(Bytes).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// `none` or a compression (`lz4`, `zstd`, `zstd:N`).
+mod compression_text {
+    use crate::format::Compression;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<Compression>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(c) => s.collect_str(c),
+            None => s.serialize_str("none"),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Compression>, D::Error> {
+        match String::deserialize(d)?.as_str() {
+            "none" => Ok(None),
+            other => other.parse().map(Some).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// Every setting, with its default (see the module documentation).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// A node-local directory (fast scratch), if any.
+    pub scratch: Option<PathBuf>,
+    /// A directory every rank sees (a parallel file system), if any.
+    pub persistent: Option<PathBuf>,
+    /// When a checkpoint call returns.
+    pub mode: Mode,
+    /// Chunk size in bytes (32 B – 64 KiB).
+    pub chunk_size: u32,
+    /// Digest algorithm.
+    pub hash: HashAlgo,
+    /// De-duplication method.
+    pub method: Method,
+    /// A baseline once a chain holds this many versions.
+    pub max_chain: Option<u64>,
+    /// K of the collective step: the most tuples a partial result keeps.
+    pub threshold: usize,
+    /// Largest region offered to the collective step (0: automatic).
+    pub region_bytes: Bytes,
+    /// Host memory for diffs on their way to the disks, allocated at open.
+    pub host_cache_size: Bytes,
+    /// Host memory for prefetched restores (0: none).
+    pub prefetch_cache_size: Bytes,
+    /// What the restore cache evicts first.
+    pub eviction: Policy,
+    /// Versions kept on each tier (absent: every version).
+    pub max_versions: Option<u64>,
+    /// Compression on the flush path.
+    #[serde(with = "compression_text")]
+    pub compression: Option<Compression>,
+    /// Where each rank de-duplicates.
+    pub backend: BackendKind,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let store = StoreOptions::default();
+        let collective = CollectiveOptions::default();
+        let tiers = TierOptions::default();
+        Config {
+            scratch: None,
+            persistent: None,
+            mode: Mode::Async,
+            chunk_size: store.chunk_size,
+            hash: store.hash,
+            method: store.method,
+            max_chain: store.max_chain,
+            threshold: collective.threshold,
+            region_bytes: Bytes(collective.region_bytes),
+            host_cache_size: Bytes(tiers.host_cache_bytes),
+            prefetch_cache_size: Bytes(tiers.prefetch_cache_bytes),
+            eviction: tiers.eviction,
+            max_versions: None,
+            compression: None,
+            backend: collective.backend,
+        }
+    }
+}
+
+/// The keys a file may set (and `DCKPT_<KEY>` may override).
+pub const KEYS: &[&str] = &[
+    "scratch",
+    "persistent",
+    "mode",
+    "chunk_size",
+    "hash",
+    "method",
+    "max_chain",
+    "threshold",
+    "region_bytes",
+    "host_cache_size",
+    "prefetch_cache_size",
+    "eviction",
+    "max_versions",
+    "compression",
+    "backend",
+];
+
+impl Config {
+    /// The configuration in `file` (if any) with the environment's
+    /// `DCKPT_<KEY>` overrides, checked.
+    pub fn load(file: Option<&Path>) -> Result<Config> {
+        Self::load_with(file, |name| std::env::var(name).ok())
+    }
+
+    /// [`Config::load`] with `env` as the environment (tests).
+    pub fn load_with(file: Option<&Path>, env: impl Fn(&str) -> Option<String>) -> Result<Config> {
+        let origin = file.map_or_else(|| "the defaults".to_string(), |f| f.display().to_string());
+        let mut table = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+                text.parse::<toml::Table>().map_err(|e| invalid(&origin, &e.to_string()))?
+            }
+            None => toml::Table::new(),
+        };
+        for key in KEYS {
+            let var = format!("DCKPT_{}", key.to_uppercase());
+            if let Some(raw) = env(&var) {
+                table.insert((*key).to_string(), override_value(&raw));
+                // Each override is checked alone, so its error names it.
+                let mut alone = toml::Table::new();
+                alone.insert((*key).to_string(), override_value(&raw));
+                Config::deserialize(alone)
+                    .map_err(|e| invalid(&format!("environment variable {var}"), &e.to_string()))?;
+            }
+        }
+        let config = Config::deserialize(table).map_err(|e| invalid(&origin, &e.to_string()))?;
+        config.check().map_err(|e| invalid(&origin, &e))?;
+        Ok(config)
+    }
+
+    /// The values no type can check: a usable chunk size, a K in range, a
+    /// directory at least, retention of one version at least.
+    fn check(&self) -> std::result::Result<(), String> {
+        Layout::new(u64::from(self.chunk_size), self.chunk_size).map_err(|e| format!("chunk_size: {e}"))?;
+        if !(1..=crate::collective::merge::MAX_THRESHOLD).contains(&self.threshold) {
+            return Err(format!(
+                "threshold: {} is outside 1..={}",
+                self.threshold,
+                crate::collective::merge::MAX_THRESHOLD
+            ));
+        }
+        if self.scratch.is_none() && self.persistent.is_none() {
+            return Err("scratch, persistent: set at least one directory".into());
+        }
+        if self.max_versions == Some(0) {
+            return Err("max_versions: keep at least one version".into());
+        }
+        if self.max_chain == Some(0) {
+            return Err("max_chain: a chain holds at least its baseline".into());
+        }
+        Ok(())
+    }
+
+    /// The store's options.
+    pub fn store_options(&self) -> StoreOptions {
+        StoreOptions {
+            chunk_size: self.chunk_size,
+            method: self.method,
+            hash: self.hash,
+            max_chain: self.max_chain,
+            ..StoreOptions::default()
+        }
+    }
+
+    /// The tiers' options, each directory joined with `name` (a checkpoint's name).
+    pub fn tier_options(&self, name: &str) -> TierOptions {
+        TierOptions {
+            local: self.scratch.as_ref().map(|d| d.join(name)),
+            shared: self.persistent.as_ref().map(|d| d.join(name)),
+            host_cache_bytes: self.host_cache_size.0,
+            compression: self.compression,
+            keep_local: self.max_versions,
+            keep_shared: self.max_versions,
+            prefetch_cache_bytes: self.prefetch_cache_size.0,
+            eviction: self.eviction,
+        }
+    }
+
+    /// The collective step's options.
+    pub fn collective_options(&self) -> CollectiveOptions {
+        CollectiveOptions { threshold: self.threshold, region_bytes: self.region_bytes.0, backend: self.backend }
+    }
+
+    /// The configuration as TOML (what `dckpt config --check` prints).
+    pub fn to_toml(&self) -> Result<String> {
+        toml::to_string(self).map_err(|e| Error::Internal(format!("printing the configuration: {e}")))
+    }
+}
+
+/// An override's value: TOML if it parses as a value (`128`, `"a b"`),
+/// else the text itself (`/scratch/ckpt`, `zstd:3`).
+fn override_value(raw: &str) -> toml::Value {
+    format!("v = {raw}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.to_string()))
+}
+
+/// The error of a configuration from `origin`, on one line.
+fn invalid(origin: &str, message: &str) -> Error {
+    let message = message.split_whitespace().collect::<Vec<_>>().join(" ");
+    Error::InvalidOption(format!("configuration ({origin}): {message}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str, env: &[(&str, &str)]) -> Result<Config> {
+        let dir = tempfile::tempdir().map_err(|e| Error::io("tempdir", e))?;
+        let f = dir.path().join("dckpt.toml");
+        std::fs::write(&f, text).map_err(|e| Error::io(&f, e))?;
+        let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::load_with(Some(&f), |name| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+    }
+
+    #[test]
+    fn every_key_parses_and_maps_to_the_options() {
+        let c = load(
+            r#"
+            scratch = "/local/ckpt"
+            persistent = "/gpfs/ckpt"
+            mode = "sync"
+            chunk_size = 256
+            hash = "xxh3"
+            method = "list"
+            max_chain = 8
+            threshold = 1024
+            region_bytes = "64K"
+            host_cache_size = "2G"
+            prefetch_cache_size = 1048576
+            eviction = "lru"
+            max_versions = 3
+            compression = "zstd:3"
+            backend = "cpu"
+            "#,
+            &[],
+        )
+        .expect("config");
+        assert_eq!(c.mode, Mode::Sync);
+        let s = c.store_options();
+        assert_eq!((s.chunk_size, s.hash, s.method, s.max_chain), (256, HashAlgo::Xxh3, Method::List, Some(8)));
+        let t = c.tier_options("heat");
+        assert_eq!(t.local, Some(PathBuf::from("/local/ckpt/heat")));
+        assert_eq!(t.shared, Some(PathBuf::from("/gpfs/ckpt/heat")));
+        assert_eq!((t.host_cache_bytes, t.prefetch_cache_bytes), (2 << 30, 1 << 20));
+        assert_eq!((t.keep_local, t.keep_shared, t.eviction), (Some(3), Some(3), Policy::Lru));
+        assert_eq!(t.compression, Some(Compression::Zstd { level: 3 }));
+        let k = c.collective_options();
+        assert_eq!((k.threshold, k.region_bytes, k.backend), (1024, 64 << 10, BackendKind::Cpu));
+        // What --check prints reads back to the same configuration.
+        let again = load(&c.to_toml().expect("toml"), &[]).expect("reparse");
+        assert_eq!(again, c);
+    }
+
+    #[test]
+    fn the_environment_overrides_the_file() {
+        let c = load(
+            "persistent = \"/a\"\nchunk_size = 128\n",
+            &[("DCKPT_CHUNK_SIZE", "512"), ("DCKPT_PERSISTENT", "/b/c"), ("DCKPT_COMPRESSION", "lz4")],
+        )
+        .expect("config");
+        assert_eq!((c.chunk_size, c.persistent.as_deref()), (512, Some(Path::new("/b/c"))));
+        assert_eq!(c.compression, Some(Compression::Lz4));
+    }
+
+    #[test]
+    fn bad_keys_and_values_are_refused_with_the_key_and_the_origin() {
+        /// A file, its environment, and what the error must name.
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
+        let cases: &[Case<'_>] = &[
+            ("persistent = \"/a\"\nchunk_sise = 128\n", &[], "chunk_sise"),
+            ("persistent = \"/a\"\nchunk_size = 16\n", &[], "chunk_size"),
+            ("persistent = \"/a\"\nmethod = \"zip\"\n", &[], "zip"),
+            ("persistent = \"/a\"\nhost_cache_size = \"lots\"\n", &[], "host_cache_size"),
+            ("persistent = \"/a\"\ncompression = \"gzip\"\n", &[], "compression"),
+            ("persistent = \"/a\"\nthreshold = 0\n", &[], "threshold"),
+            ("chunk_size = 128\n", &[], "persistent"),
+            ("persistent = \"/a\"\nmax_versions = 0\n", &[], "max_versions"),
+            ("persistent = \"/a\"\n", &[("DCKPT_EVICTION", "random")], "DCKPT_EVICTION"),
+            ("persistent = [\n", &[], "dckpt.toml"),
+        ];
+        for (text, env, named) in cases {
+            let e = load(text, env).expect_err(text);
+            assert_eq!(e.kind(), crate::ErrorKind::InvalidOption, "{text}: {e}");
+            assert!(e.to_string().contains(named), "{text}: the error names {named}: {e}");
+        }
+    }
+}
