@@ -7,6 +7,7 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+mod runtime;
 
 use common::noise;
 use dckpt::backend::BackendKind;
@@ -596,7 +597,7 @@ fn main() {
     if w.rank == 0 {
         println!("mpi-tests: backend auto (set DCKPT_MPI_TEST_BACKEND=cpu|cuda to choose)");
     }
-    let tests: [(&str, Test); 8] = [
+    let tests: [(&str, Test); 9] = [
         ("identical", |w, r| {
             identical(w, r);
             temporal(w, r);
@@ -609,6 +610,7 @@ fn main() {
         ("tiered", tiered),
         ("retention", retention),
         ("tier-faults", tier_faults),
+        ("runtime", runtime::runtime),
     ];
     for (name, test) in tests {
         test(&w, &root.join(name));

@@ -173,6 +173,8 @@ pub struct TieredEngine {
     /// The host buffer device restores go through, allocated at the first
     /// one and kept (page-locked on the CUDA backend).
     restore_staging: std::sync::Mutex<Option<crate::memory::Segment>>,
+    /// The CUDA device it uses (CUDA backend).
+    device: usize,
 }
 
 /// A version de-duplicated and copied into the host cache, not yet queued
@@ -276,12 +278,18 @@ impl TieredEngine {
             collective: matches!(listing, Listing::Part { .. }),
             prefetch,
             restore_staging: Default::default(),
+            device,
         })
     }
 
     /// What opening found and cost.
     pub fn open_report(&self) -> &OpenReport {
         &self.opened
+    }
+
+    /// The CUDA device it de-duplicates on (CUDA backend; 0 otherwise).
+    pub fn device(&self) -> usize {
+        self.device
     }
 
     /// The backend in use.

@@ -13,10 +13,12 @@ mod backend;
 pub mod bench;
 mod pipeline;
 mod restore;
+mod staging;
 
 pub use backend::CudaBackend;
 pub use pipeline::{GpuCheckpoint, GpuDedup, GpuTimings, StoredRun};
 pub use restore::{GpuRestoreTimings, restore_on_gpu};
+pub use staging::DeviceStaging;
 
 use crate::memory::DeviceRegion;
 use crate::{Error, Result};
@@ -159,11 +161,16 @@ impl<'a> DeviceRegion<'a> {
 /// host pointer, another device's memory or a span past its allocation's
 /// end is an error here instead of an illegal-address fault in a kernel.
 pub(crate) fn check_region(gpu: &Gpu, region: &DeviceRegion<'_>) -> Result<()> {
+    check_region_in(&gpu.ctx, region)
+}
+
+/// [`check_region`] on the device of context `ctx`.
+pub(crate) fn check_region_in(ctx: &Arc<CudaContext>, region: &DeviceRegion<'_>) -> Result<()> {
     use cudarc::driver::sys::{CUpointer_attribute as A, cuPointerGetAttribute};
     if region.is_empty() {
         return Ok(());
     }
-    gpu.ctx.bind_to_thread().map_err(cuda_err)?;
+    ctx.bind_to_thread().map_err(cuda_err)?;
     let attr = |which: A, out: *mut std::ffi::c_void| -> bool {
         // SAFETY: `out` points to a live local of the size the attribute
         // returns (u64 for addresses and sizes, i32 for the ordinal); the
@@ -176,13 +183,13 @@ pub(crate) fn check_region(gpu: &Gpu, region: &DeviceRegion<'_>) -> Result<()> {
         && attr(A::CU_POINTER_ATTRIBUTE_RANGE_SIZE, (&raw mut size).cast())
         && attr(A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (&raw mut ordinal).cast());
     let end = region.ptr().checked_add(region.len() as u64);
-    let ours = usize::try_from(ordinal).is_ok_and(|o| o == gpu.ctx.ordinal());
+    let ours = usize::try_from(ordinal).is_ok_and(|o| o == ctx.ordinal());
     if !known || !ours || end.is_none_or(|e| e > start.saturating_add(size)) {
         return Err(Error::InvalidOption(format!(
             "device region {:#x}+{} bytes is not inside one allocation of CUDA device {} ({})",
             region.ptr(),
             region.len(),
-            gpu.ctx.ordinal(),
+            ctx.ordinal(),
             if !known {
                 "not device memory".to_string()
             } else if !ours {

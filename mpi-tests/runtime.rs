@@ -1,0 +1,91 @@
+//! The application runtime under mpirun: three host regions per rank, of
+//! sizes that differ between ranks, checkpointed under one name; a set of
+//! regions that differs from the name's is refused; a second runtime (a
+//! restart) finds the newest version every rank has, restores it and an
+//! older one byte for byte, and a sync-mode name returns durable versions.
+// Protecting memory by address is `unsafe` (the runtime reads and writes it
+// during later calls), as for a C or Fortran application.
+#![allow(unsafe_code)]
+
+use super::World;
+use super::common::noise;
+use dckpt::config::{Bytes, Config, Mode};
+use dckpt::runtime::{Region, Runtime};
+use std::path::Path;
+
+/// Region `id`'s bytes on `rank` at `version`.
+fn content(rank: i32, id: u32, len: usize, version: u64) -> Vec<u8> {
+    let mut v = noise(len, 1000 + u64::from(id) * 10 + rank as u64);
+    // Each version rewrites a few pieces (the rest de-duplicates).
+    for k in 0..4usize {
+        let at = (k * 7919 + version as usize * 104_729) % len.saturating_sub(64).max(1);
+        let end = (at + 64).min(len);
+        v[at..end].copy_from_slice(&noise(end - at, version * 100 + k as u64 + u64::from(id)));
+    }
+    v
+}
+
+fn sizes(rank: i32) -> [usize; 3] {
+    [1000 + 37 * rank as usize, 300_000, 65_536 + 4096 * rank as usize]
+}
+
+fn protect_all(rt: &mut Runtime, bufs: &mut [Vec<u8>]) {
+    for (id, b) in bufs.iter_mut().enumerate() {
+        // SAFETY: the buffers outlive the runtime's calls and are not
+        // touched while a call runs (this test is single-threaded).
+        unsafe { rt.protect(id as u32, Region::host(b)) }.expect("protect");
+    }
+}
+
+pub fn runtime(w: &World, root: &Path) {
+    let backend = std::env::var("DCKPT_MPI_TEST_BACKEND").ok().and_then(|b| b.parse().ok()).unwrap_or_default();
+    let config = Config {
+        scratch: Some(root.join("scratch")),
+        persistent: Some(root.join("persistent")),
+        host_cache_size: Bytes(16 << 20),
+        max_chain: Some(3),
+        backend,
+        ..Config::default()
+    };
+    let sizes = sizes(w.rank);
+    let mut bufs: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
+    let mut rt = Runtime::init(w.comm, config.clone());
+    protect_all(&mut rt, &mut bufs);
+    for v in 1..=4u64 {
+        for (id, b) in bufs.iter_mut().enumerate() {
+            *b = content(w.rank, id as u32, b.len(), v);
+        }
+        // Moved buffers: re-protect at their new addresses.
+        protect_all(&mut rt, &mut bufs);
+        let r = rt.checkpoint("sim", v).expect("runtime checkpoint");
+        w.check(r.checkpoint.version == v, "runtime report");
+    }
+    // A different set of regions under the same name is refused (on every
+    // rank alike, before anything collective).
+    rt.unprotect(1).expect("unprotect");
+    let e = rt.checkpoint("sim", 5).expect_err("a changed set of regions");
+    w.check(e.kind() == dckpt::ErrorKind::InvalidOption && e.to_string().contains("sim"), &format!("refusal: {e}"));
+    w.check(rt.unprotect(1).is_err(), "unprotecting twice");
+    protect_all(&mut rt, &mut bufs);
+    rt.finalize().expect("finalize");
+
+    // A restart: a new runtime, the regions zeroed and protected again.
+    let mut bufs: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
+    let mut rt = Runtime::init(w.comm, config.clone());
+    protect_all(&mut rt, &mut bufs);
+    w.check(rt.latest("sim").expect("latest") == Some(4), "the newest version every rank has");
+    for v in [4u64, 2] {
+        rt.restart("sim", v).expect("restart");
+        for (id, b) in bufs.iter().enumerate() {
+            w.check(*b == content(w.rank, id as u32, b.len(), v), &format!("region {id} after restarting {v}"));
+        }
+    }
+    // Another name, synchronous: a checkpoint returns durable everywhere.
+    let mut sync = Runtime::init(w.comm, Config { mode: Mode::Sync, ..config });
+    protect_all(&mut sync, &mut bufs);
+    sync.checkpoint("sync", 1).expect("sync checkpoint");
+    w.check(sync.latest("sync").expect("latest") == Some(1), "sync latest");
+    w.check(matches!(sync.latest("Bad/name"), Err(e) if e.kind() == dckpt::ErrorKind::InvalidOption), "bad name");
+    sync.finalize().expect("finalize sync");
+    rt.finalize().expect("finalize restart");
+}

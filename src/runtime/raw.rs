@@ -1,0 +1,141 @@
+//! The runtime's one contact with raw application memory: the regions an
+//! application protects by address and length (what C and Fortran pass, and
+//! what a Rust simulation's long-lived arrays are), and the slices the
+//! runtime reads and writes through them during a checkpoint or restart
+//! call. The contract is [`Runtime::protect`]'s.
+#![allow(unsafe_code)]
+
+use super::Runtime;
+use crate::memory::{DeviceRegion, Protected, ProtectedMut};
+use crate::{Error, Result};
+use std::collections::BTreeMap;
+
+/// Memory the application protects, by address and length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Region {
+    /// Host memory.
+    Host {
+        /// Its first byte.
+        ptr: *mut u8,
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// Device memory (a `CUdeviceptr` on the runtime's GPU).
+    Device {
+        /// Its device address.
+        ptr: u64,
+        /// Its length in bytes.
+        len: usize,
+    },
+}
+
+impl Region {
+    /// A host region over `bytes` (its address and length; the borrow ends
+    /// here, the contract of [`Runtime::protect`] takes over).
+    pub fn host(bytes: &mut [u8]) -> Region {
+        Region::Host { ptr: bytes.as_mut_ptr(), len: bytes.len() }
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            Region::Host { len, .. } | Region::Device { len, .. } => *len,
+        }
+    }
+
+    /// Whether it has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether it is device memory.
+    pub fn is_device(&self) -> bool {
+        matches!(self, Region::Device { .. })
+    }
+}
+
+impl Runtime {
+    /// Protects `region` as region `id` (replacing what `id` protected: a
+    /// region may move between checkpoints; its length and kind may not,
+    /// for a name already checkpointed).
+    ///
+    /// # Safety
+    /// Until `id` is unprotected or re-protected, or the runtime is dropped:
+    /// the region stays allocated (host memory readable and writable; device
+    /// memory on the runtime's GPU, allocated in its primary context), and
+    /// while a call of this runtime runs, nothing else reads or writes it
+    /// (the application's device work on it is complete: its streams are
+    /// synchronized).
+    pub unsafe fn protect(&mut self, id: u32, region: Region) -> Result<()> {
+        let null = match region {
+            Region::Host { ptr, .. } => ptr.is_null(),
+            Region::Device { ptr, .. } => ptr == 0,
+        };
+        if null || region.is_empty() {
+            return Err(Error::InvalidOption(format!("region {id}: a null address or an empty region")));
+        }
+        self.regions.insert(id, region);
+        Ok(())
+    }
+}
+
+/// The bytes of a host region (empty for a device region).
+pub(super) fn host(r: &Region) -> &[u8] {
+    match *r {
+        // SAFETY: `protect`'s contract: the region is allocated and readable,
+        // and nothing else writes it during this call.
+        Region::Host { ptr, len } => unsafe { std::slice::from_raw_parts(ptr, len) },
+        Region::Device { .. } => &[],
+    }
+}
+
+/// The bytes of a host region, to restore into (empty for a device region).
+#[allow(clippy::mut_from_ref)] // the application lent the memory for the call (protect's contract)
+pub(super) fn host_mut(r: &Region) -> &mut [u8] {
+    match *r {
+        // SAFETY: `protect`'s contract: the region is allocated and
+        // writable, and nothing else reads or writes it during this call;
+        // the runtime makes one slice of it at a time.
+        Region::Host { ptr, len } => unsafe { std::slice::from_raw_parts_mut(ptr, len) },
+        Region::Device { .. } => &mut [],
+    }
+}
+
+/// Every region with its offset in the gathered buffer (ids in order).
+pub(super) fn pieces(regions: &BTreeMap<u32, Region>) -> Vec<(usize, Protected<'_>)> {
+    let mut at = 0;
+    regions
+        .values()
+        .map(|r| {
+            let piece = match *r {
+                Region::Host { .. } => Protected::Host(host(r)),
+                // SAFETY: `protect`'s contract (allocated device memory of
+                // this GPU, not written during the call); the staging copy
+                // checks it lies inside one allocation of the device.
+                Region::Device { ptr, len } => Protected::Device(unsafe { DeviceRegion::from_raw(ptr, len) }),
+            };
+            let placed = (at, piece);
+            at += r.len();
+            placed
+        })
+        .collect()
+}
+
+/// [`pieces`], to restore into.
+pub(super) fn pieces_mut(regions: &BTreeMap<u32, Region>) -> Vec<(usize, ProtectedMut<'_>)> {
+    let mut at = 0;
+    regions
+        .values()
+        .map(|r| {
+            let piece = match *r {
+                Region::Host { .. } => ProtectedMut::Host(host_mut(r)),
+                // SAFETY: as in `pieces`; nothing else reads or writes the
+                // region during the call.
+                Region::Device { ptr, len } => ProtectedMut::Device(unsafe { DeviceRegion::from_raw(ptr, len) }),
+            };
+            let placed = (at, piece);
+            at += r.len();
+            placed
+        })
+        .collect()
+}
