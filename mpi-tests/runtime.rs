@@ -38,7 +38,11 @@ fn protect_all(rt: &mut Runtime, bufs: &mut [Vec<u8>]) {
 }
 
 pub fn runtime(w: &World, root: &Path) {
-    let backend = std::env::var("DCKPT_MPI_TEST_BACKEND").ok().and_then(|b| b.parse().ok()).unwrap_or_default();
+    let backend: dckpt::backend::BackendKind =
+        std::env::var("DCKPT_MPI_TEST_BACKEND").ok().and_then(|b| b.parse().ok()).unwrap_or_default();
+    if backend == dckpt::backend::BackendKind::Cuda {
+        device_regions(w, root);
+    }
     let config = Config {
         scratch: Some(root.join("scratch")),
         persistent: Some(root.join("persistent")),
@@ -88,4 +92,50 @@ pub fn runtime(w: &World, root: &Path) {
     w.check(matches!(sync.latest("Bad/name"), Err(e) if e.kind() == dckpt::ErrorKind::InvalidOption), "bad name");
     sync.finalize().expect("finalize sync");
     rt.finalize().expect("finalize restart");
+}
+
+/// With the CUDA backend: a host region and a device region under one name,
+/// the device one gathered and restored device-to-device.
+fn device_regions(w: &World, root: &Path) {
+    use dckpt::backend::cuda::{self, Gpu};
+    use mpi::traits::*;
+    let devices = cuda::device_count().max(1);
+    let ordinal = w.comm.split_shared(0).rank().max(0) as usize % devices;
+    let gpu = Gpu::open(ordinal).expect("gpu");
+    let config = Config {
+        persistent: Some(root.join("device")),
+        host_cache_size: Bytes(16 << 20),
+        backend: dckpt::backend::BackendKind::Cuda,
+        ..Config::default()
+    };
+    let n = 1 << 20;
+    let mut host = content(w.rank, 0, 5000, 1);
+    let mut dev = cuda::upload(&gpu, &content(w.rank, 1, n, 1)).expect("upload");
+    let mut rt = Runtime::init(w.comm, config.clone());
+    let protect = |rt: &mut Runtime, host: &mut Vec<u8>, dev: &cudarc::driver::CudaSlice<u8>| {
+        let ptr = dckpt::memory::DeviceRegion::of(dev).expect("region").ptr();
+        // SAFETY: both stay allocated and untouched while the calls run.
+        unsafe {
+            rt.protect(0, Region::host(host)).expect("protect host");
+            rt.protect(1, Region::Device { ptr, len: n }).expect("protect device");
+        }
+    };
+    for v in 1..=3u64 {
+        host = content(w.rank, 0, 5000, v);
+        cuda::upload_into(&gpu, &content(w.rank, 1, n, v), &mut dev).expect("upload");
+        protect(&mut rt, &mut host, &dev);
+        rt.checkpoint("gpu", v).expect("checkpoint with a device region");
+    }
+    rt.finalize().expect("finalize");
+    host.fill(0);
+    cuda::upload_into(&gpu, &vec![0u8; n], &mut dev).expect("zero");
+    let mut rt = Runtime::init(w.comm, config);
+    protect(&mut rt, &mut host, &dev);
+    rt.restart("gpu", 2).expect("restart");
+    w.check(host == content(w.rank, 0, 5000, 2), "the host region after a restart");
+    w.check(
+        gpu.stream_clone_dtoh(&dev).expect("dtoh") == content(w.rank, 1, n, 2),
+        "the device region after a restart",
+    );
+    rt.finalize().expect("finalize");
 }
