@@ -30,6 +30,11 @@ fn len() -> usize {
 }
 const VERSIONS: u64 = 3;
 
+/// The backend the tests ask for (`DCKPT_MPI_TEST_BACKEND`, default auto).
+fn test_backend() -> BackendKind {
+    std::env::var("DCKPT_MPI_TEST_BACKEND").ok().and_then(|b| b.parse().ok()).unwrap_or_default()
+}
+
 /// The backend the collective store used (reported by rank 0).
 static BACKEND: std::sync::OnceLock<BackendKind> = std::sync::OnceLock::new();
 
@@ -108,7 +113,7 @@ impl World<'_> {
 /// Runs a scenario: collective and local-only stores side by side, every
 /// version restored by every rank for every rank. Returns the reports.
 fn run(w: &World, root: &Path, s: Scenario, threshold: usize) -> Vec<CollectiveReport> {
-    let backend = std::env::var("DCKPT_MPI_TEST_BACKEND").ok().and_then(|b| b.parse().ok()).unwrap_or_default();
+    let backend = test_backend();
     let opts = CollectiveOptions { threshold, backend, ..CollectiveOptions::default() };
     let dir = root.join("collective");
     let mut c = Collective::open(w.comm, &dir, len() as u64, &store_opts(), &opts).expect("open");
@@ -276,7 +281,7 @@ fn disagreement(w: &World, root: &Path) {
 fn tiered(w: &World, root: &Path) {
     use dckpt::collective::TieredCollective;
     use dckpt::tiers::TierOptions;
-    let backend = std::env::var("DCKPT_MPI_TEST_BACKEND").ok().and_then(|b| b.parse().ok()).unwrap_or_default();
+    let backend = test_backend();
     let opts = CollectiveOptions { backend, ..CollectiveOptions::default() };
     let tiers = TierOptions {
         local: Some(root.join("local")),
@@ -382,7 +387,7 @@ fn retention(w: &World, root: &Path) {
     use dckpt::collective::TieredCollective;
     use dckpt::store::commits::CommitLog;
     use dckpt::tiers::TierOptions;
-    let backend = std::env::var("DCKPT_MPI_TEST_BACKEND").ok().and_then(|b| b.parse().ok()).unwrap_or_default();
+    let backend = test_backend();
     let opts = CollectiveOptions { backend, ..CollectiveOptions::default() };
     let tiers = TierOptions {
         local: Some(root.join("local")),

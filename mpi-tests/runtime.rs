@@ -38,8 +38,7 @@ fn protect_all(rt: &mut Runtime, bufs: &mut [Vec<u8>]) {
 }
 
 pub fn runtime(w: &World, root: &Path) {
-    let backend: dckpt::backend::BackendKind =
-        std::env::var("DCKPT_MPI_TEST_BACKEND").ok().and_then(|b| b.parse().ok()).unwrap_or_default();
+    let backend = super::test_backend();
     if backend == dckpt::backend::BackendKind::Cuda {
         device_regions(w, root);
     }

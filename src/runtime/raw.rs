@@ -103,37 +103,32 @@ pub(super) fn host_mut(r: &Region) -> &mut [u8] {
 
 /// Every region with its offset in the gathered buffer (ids in order).
 pub(super) fn pieces(regions: &BTreeMap<u32, Region>) -> Vec<(usize, Protected<'_>)> {
-    let mut at = 0;
-    regions
-        .values()
-        .map(|r| {
-            let piece = match *r {
-                Region::Host { .. } => Protected::Host(host(r)),
-                // SAFETY: `protect`'s contract (allocated device memory of
-                // this GPU, not written during the call); the staging copy
-                // checks it lies inside one allocation of the device.
-                Region::Device { ptr, len } => Protected::Device(unsafe { DeviceRegion::from_raw(ptr, len) }),
-            };
-            let placed = (at, piece);
-            at += r.len();
-            placed
-        })
-        .collect()
+    placed(regions, |r| match *r {
+        Region::Host { .. } => Protected::Host(host(r)),
+        // SAFETY: `protect`'s contract (allocated device memory of this GPU,
+        // not written during the call); the staging copy checks it lies
+        // inside one allocation of the device.
+        Region::Device { ptr, len } => Protected::Device(unsafe { DeviceRegion::from_raw(ptr, len) }),
+    })
 }
 
 /// [`pieces`], to restore into.
 pub(super) fn pieces_mut(regions: &BTreeMap<u32, Region>) -> Vec<(usize, ProtectedMut<'_>)> {
+    placed(regions, |r| match *r {
+        Region::Host { .. } => ProtectedMut::Host(host_mut(r)),
+        // SAFETY: as in `pieces`; nothing else reads or writes the region
+        // during the call.
+        Region::Device { ptr, len } => ProtectedMut::Device(unsafe { DeviceRegion::from_raw(ptr, len) }),
+    })
+}
+
+/// `piece(region)` for every region, with its offset in the gathered buffer.
+fn placed<'a, T>(regions: &'a BTreeMap<u32, Region>, piece: impl Fn(&'a Region) -> T) -> Vec<(usize, T)> {
     let mut at = 0;
     regions
         .values()
         .map(|r| {
-            let piece = match *r {
-                Region::Host { .. } => ProtectedMut::Host(host_mut(r)),
-                // SAFETY: as in `pieces`; nothing else reads or writes the
-                // region during the call.
-                Region::Device { ptr, len } => ProtectedMut::Device(unsafe { DeviceRegion::from_raw(ptr, len) }),
-            };
-            let placed = (at, piece);
+            let placed = (at, piece(r));
             at += r.len();
             placed
         })
