@@ -30,6 +30,19 @@ fn len() -> usize {
 }
 const VERSIONS: u64 = 3;
 
+/// Local and shared tiers under `root` with a 64 MiB host cache, keeping
+/// `keep` versions on each (local, shared).
+fn two_tiers(root: &Path, keep: (Option<u64>, Option<u64>)) -> dckpt::tiers::TierOptions {
+    dckpt::tiers::TierOptions {
+        local: Some(root.join("local")),
+        shared: Some(root.join("shared")),
+        host_cache_bytes: 64 << 20,
+        keep_local: keep.0,
+        keep_shared: keep.1,
+        ..dckpt::tiers::TierOptions::default()
+    }
+}
+
 /// The backend the tests ask for (`DCKPT_MPI_TEST_BACKEND`, default auto).
 fn test_backend() -> BackendKind {
     std::env::var("DCKPT_MPI_TEST_BACKEND").ok().and_then(|b| b.parse().ok()).unwrap_or_default()
@@ -280,15 +293,9 @@ fn disagreement(w: &World, root: &Path) {
 /// also after reopening.
 fn tiered(w: &World, root: &Path) {
     use dckpt::collective::TieredCollective;
-    use dckpt::tiers::TierOptions;
     let backend = test_backend();
     let opts = CollectiveOptions { backend, ..CollectiveOptions::default() };
-    let tiers = TierOptions {
-        local: Some(root.join("local")),
-        shared: Some(root.join("shared")),
-        host_cache_bytes: 64 << 20,
-        ..TierOptions::default()
-    };
+    let tiers = two_tiers(root, (None, None));
     let s = Scenario::Partial;
     let mut sync = Collective::open(w.comm, &root.join("sync"), len() as u64, &store_opts(), &opts).expect("open sync");
     let mut c = TieredCollective::open(w.comm, &tiers, len() as u64, &store_opts(), &opts).expect("open tiered");
@@ -386,17 +393,9 @@ fn tiered(w: &World, root: &Path) {
 fn retention(w: &World, root: &Path) {
     use dckpt::collective::TieredCollective;
     use dckpt::store::commits::CommitLog;
-    use dckpt::tiers::TierOptions;
     let backend = test_backend();
     let opts = CollectiveOptions { backend, ..CollectiveOptions::default() };
-    let tiers = TierOptions {
-        local: Some(root.join("local")),
-        shared: Some(root.join("shared")),
-        host_cache_bytes: 64 << 20,
-        keep_local: Some(1),
-        keep_shared: Some(2),
-        ..TierOptions::default()
-    };
+    let tiers = two_tiers(root, (Some(1), Some(2)));
     let store = StoreOptions { max_chain: Some(2), ..store_opts() };
     let s = Scenario::Partial;
     let versions = 7;
@@ -444,15 +443,7 @@ fn retention(w: &World, root: &Path) {
 fn retention_with_dense_versions(w: &World, root: &Path, opts: &CollectiveOptions) {
     use dckpt::collective::TieredCollective;
     use dckpt::store::commits::CommitLog;
-    use dckpt::tiers::TierOptions;
-    let tiers = TierOptions {
-        local: Some(root.join("local")),
-        shared: Some(root.join("shared")),
-        host_cache_bytes: 64 << 20,
-        keep_local: Some(1),
-        keep_shared: Some(1),
-        ..TierOptions::default()
-    };
+    let tiers = two_tiers(root, (Some(1), Some(1)));
     let buf = |r: i32, v: u64| if v >= 2 + r as u64 { evolve(1000 + r as u64, v) } else { evolve(r as u64, v) };
     let versions = 6;
     let mut c = TieredCollective::open(w.comm, &tiers, len() as u64, &store_opts(), opts).expect("open");
@@ -494,12 +485,7 @@ fn tier_faults(w: &World, root: &Path) {
     use dckpt::collective::TieredCollective;
     use dckpt::tiers::TierOptions;
     let opts = CollectiveOptions::default();
-    let tiers = TierOptions {
-        local: Some(root.join("local")),
-        shared: Some(root.join("shared")),
-        host_cache_bytes: 64 << 20,
-        ..TierOptions::default()
-    };
+    let tiers = two_tiers(root, (None, None));
     let s = Scenario::Partial;
     let mut c = TieredCollective::open(w.comm, &tiers, len() as u64, &store_opts(), &opts).expect("open");
     c.checkpoint(1, &buffer(s, w.rank, 1)).expect("checkpoint");
