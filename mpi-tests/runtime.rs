@@ -29,6 +29,15 @@ fn sizes(rank: i32) -> [usize; 3] {
     [1000 + 37 * rank as usize, 300_000, 65_536 + 4096 * rank as usize]
 }
 
+fn sizes_of(rank: i32) -> Vec<usize> {
+    sizes(rank).to_vec()
+}
+
+fn rt_tables(w: &World, config: &Config) -> Vec<dckpt::runtime::table::RegionTable> {
+    let rt = Runtime::init(w.comm, config.clone());
+    rt.old_regions("sim").expect("region tables")
+}
+
 fn protect_all(rt: &mut Runtime, bufs: &mut [Vec<u8>]) {
     for (id, b) in bufs.iter_mut().enumerate() {
         // SAFETY: the buffers outlive the runtime's calls and are not
@@ -63,14 +72,32 @@ pub fn runtime(w: &World, root: &Path) {
         let r = rt.checkpoint("sim", v).expect("runtime checkpoint");
         w.check(r.checkpoint.version == v, "runtime report");
     }
-    // A different set of regions under the same name is refused (on every
-    // rank alike, before anything collective).
-    rt.unprotect(1).expect("unprotect");
+    // A different set of regions under the same name is refused, also when
+    // only rank 0 changed it: every rank gets the error, none is left
+    // waiting in a collective call.
+    if w.rank == 0 {
+        rt.unprotect(1).expect("unprotect");
+        w.check(rt.unprotect(1).is_err(), "unprotecting twice");
+    }
     let e = rt.checkpoint("sim", 5).expect_err("a changed set of regions");
-    w.check(e.kind() == dckpt::ErrorKind::InvalidOption && e.to_string().contains("sim"), &format!("refusal: {e}"));
-    w.check(rt.unprotect(1).is_err(), "unprotecting twice");
+    w.check(e.to_string().contains("regions"), &format!("refusal: {e}"));
     protect_all(&mut rt, &mut bufs);
     rt.finalize().expect("finalize");
+
+    // What a job of another size reads: every rank's table, the committed
+    // versions, and any rank's region (a byte range of it) at any version.
+    let tables = rt_tables(w, &config);
+    w.check(tables.len() == w.size as usize, "one region table per rank");
+    let other = (w.rank + 1) % w.size;
+    let t = &tables[other as usize];
+    w.check(t.regions.iter().map(|e| e.len as usize).collect::<Vec<_>>() == sizes_of(other), "the other rank's sizes");
+    let reader = Runtime::init(w.comm, config.clone());
+    w.check(reader.committed_versions("sim").expect("versions") == [1, 2, 3, 4], "committed versions");
+    let got = reader.read_region("sim", other as u32, 1, 3, 1000..5000).expect("read a region range");
+    w.check(got == content(other, 1, sizes_of(other)[1], 3)[1000..5000], "another rank's region range at version 3");
+    w.check(reader.read_region("sim", other as u32, 7, 3, 0..1).is_err(), "an unknown region");
+    w.check(reader.read_region("sim", other as u32, 0, 3, 0..1 << 30).is_err(), "a range past the region");
+    drop(reader);
 
     // A restart: a new runtime, the regions zeroed and protected again.
     let mut bufs: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
@@ -83,6 +110,12 @@ pub fn runtime(w: &World, root: &Path) {
             w.check(*b == content(w.rank, id as u32, b.len(), v), &format!("region {id} after restarting {v}"));
         }
     }
+    // The same name with other regions, in a new job: refused on every rank.
+    let mut other_bufs: Vec<Vec<u8>> = vec![vec![0u8; 10], vec![0u8; 20]];
+    let mut wrong = Runtime::init(w.comm, config.clone());
+    protect_all(&mut wrong, &mut other_bufs);
+    w.check(wrong.latest("sim").is_err(), "a restart with other regions is refused");
+    drop(wrong);
     // Another name, synchronous: a checkpoint returns durable everywhere.
     let mut sync = Runtime::init(w.comm, Config { mode: Mode::Sync, ..config });
     protect_all(&mut sync, &mut bufs);

@@ -70,7 +70,6 @@ pub mod record;
 pub mod regions;
 pub mod repair;
 pub mod restore;
-#[cfg(feature = "mpi")]
 pub mod runtime;
 pub mod simulate;
 pub mod storage;

@@ -5,7 +5,7 @@
 //! call. The contract is [`Runtime::protect`]'s.
 #![allow(unsafe_code)]
 
-use super::Runtime;
+use super::handle::Runtime;
 use crate::memory::{DeviceRegion, Protected, ProtectedMut};
 use crate::{Error, Result};
 use std::collections::BTreeMap;

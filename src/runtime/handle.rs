@@ -1,0 +1,308 @@
+//! [`Runtime`]: the handle (see the module documentation of `runtime`).
+
+use crate::backend::cuda::DeviceStaging;
+use crate::collective::mpi::all_agree;
+use crate::collective::{CollectiveReport, TieredCollective};
+use crate::config::{Config, Mode};
+use crate::memory::{Protected, ProtectedMut};
+use crate::tiers::TieredReport;
+use crate::{Error, Result};
+use ::mpi::topology::SimpleCommunicator;
+use ::mpi::traits::*;
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+
+use super::raw::{self, Region};
+use super::table::{RegionTable, TableEntry};
+
+/// A process's checkpointing runtime (see the module documentation).
+pub struct Runtime {
+    comm: SimpleCommunicator,
+    config: Config,
+    /// The regions protected now (`raw` adds them).
+    pub(super) regions: BTreeMap<u32, Region>,
+    names: HashMap<String, Named>,
+}
+
+/// What a region looks like to a name's layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Shape {
+    id: u32,
+    len: usize,
+    device: bool,
+}
+
+/// One checkpoint name's collective handle, its regions' layout and the
+/// buffer they are gathered into.
+struct Named {
+    ckpt: TieredCollective,
+    shapes: Vec<Shape>,
+    staging: Staging,
+}
+
+/// Where the regions are gathered.
+enum Staging {
+    /// Host regions only.
+    Host(Vec<u8>),
+    /// Some device region: one device buffer.
+    Device(DeviceStaging),
+}
+
+impl Runtime {
+    /// A runtime over a duplicate of `comm` with `config` (checked already:
+    /// [`Config::load`]). Nothing is opened until a checkpoint or restart.
+    pub fn init<C: Communicator>(comm: &C, config: Config) -> Runtime {
+        Runtime { comm: comm.duplicate(), config, regions: BTreeMap::new(), names: HashMap::new() }
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> u32 {
+        self.comm.rank().max(0) as u32
+    }
+
+    /// Stops protecting region `id`.
+    pub fn unprotect(&mut self, id: u32) -> Result<()> {
+        self.regions
+            .remove(&id)
+            .map(|_| ())
+            .ok_or_else(|| Error::InvalidOption(format!("region {id} is not protected")))
+    }
+
+    /// The regions protected now, in id order, as a layout.
+    fn shapes(&self) -> Vec<Shape> {
+        self.regions.iter().map(|(&id, r)| Shape { id, len: r.len(), device: r.is_device() }).collect()
+    }
+
+    /// The open handle of `name` (opened on first use), its layout checked
+    /// against the regions protected now. Collective: every rank's checks
+    /// are agreed first, so a refusal on one rank is an error on all (none
+    /// is left waiting in a collective call).
+    fn named(&mut self, name: &str) -> Result<&mut Named> {
+        let shapes = self.shapes();
+        let table = table_of(self.rank(), &shapes);
+        let t = self.config.tier_options(name);
+        let roots: Vec<std::path::PathBuf> = [t.local, t.shared].into_iter().flatten().collect();
+        let verdict = match self.names.get(name) {
+            Some(named) => same_shapes(name, &named.shapes, &shapes),
+            None => check_name(name)
+                .and_then(|()| match shapes.is_empty() {
+                    true => Err(Error::InvalidOption(format!("checkpoint '{name}': no region is protected"))),
+                    false => Ok(()),
+                })
+                .and_then(|()| roots.iter().try_for_each(|root| check_table(root, &table, name))),
+        };
+        all_agree(&self.comm, "the protected regions", 0, verdict)?;
+        if !self.names.contains_key(name) {
+            let total: usize = shapes.iter().map(|s| s.len).sum();
+            let store = self.config.store_options();
+            let opts = self.config.collective_options();
+            let ckpt =
+                TieredCollective::open(&self.comm, &self.config.tier_options(name), total as u64, &store, &opts)?;
+            let written = roots.iter().try_for_each(|root| table.write(root));
+            all_agree(&self.comm, "writing the region tables", 0, written)?;
+            let staging = if shapes.iter().any(|s| s.device) {
+                Staging::Device(DeviceStaging::new(ckpt.engine().device(), total)?)
+            } else {
+                Staging::Host(vec![0u8; total])
+            };
+            self.names.insert(name.to_string(), Named { ckpt, shapes, staging });
+        }
+        self.names.get_mut(name).ok_or_else(|| Error::Internal("named checkpoint".into()))
+    }
+
+    /// Takes version `version` of checkpoint `name`: every protected region
+    /// of every rank, as one collective checkpoint. Returns once the
+    /// regions may change again (mode `async`) or once the version is
+    /// durable on every tier of every rank (mode `sync`). Collective.
+    pub fn checkpoint(&mut self, name: &str, version: u64) -> Result<CollectiveReport<TieredReport>> {
+        let regions = self.regions.clone();
+        let sync = self.config.mode == Mode::Sync;
+        let named = self.named(name)?;
+        let report = match &mut named.staging {
+            Staging::Host(buf) => {
+                gather_host(&regions, buf);
+                named.ckpt.checkpoint(version, Protected::Host(buf))?
+            }
+            Staging::Device(staging) => {
+                let pieces = raw::pieces(&regions);
+                staging.gather(&pieces)?;
+                named.ckpt.checkpoint(version, staging.region()?)?
+            }
+        };
+        if sync {
+            named.ckpt.wait(version)?;
+        }
+        Ok(report)
+    }
+
+    /// The newest version of `name` that every rank can restart from (its
+    /// regions protected first, as for a checkpoint); `None` if there is
+    /// none. Collective.
+    pub fn latest(&mut self, name: &str) -> Result<Option<u64>> {
+        let named = self.named(name)?;
+        let mine = named.ckpt.engine().latest().unwrap_or(0);
+        let mut newest = 0u64;
+        self.comm.all_reduce_into(&mine, &mut newest, ::mpi::collective::SystemOperation::min());
+        Ok((newest > 0).then_some(newest))
+    }
+
+    /// Restores version `version` of `name` into every protected region
+    /// (device regions on the device). Collective in opening `name`; the
+    /// restore itself is this rank's own. On an error the regions' content
+    /// is unspecified.
+    pub fn restart(&mut self, name: &str, version: u64) -> Result<()> {
+        let regions = self.regions.clone();
+        let named = self.named(name)?;
+        match &mut named.staging {
+            Staging::Host(buf) => {
+                named.ckpt.restore_into(version, ProtectedMut::Host(buf))?;
+                scatter_host(&regions, buf);
+                Ok(())
+            }
+            Staging::Device(staging) => {
+                named.ckpt.restore_into(version, ProtectedMut::Device(staging.region()?))?;
+                staging.scatter(&mut raw::pieces_mut(&regions))
+            }
+        }
+    }
+
+    /// The tier directory old ranks' tables and files are read from: the
+    /// persistent one (every rank sees it), else the scratch one.
+    fn read_root(&self, name: &str) -> Result<std::path::PathBuf> {
+        check_name(name)?;
+        let t = self.config.tier_options(name);
+        t.shared.or(t.local).ok_or_else(|| Error::InvalidOption("no directory configured".into()))
+    }
+
+    /// The regions every rank of the job that wrote `name` protected (any
+    /// number of ranks; for a restart on another rank count). Not collective.
+    pub fn old_regions(&self, name: &str) -> Result<Vec<RegionTable>> {
+        super::table::tables(&self.read_root(name)?)
+    }
+
+    /// The versions of `name` committed (restorable on every old rank).
+    pub fn committed_versions(&self, name: &str) -> Result<Vec<u64>> {
+        super::table::committed_versions(&self.read_root(name)?)
+    }
+
+    /// Bytes `range` of region `id` of old rank `rank` at `version` of
+    /// `name`, verified (for a restart on another rank count). Not
+    /// collective.
+    pub fn read_region(&self, name: &str, rank: u32, id: u32, version: u64, range: Range<u64>) -> Result<Vec<u8>> {
+        super::table::read_region(&self.read_root(name)?, rank, id, version, range)
+    }
+
+    /// Blocks until `version` of `name` is durable on every tier of every
+    /// rank. Collective.
+    pub fn wait(&mut self, name: &str, version: u64) -> Result<()> {
+        self.named(name)?.ckpt.wait(version)
+    }
+
+    /// Hints that `version` of `name` will be restored after the versions
+    /// hinted before it (with a prefetch cache configured).
+    pub fn prefetch_enqueue(&mut self, name: &str, version: u64) -> Result<()> {
+        self.named(name)?.ckpt.engine().prefetch_enqueue(version);
+        Ok(())
+    }
+
+    /// Starts prefetching the hinted versions of `name`.
+    pub fn prefetch_start(&mut self, name: &str) -> Result<()> {
+        self.named(name)?.ckpt.engine().prefetch_start();
+        Ok(())
+    }
+
+    /// Waits until every checkpoint taken is durable everywhere and stops
+    /// the background threads; the first failure, if any. Collective.
+    pub fn finalize(self) -> Result<()> {
+        let mut names: Vec<(String, Named)> = self.names.into_iter().collect();
+        names.sort_by(|a, b| a.0.cmp(&b.0)); // the same order on every rank
+        let mut first = Ok(());
+        for (_, named) in names {
+            let done = named.ckpt.finalize();
+            if first.is_ok() {
+                first = done;
+            }
+        }
+        first
+    }
+}
+
+/// Names become directory names: letters, digits, `.`, `_`, `-`.
+fn check_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && !name.starts_with('.')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidOption(format!(
+            "checkpoint name '{name}': use letters, digits, '.', '_' and '-' (not first '.')"
+        )))
+    }
+}
+
+/// Refuses a set of regions other than the one `name` was opened with.
+fn same_shapes(name: &str, opened: &[Shape], now: &[Shape]) -> Result<()> {
+    if opened == now {
+        return Ok(());
+    }
+    Err(Error::InvalidOption(format!(
+        "checkpoint '{name}' holds regions {:?}, but {:?} are protected now (protect the same ids with the same \
+         lengths, or use a new name)",
+        describe(opened),
+        describe(now)
+    )))
+}
+
+/// This rank's table of `shapes` (offsets in the gathered buffer).
+fn table_of(rank: u32, shapes: &[Shape]) -> RegionTable {
+    let mut offset = 0;
+    let regions = shapes
+        .iter()
+        .map(|s| {
+            let e = TableEntry { id: s.id, len: s.len as u64, offset, device: s.device };
+            offset += s.len as u64;
+            e
+        })
+        .collect();
+    RegionTable { rank, regions }
+}
+
+/// Refuses `table` where `root` holds this rank's table of other regions.
+fn check_table(root: &std::path::Path, table: &RegionTable, name: &str) -> Result<()> {
+    let Ok(old) = super::table::tables(root) else { return Ok(()) }; // none yet
+    match old.iter().find(|t| t.rank == table.rank) {
+        Some(t) if t != table => Err(Error::InvalidOption(format!(
+            "checkpoint '{name}' was taken with regions {:?} on rank {}, but {:?} are protected now (protect the \
+             same ids with the same lengths, or use a new name)",
+            t.regions.iter().map(|e| (e.id, e.len)).collect::<Vec<_>>(),
+            table.rank,
+            table.regions.iter().map(|e| (e.id, e.len)).collect::<Vec<_>>()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+fn describe(shapes: &[Shape]) -> Vec<String> {
+    shapes.iter().map(|s| format!("{}:{}{}", s.id, s.len, if s.device { " (device)" } else { "" })).collect()
+}
+
+/// Copies the host regions into `buf`, in id order.
+fn gather_host(regions: &BTreeMap<u32, Region>, buf: &mut [u8]) {
+    let mut at = 0;
+    for r in regions.values() {
+        let bytes = raw::host(r);
+        buf[at..at + bytes.len()].copy_from_slice(bytes);
+        at += bytes.len();
+    }
+}
+
+/// Copies `buf` back into the host regions, in id order.
+fn scatter_host(regions: &BTreeMap<u32, Region>, buf: &[u8]) {
+    let mut at = 0;
+    for r in regions.values() {
+        let len = r.len();
+        raw::host_mut(r).copy_from_slice(&buf[at..at + len]);
+        at += len;
+    }
+}
