@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # The main job, on local directories (CPU backend unless a GPU is found):
+#  0. four ranks under mpirun: the heat example (examples/heat.rs) checkpoints
+#     through the runtime; one rank is killed mid-run, the job restarts from
+#     its newest checkpoint and ends with the same plate, bit for bit;
 #  1. one rank: checkpoint ten versions of an evolving synthetic buffer,
 #     restore and verify every one, print the per-version table;
 #  2. four ranks under mpirun: the example simulation (examples/collective_sim.rs)
@@ -19,6 +22,9 @@ cargo build --release --quiet --bins --examples
 bin=target/release/dckpt
 rm -rf "$out"
 mkdir -p "$out"
+
+echo "== 0. the heat example through the runtime: $ranks ranks, one killed mid-run, restarted"
+scripts/heat-restart.sh "$ranks" target/release/examples/heat
 
 echo "== 1. one rank, ten versions"
 "$bin" gen --size "$size" --versions 10 --change "$change" --shape clustered --out "$out/versions"

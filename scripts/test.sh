@@ -29,3 +29,8 @@ done
 # One rank of a collective checkpoint through the tiers killed at every step.
 echo "kill tests: collective checkpoints through the tiers, 2 ranks"
 scripts/kill-collective-tiers.sh target/release/dckpt
+
+# The heat example through the runtime: one rank dies mid-run, the job
+# restarts from its newest checkpoint and ends with the same plate.
+echo "restart tests: the heat example, 4 ranks"
+scripts/heat-restart.sh 4 target/release/examples/heat

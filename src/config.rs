@@ -182,13 +182,25 @@ impl Config {
     /// [`Config::load`] with `env` as the environment (tests).
     pub fn load_with(file: Option<&Path>, env: impl Fn(&str) -> Option<String>) -> Result<Config> {
         let origin = file.map_or_else(|| "the defaults".to_string(), |f| f.display().to_string());
-        let mut table = match file {
+        let table = match file {
             Some(path) => {
                 let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
                 text.parse::<toml::Table>().map_err(|e| invalid(&origin, &e.to_string()))?
             }
             None => toml::Table::new(),
         };
+        Self::from_table(table, &origin, env)
+    }
+
+    /// This configuration (a program's own defaults) with the environment's
+    /// `DCKPT_<KEY>` overrides, checked.
+    pub fn with_env(&self) -> Result<Config> {
+        let table = toml::Table::try_from(self).map_err(|e| Error::Internal(format!("configuration: {e}")))?;
+        Self::from_table(table, "the program's settings", |name| std::env::var(name).ok())
+    }
+
+    /// The keys of `table` (from `origin`) with `env`'s overrides, checked.
+    fn from_table(mut table: toml::Table, origin: &str, env: impl Fn(&str) -> Option<String>) -> Result<Config> {
         for key in KEYS {
             let var = format!("DCKPT_{}", key.to_uppercase());
             if let Some(raw) = env(&var) {
@@ -200,8 +212,8 @@ impl Config {
                     .map_err(|e| invalid(&format!("environment variable {var}"), &e.to_string()))?;
             }
         }
-        let config = Config::deserialize(table).map_err(|e| invalid(&origin, &e.to_string()))?;
-        config.check().map_err(|e| invalid(&origin, &e))?;
+        let config = Config::deserialize(table).map_err(|e| invalid(origin, &e.to_string()))?;
+        config.check().map_err(|e| invalid(origin, &e))?;
         Ok(config)
     }
 

@@ -1,0 +1,169 @@
+//! A 2-D heat (Jacobi) simulation that checkpoints through the runtime and
+//! restarts from its newest checkpoint after a crash (CPU; the GPU version
+//! is issue #10's next example).
+//!
+//! ```text
+//! mpirun -np 4 target/release/examples/heat [--steps 200] [--every 20] [--rows 256] [--cols 1024]
+//!        [--config dckpt.toml] [--dir target/heat] [--crash-at STEP]
+//! ```
+//!
+//! Each rank owns `rows` rows of a `cols`-wide plate (the rows above and
+//! below are exchanged with its neighbours every step); the top edge of the
+//! plate is held at 100. Every `every` steps the runtime checkpoints the
+//! plate and the step counter (two protected regions) as one collective
+//! checkpoint, asynchronously through the tiers. At start, the run restarts
+//! from the newest checkpoint every rank has, if any. `--crash-at STEP`
+//! aborts rank `size - 1` at that step (what SIGKILL leaves); the next run
+//! continues from the last checkpoint and ends with the same plate, bit for
+//! bit, as a run never interrupted: rank 0 prints its BLAKE3 digest.
+// Protecting memory by address is `unsafe`: the runtime reads and writes the
+// plate and the counter during its calls.
+#![allow(unsafe_code)]
+
+use dckpt::config::{Bytes, Config};
+use dckpt::runtime::{Region, Runtime};
+use mpi::point_to_point as p2p;
+use mpi::traits::*;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Command-line settings.
+struct Args {
+    steps: u64,
+    every: u64,
+    rows: usize,
+    cols: usize,
+    config: Option<PathBuf>,
+    dir: PathBuf,
+    crash_at: Option<u64>,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut a = Args {
+        steps: 200,
+        every: 20,
+        rows: 256,
+        cols: 1024,
+        config: None,
+        dir: PathBuf::from("target/heat"),
+        crash_at: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let num = || value.parse::<u64>().map_err(|_| format!("{flag}: '{value}' is not a number"));
+        match flag.as_str() {
+            "--steps" => a.steps = num()?,
+            "--every" => a.every = num()?.max(1),
+            "--rows" => a.rows = num()? as usize,
+            "--cols" => a.cols = num()? as usize,
+            "--config" => a.config = Some(PathBuf::from(&value)),
+            "--dir" => a.dir = PathBuf::from(&value),
+            "--crash-at" => a.crash_at = Some(num()?),
+            _ => return Err(format!("unknown option {flag}")),
+        }
+    }
+    Ok(a)
+}
+
+fn main() -> ExitCode {
+    let Some(universe) = mpi::initialize() else {
+        eprintln!("heat: MPI could not be initialized");
+        return ExitCode::FAILURE;
+    };
+    let world = universe.world();
+    let code = match parse().map_err(dckpt::Error::InvalidOption).and_then(|a| run(&world, &a)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("heat: rank {}: {e}", world.rank());
+            ExitCode::FAILURE
+        }
+    };
+    drop(universe);
+    code
+}
+
+/// The configuration: the file given, else local directories under `dir`
+/// (`DCKPT_<KEY>` overrides apply either way).
+fn config(a: &Args) -> dckpt::Result<Config> {
+    match &a.config {
+        Some(file) => Config::load(Some(file)),
+        None => Config {
+            scratch: Some(a.dir.join("scratch")),
+            persistent: Some(a.dir.join("persistent")),
+            host_cache_size: Bytes(256 << 20),
+            max_chain: Some(8),
+            max_versions: Some(4),
+            ..Config::default()
+        }
+        .with_env(),
+    }
+}
+
+fn run(world: &impl Communicator, a: &Args) -> dckpt::Result<()> {
+    let (rank, size) = (world.rank(), world.size());
+    let (rows, cols) = (a.rows, a.cols);
+    // The plate with one ghost row above and below.
+    let mut plate = vec![0f64; (rows + 2) * cols];
+    let mut next = plate.clone();
+    let mut step = [0u64; 1];
+    let mut rt = Runtime::init(world, config(a)?);
+    let protect = |rt: &mut Runtime, plate: &mut Vec<f64>, step: &mut [u64; 1]| -> dckpt::Result<()> {
+        // SAFETY: the plate and the counter outlive every runtime call and
+        // nothing touches them while one runs (this loop is single-threaded).
+        unsafe {
+            rt.protect(0, Region::Host { ptr: plate.as_mut_ptr().cast(), len: plate.len() * 8 })?;
+            rt.protect(1, Region::Host { ptr: step.as_mut_ptr().cast(), len: 8 })
+        }
+    };
+    protect(&mut rt, &mut plate, &mut step)?;
+    if let Some(v) = rt.latest("heat")? {
+        rt.restart("heat", v)?;
+        if rank == 0 {
+            println!("heat: restarted from the checkpoint of step {}", step[0]);
+        }
+    }
+    let up = (rank > 0).then(|| world.process_at_rank(rank - 1));
+    let down = (rank + 1 < size).then(|| world.process_at_rank(rank + 1));
+    while step[0] < a.steps {
+        if a.crash_at == Some(step[0]) && rank == size - 1 {
+            std::process::abort(); // what SIGKILL leaves
+        }
+        // Halo exchange: first real row up, last real row down.
+        let (top, rest) = plate.split_at_mut(cols);
+        let (body, bottom) = rest.split_at_mut(rows * cols);
+        if let Some(p) = &up {
+            p2p::send_receive_into(&body[..cols], p, top, p);
+        } else {
+            top.fill(100.0); // the hot edge
+        }
+        if let Some(p) = &down {
+            p2p::send_receive_into(&body[(rows - 1) * cols..], p, bottom, p);
+        }
+        // One Jacobi sweep over the real rows (the side columns stay fixed).
+        for i in 1..=rows {
+            for j in 1..cols - 1 {
+                let at = i * cols + j;
+                next[at] = 0.25 * (plate[at - cols] + plate[at + cols] + plate[at - 1] + plate[at + 1]);
+            }
+        }
+        for i in 1..=rows {
+            let r = i * cols + 1..(i + 1) * cols - 1;
+            plate[r.clone()].copy_from_slice(&next[r]);
+        }
+        step[0] += 1;
+        if step[0] % a.every == 0 {
+            rt.checkpoint("heat", step[0])?;
+        }
+    }
+    rt.finalize()?;
+    // Every rank's plate digest, in rank order, hashed on rank 0.
+    let mine: Vec<u8> = plate[cols..(rows + 1) * cols].iter().flat_map(|x| x.to_le_bytes()).collect();
+    let digest = *blake3::hash(&mine).as_bytes();
+    let mut all = vec![0u8; 32 * size as usize];
+    world.all_gather_into(&digest[..], &mut all[..]);
+    if rank == 0 {
+        println!("heat: {size} ranks, {} steps, plate digest {}", a.steps, blake3::hash(&all).to_hex());
+    }
+    Ok(())
+}
