@@ -104,6 +104,8 @@ pub fn runtime(w: &World, root: &Path) {
     let mut rt = Runtime::init(w.comm, config.clone());
     protect_all(&mut rt, &mut bufs);
     w.check(rt.latest("sim").expect("latest") == Some(4), "the newest version every rank has");
+    // A version that does not exist fails on every rank.
+    w.check(rt.restart("sim", 9).is_err(), "restarting a version that does not exist");
     for v in [4u64, 2] {
         rt.restart("sim", v).expect("restart");
         for (id, b) in bufs.iter().enumerate() {

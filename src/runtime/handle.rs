@@ -147,23 +147,23 @@ impl Runtime {
     }
 
     /// Restores version `version` of `name` into every protected region
-    /// (device regions on the device). Collective in opening `name`; the
-    /// restore itself is this rank's own. On an error the regions' content
+    /// (device regions on the device). Collective: it succeeds on every
+    /// rank or fails on every rank (naming the ranks that could not
+    /// restore), so no rank goes on alone. On an error the regions' content
     /// is unspecified.
     pub fn restart(&mut self, name: &str, version: u64) -> Result<()> {
         let regions = self.regions.clone();
         let named = self.named(name)?;
-        match &mut named.staging {
-            Staging::Host(buf) => {
-                named.ckpt.restore_into(version, ProtectedMut::Host(buf))?;
+        let restored = match &mut named.staging {
+            Staging::Host(buf) => named.ckpt.restore_into(version, ProtectedMut::Host(buf)).map(|()| {
                 scatter_host(&regions, buf);
-                Ok(())
-            }
-            Staging::Device(staging) => {
-                named.ckpt.restore_into(version, ProtectedMut::Device(staging.region()?))?;
-                staging.scatter(&mut raw::pieces_mut(&regions))
-            }
-        }
+            }),
+            Staging::Device(staging) => staging
+                .region()
+                .and_then(|region| named.ckpt.restore_into(version, ProtectedMut::Device(region)))
+                .and_then(|()| staging.scatter(&mut raw::pieces_mut(&regions))),
+        };
+        all_agree(&self.comm, "the restart", version, restored)
     }
 
     /// The tier directory old ranks' tables and files are read from: the
