@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! mpirun -np 4 target/release/examples/heat [--steps 200] [--every 20] [--rows 256] [--cols 1024]
-//!        [--config dckpt.toml] [--dir target/heat] [--crash-at STEP]
+//!        [--config dckpt.toml] [--dir target/heat] [--crash-at STEP] [--report FILE]
 //! ```
 //!
 //! Each rank owns `rows` rows of a `cols`-wide plate (the rows above and
@@ -16,6 +16,8 @@
 //! aborts rank `size - 1` at that step (what SIGKILL leaves); the next run
 //! continues from the last checkpoint and ends with the same plate, bit for
 //! bit, as a run never interrupted: rank 0 prints its BLAKE3 digest.
+//! `--report FILE`: rank 0 appends one CSV line of what the run cost (the
+//! scaling studies, `scripts/scaling-study.sh`).
 // Protecting memory by address is `unsafe`: the runtime reads and writes the
 // plate and the counter during its calls.
 #![allow(unsafe_code)]
@@ -36,6 +38,7 @@ struct Args {
     config: Option<PathBuf>,
     dir: PathBuf,
     crash_at: Option<u64>,
+    report: Option<PathBuf>,
 }
 
 fn parse() -> Result<Args, String> {
@@ -47,6 +50,7 @@ fn parse() -> Result<Args, String> {
         config: None,
         dir: PathBuf::from("target/heat"),
         crash_at: None,
+        report: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -60,6 +64,7 @@ fn parse() -> Result<Args, String> {
             "--config" => a.config = Some(PathBuf::from(&value)),
             "--dir" => a.dir = PathBuf::from(&value),
             "--crash-at" => a.crash_at = Some(num()?),
+            "--report" => a.report = Some(PathBuf::from(&value)),
             _ => return Err(format!("unknown option {flag}")),
         }
     }
@@ -123,12 +128,16 @@ fn run(world: &impl Communicator, a: &Args) -> dckpt::Result<()> {
             println!("heat: restarted from the checkpoint of step {}", step[0]);
         }
     }
+    // What the run cost this rank: seconds computing (halo exchange
+    // included), seconds in checkpoint calls, bytes stored, checkpoints.
+    let (mut compute, mut in_checkpoints, mut stored, mut taken) = (0f64, 0f64, 0u64, 0u64);
     let up = (rank > 0).then(|| world.process_at_rank(rank - 1));
     let down = (rank + 1 < size).then(|| world.process_at_rank(rank + 1));
     while step[0] < a.steps {
         if a.crash_at == Some(step[0]) && rank == size - 1 {
             std::process::abort(); // what SIGKILL leaves
         }
+        let started = std::time::Instant::now();
         // Halo exchange: first real row up, last real row down.
         let (top, rest) = plate.split_at_mut(cols);
         let (body, bottom) = rest.split_at_mut(rows * cols);
@@ -152,11 +161,21 @@ fn run(world: &impl Communicator, a: &Args) -> dckpt::Result<()> {
             plate[r.clone()].copy_from_slice(&next[r]);
         }
         step[0] += 1;
+        compute += started.elapsed().as_secs_f64();
         if step[0] % a.every == 0 {
-            rt.checkpoint("heat", step[0])?;
+            let t = std::time::Instant::now();
+            let r = rt.checkpoint("heat", step[0])?;
+            in_checkpoints += t.elapsed().as_secs_f64();
+            stored += r.checkpoint.file_bytes;
+            taken += 1;
         }
     }
+    let t = std::time::Instant::now();
     rt.finalize()?;
+    let drain = t.elapsed().as_secs_f64();
+    if let Some(file) = &a.report {
+        report(world, a, file, [compute, in_checkpoints, drain], stored, taken)?;
+    }
     // Every rank's plate digest, in rank order, hashed on rank 0.
     let mine: Vec<u8> = plate[cols..(rows + 1) * cols].iter().flat_map(|x| x.to_le_bytes()).collect();
     let digest = *blake3::hash(&mine).as_bytes();
@@ -164,6 +183,53 @@ fn run(world: &impl Communicator, a: &Args) -> dckpt::Result<()> {
     world.all_gather_into(&digest[..], &mut all[..]);
     if rank == 0 {
         println!("heat: {size} ranks, {} steps, plate digest {}", a.steps, blake3::hash(&all).to_hex());
+    }
+    Ok(())
+}
+
+/// Rank 0 appends one CSV line: ranks, plate, steps, checkpoints, the
+/// slowest rank's compute, checkpoint-call and drain seconds, bytes stored
+/// and bytes protected over all ranks and checkpoints.
+fn report(
+    world: &impl Communicator,
+    a: &Args,
+    file: &std::path::Path,
+    seconds: [f64; 3],
+    stored: u64,
+    taken: u64,
+) -> dckpt::Result<()> {
+    use mpi::collective::SystemOperation;
+    let mut slowest = [0f64; 3];
+    world.all_reduce_into(&seconds[..], &mut slowest[..], SystemOperation::max());
+    let logical = taken * ((a.rows + 2) * a.cols * 8 + 8) as u64;
+    let mut sums = [0u64; 2];
+    world.all_reduce_into(&[stored, logical][..], &mut sums[..], SystemOperation::sum());
+    if world.rank() == 0 {
+        use std::io::Write;
+        let new = !file.exists();
+        let mut f =
+            std::fs::OpenOptions::new().create(true).append(true).open(file).map_err(|e| dckpt::Error::io(file, e))?;
+        let mut line = String::new();
+        if new {
+            line.push_str("ranks,rows_per_rank,cols,steps,every,checkpoints,compute_s,checkpoint_s,drain_s,stored_bytes,protected_bytes,overhead_per_step_ms,ratio_to_full\n");
+        }
+        line.push_str(&format!(
+            "{},{},{},{},{},{},{:.4},{:.4},{:.4},{},{},{:.3},{:.2}\n",
+            world.size(),
+            a.rows,
+            a.cols,
+            a.steps,
+            a.every,
+            taken,
+            slowest[0],
+            slowest[1],
+            slowest[2],
+            sums[0],
+            sums[1],
+            slowest[1] * 1e3 / a.steps.max(1) as f64,
+            sums[1] as f64 / sums[0].max(1) as f64
+        ));
+        f.write_all(line.as_bytes()).map_err(|e| dckpt::Error::io(file, e))?;
     }
     Ok(())
 }
