@@ -122,10 +122,28 @@ fn run(world: &impl Communicator, a: &Args) -> dckpt::Result<()> {
         }
     };
     protect(&mut rt, &mut plate, &mut step)?;
-    if let Some(v) = rt.latest("heat")? {
-        rt.restart("heat", v)?;
+    // The checkpoints of a job of this size are "heat" (or "heat-P" when a
+    // job of another size wrote "heat" first).
+    let old = rt.old_regions("heat").unwrap_or_default();
+    let name = if old.is_empty() || old.len() == size as usize { "heat".to_string() } else { format!("heat-{size}") };
+    if let Some(v) = rt.latest(&name)? {
+        rt.restart(&name, v)?;
         if rank == 0 {
             println!("heat: restarted from the checkpoint of step {}", step[0]);
+        }
+    } else if name != "heat" {
+        // A job of another size wrote "heat": read this rank's rows of the
+        // plate out of the old ranks' regions at their newest version.
+        let version = rt.committed_versions("heat")?.last().copied();
+        if let Some(v) = version {
+            redistribute(&rt, &old, v, rank as usize, rows, cols, &mut plate, &mut step)?;
+            if rank == 0 {
+                println!(
+                    "heat: restarted on {size} ranks from the {} ranks' checkpoint of step {}",
+                    old.len(),
+                    step[0]
+                );
+            }
         }
     }
     // What the run cost this rank: seconds computing (halo exchange
@@ -164,7 +182,7 @@ fn run(world: &impl Communicator, a: &Args) -> dckpt::Result<()> {
         compute += started.elapsed().as_secs_f64();
         if step[0] % a.every == 0 {
             let t = std::time::Instant::now();
-            let r = rt.checkpoint("heat", step[0])?;
+            let r = rt.checkpoint(&name, step[0])?;
             in_checkpoints += t.elapsed().as_secs_f64();
             stored += r.checkpoint.file_bytes;
             taken += 1;
@@ -176,11 +194,14 @@ fn run(world: &impl Communicator, a: &Args) -> dckpt::Result<()> {
     if let Some(file) = &a.report {
         report(world, a, file, [compute, in_checkpoints, drain], stored, taken)?;
     }
-    // Every rank's plate digest, in rank order, hashed on rank 0.
-    let mine: Vec<u8> = plate[cols..(rows + 1) * cols].iter().flat_map(|x| x.to_le_bytes()).collect();
-    let digest = *blake3::hash(&mine).as_bytes();
-    let mut all = vec![0u8; 32 * size as usize];
-    world.all_gather_into(&digest[..], &mut all[..]);
+    // The plate's digest, the same however it is split over ranks: the
+    // digests of its rows, in global order, hashed on rank 0.
+    let mine: Vec<u8> = plate[cols..(rows + 1) * cols]
+        .chunks(cols)
+        .flat_map(|row| *blake3::hash(&row.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()).as_bytes())
+        .collect();
+    let mut all = vec![0u8; mine.len() * size as usize];
+    world.all_gather_into(&mine[..], &mut all[..]);
     if rank == 0 {
         println!("heat: {size} ranks, {} steps, plate digest {}", a.steps, blake3::hash(&all).to_hex());
     }
@@ -231,5 +252,49 @@ fn report(
         ));
         f.write_all(line.as_bytes()).map_err(|e| dckpt::Error::io(file, e))?;
     }
+    Ok(())
+}
+
+/// Fills this rank's rows (`rank * rows ..`) of the plate and the step
+/// counter from the checkpoint `version` of a job of `old.len()` ranks
+/// (their regions 0: plate with ghost rows; 1: the counter), reading only
+/// the rows it needs.
+#[allow(clippy::too_many_arguments)]
+fn redistribute(
+    rt: &Runtime,
+    old: &[dckpt::runtime::table::RegionTable],
+    version: u64,
+    rank: usize,
+    rows: usize,
+    cols: usize,
+    plate: &mut [f64],
+    step: &mut [u64; 1],
+) -> dckpt::Result<()> {
+    let row_bytes = (cols * 8) as u64;
+    // Every old rank held the same number of rows (its plate: rows + 2 ghosts).
+    let old_rows = old
+        .first()
+        .and_then(|t| t.get(0))
+        .map(|e| (e.len / row_bytes) as usize - 2)
+        .ok_or_else(|| dckpt::Error::InvalidOption("the old job left no plate".into()))?;
+    // My global rows, one read per old rank that held some of them.
+    let (first, end) = (rank * rows, (rank + 1) * rows);
+    let mut global = first;
+    while global < end {
+        let owner = global / old_rows;
+        let upto = end.min((owner + 1) * old_rows);
+        let at = (global - owner * old_rows) as u64;
+        let from = (at + 1) * row_bytes; // past the owner's top ghost row
+        let bytes =
+            rt.read_region("heat", owner as u32, 0, version, from..from + (upto - global) as u64 * row_bytes)?;
+        let local = global - first;
+        let dst = &mut plate[(local + 1) * cols..(local + 1 + upto - global) * cols];
+        for (x, b) in dst.iter_mut().zip(bytes.chunks_exact(8)) {
+            *x = f64::from_le_bytes(b.try_into().unwrap_or_default());
+        }
+        global = upto;
+    }
+    let counter = rt.read_region("heat", 0, 1, version, 0..8)?;
+    step[0] = u64::from_le_bytes(counter.as_slice().try_into().unwrap_or_default());
     Ok(())
 }
