@@ -163,18 +163,9 @@ pub struct RtmRun {
     pub restore_gbps: f64,
     /// The whole run, forward and backward, compute included, s.
     pub wall_seconds: f64,
-    /// Bytes restores read from the restore cache.
-    pub hit_bytes: u64,
-    /// Bytes restores read from a disk tier (through the cache).
-    pub miss_bytes: u64,
-    /// Bytes restores read from versions still in the host cache.
-    pub inflight_bytes: u64,
-    /// Files prefetched ahead of their restore.
-    pub prefetched_files: u64,
-    /// Files the flush left in the restore cache.
-    pub retained_files: u64,
-    /// Files evicted from the restore cache.
-    pub evicted_files: u64,
+    /// What the restore cache did (all zero for the baseline).
+    #[serde(flatten)]
+    pub cache: crate::tiers::prefetch::PrefetchStats,
 }
 
 /// The whole comparison.
@@ -369,12 +360,7 @@ impl RtmOptions {
             checkpoint_gbps: bytes / p.checkpoint.max(1e-9),
             restore_gbps: bytes / p.restore.max(1e-9),
             wall_seconds: p.wall,
-            hit_bytes: stats.hit_bytes,
-            miss_bytes: stats.miss_bytes,
-            inflight_bytes: stats.inflight_bytes,
-            prefetched_files: stats.prefetched_files,
-            retained_files: stats.retained_files,
-            evicted_files: stats.evicted_files,
+            cache: stats,
         }
     }
 

@@ -145,12 +145,12 @@ fn print_csv(r: &RtmReport, header: bool) {
             run.wall_seconds,
             base.checkpoint_seconds / run.checkpoint_seconds.max(1e-9),
             base.restore_seconds / run.restore_seconds.max(1e-9),
-            run.hit_bytes,
-            run.miss_bytes,
-            run.prefetched_files,
-            run.retained_files,
-            run.evicted_files,
-            run.inflight_bytes
+            run.cache.hit_bytes,
+            run.cache.miss_bytes,
+            run.cache.prefetched_files,
+            run.cache.retained_files,
+            run.cache.evicted_files,
+            run.cache.inflight_bytes
         );
     }
 }
@@ -197,11 +197,11 @@ fn print_table(r: &RtmReport) {
             run.restore_gbps,
             base.restore_seconds / run.restore_seconds.max(1e-9),
             run.wall_seconds,
-            run.hit_bytes as f64 / 1e6,
-            run.inflight_bytes as f64 / 1e6,
-            run.miss_bytes as f64 / 1e6,
-            run.prefetched_files,
-            run.evicted_files
+            run.cache.hit_bytes as f64 / 1e6,
+            run.cache.inflight_bytes as f64 / 1e6,
+            run.cache.miss_bytes as f64 / 1e6,
+            run.cache.prefetched_files,
+            run.cache.evicted_files
         );
     }
 }
