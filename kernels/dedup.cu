@@ -166,20 +166,6 @@ extern "C" __global__ void table_rollback(Table t, u32 version) {
     }
 }
 
-extern "C" __global__ void table_rehash(Table from, Table to) {
-    for (u64 s = blockIdx.x * (u64)blockDim.x + threadIdx.x; s <= from.mask; s += (u64)gridDim.x * blockDim.x) {
-        Slot x = from.slots[s];
-        if (x.flags == SLOT_FULL) {
-            dig128 d;
-            d.lo = x.klo;
-            d.hi = x.khi;
-            bool ins;
-            table_insert(to, d, x.ver, x.node, false, ins);
-            atomicAdd(to.count, (u64)ins);
-        }
-    }
-}
-
 // ---------------------------------------------------------------- scans ----
 
 // Exclusive prefix sum of `x` over the 1024 threads of the block; the block's

@@ -163,13 +163,37 @@ fn device_regions(w: &World, root: &Path) {
     rt.finalize().expect("finalize");
     host.fill(0);
     cuda::upload_into(&gpu, &vec![0u8; n], &mut dev).expect("zero");
-    let mut rt = Runtime::init(w.comm, config);
+    let mut rt = Runtime::init(w.comm, config.clone());
     protect(&mut rt, &mut host, &dev);
     rt.restart("gpu", 2).expect("restart");
     w.check(host == content(w.rank, 0, 5000, 2), "the host region after a restart");
     w.check(
         gpu.stream_clone_dtoh(&dev).expect("dtoh") == content(w.rank, 1, n, 2),
         "the device region after a restart",
+    );
+    rt.finalize().expect("finalize");
+
+    // One device region alone: checkpointed and restored in place (no staging copy).
+    let solo = Config { persistent: Some(root.join("solo")), ..config };
+    let protect_solo = |rt: &mut Runtime, dev: &cudarc::driver::CudaSlice<u8>| {
+        let ptr = dckpt::memory::DeviceRegion::of(dev).expect("region").ptr();
+        // SAFETY: the buffer stays allocated and untouched while the calls run.
+        unsafe { rt.protect(1, Region::Device { ptr, len: n }) }.expect("protect device");
+    };
+    let mut rt = Runtime::init(w.comm, solo.clone());
+    for v in 1..=3u64 {
+        cuda::upload_into(&gpu, &content(w.rank, 2, n, v), &mut dev).expect("upload");
+        protect_solo(&mut rt, &dev);
+        rt.checkpoint("solo", v).expect("checkpoint of a device region alone");
+    }
+    rt.finalize().expect("finalize");
+    cuda::upload_into(&gpu, &vec![0u8; n], &mut dev).expect("zero");
+    let mut rt = Runtime::init(w.comm, solo);
+    protect_solo(&mut rt, &dev);
+    rt.restart("solo", 2).expect("restart");
+    w.check(
+        gpu.stream_clone_dtoh(&dev).expect("dtoh") == content(w.rank, 2, n, 2),
+        "a device region alone after a restart",
     );
     rt.finalize().expect("finalize");
 }

@@ -5,6 +5,9 @@
 #   scripts/gpu-check.sh --prepare     (here, with Rust) build and copy the binaries to .device/
 #   scripts/gpu-check.sh [SIZE]        (there) identical-bytes test, GPU restore, then the benchmark
 #
+# Environment: CHANGES, SHAPES, CHUNKS, METHOD (all), GPU_MEMORY (budgets to
+# compare, e.g. "1.5x 8x"), SKIP_TEST=1 (benchmark only), OUT.
+#
 # Output: the test log and one JSON per workload under ${OUT:-target/gpu-check}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,17 +32,22 @@ mkdir -p "$out"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export DCKPT_KERNEL_CACHE=${DCKPT_KERNEL_CACHE:-$PWD/.device/kernel-cache}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-echo "== identical bytes and GPU restore"
-set -o pipefail
-.device/gpu-test --test-threads=1 --nocapture 2>&1 | tee "$out/gpu-test.log" | tail -n 4
-echo "== benchmark: 10 versions of $size, chunk sizes ${CHUNKS:-64,128,512}"
+if [ "${SKIP_TEST:-0}" != 1 ]; then
+    echo "== identical bytes and GPU restore"
+    set -o pipefail
+    .device/gpu-test --test-threads=1 --nocapture 2>&1 | tee "$out/gpu-test.log" | grep -E "^test |test result|sequences|FAILED|panicked"
+fi
+echo "== benchmark: 10 versions of $size, chunk sizes ${CHUNKS:-64,128,512}, GPU memory ${GPU_MEMORY:-1.5x}"
 restore=(--restore-dir "${TMPDIR:-/tmp}")
 for change in ${CHANGES:-0.01 0.10 1.0}; do
     for shape in ${SHAPES:-scattered clustered}; do
         [ "$change" = 1.0 ] && [ "$shape" = clustered ] && continue
-        .device/dckpt bench --backend cuda --synthetic "$shape:$change" --size "$size" --versions 10 \
-            --chunk-sizes "${CHUNKS:-64,128,512}" "${restore[@]}" --json "$out/gpu-$shape-$change.json" 2>&1 |
-            grep -v '^gpu-profile'
-        restore=()
+        for mem in ${GPU_MEMORY:-1.5x}; do
+            echo "-- $shape:$change, --gpu-memory $mem"
+            .device/dckpt bench --backend cuda --synthetic "$shape:$change" --size "$size" --versions 10 \
+                --method "${METHOD:-all}" --chunk-sizes "${CHUNKS:-64,128,512}" --gpu-memory "$mem" "${restore[@]}" \
+                --json "$out/gpu-$shape-$change-$mem.json" 2>&1 | grep -v '^gpu-profile'
+            restore=()
+        done
     done
 done

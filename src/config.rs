@@ -19,12 +19,14 @@
 //! max_versions = 4               # kept per tier (absent: all)
 //! compression = "zstd:1"         # none | lz4 | zstd | zstd:N
 //! backend = "auto"               # auto | cpu | cuda
+//! gpu_memory = "1.5x"            # CUDA: device memory per rank (a multiple of the buffer, or a size)
 //! ```
 //!
 //! An unknown key, a bad value or a bad override is an error naming the key
 //! and where it came from (the file, or the variable).
 
 use crate::backend::BackendKind;
+use crate::backend::budget::GpuMemory;
 use crate::collective::CollectiveOptions;
 use crate::format::Compression;
 use crate::generate::parse_size;
@@ -126,6 +128,8 @@ pub struct Config {
     pub compression: Option<Compression>,
     /// Where each rank de-duplicates.
     pub backend: BackendKind,
+    /// The CUDA backend's device-memory budget per rank.
+    pub gpu_memory: GpuMemory,
 }
 
 impl Default for Config {
@@ -149,6 +153,7 @@ impl Default for Config {
             max_versions: None,
             compression: None,
             backend: collective.backend,
+            gpu_memory: store.gpu_memory,
         }
     }
 }
@@ -170,6 +175,7 @@ pub const KEYS: &[&str] = &[
     "max_versions",
     "compression",
     "backend",
+    "gpu_memory",
 ];
 
 impl Config {
@@ -247,6 +253,7 @@ impl Config {
             method: self.method,
             hash: self.hash,
             max_chain: self.max_chain,
+            gpu_memory: self.gpu_memory,
             ..StoreOptions::default()
         }
     }
@@ -323,6 +330,7 @@ mod tests {
             max_versions = 3
             compression = "zstd:3"
             backend = "cpu"
+            gpu_memory = "2.25x"
             "#,
             &[],
         )
@@ -330,6 +338,7 @@ mod tests {
         assert_eq!(c.mode, Mode::Sync);
         let s = c.store_options();
         assert_eq!((s.chunk_size, s.hash, s.method, s.max_chain), (256, HashAlgo::Xxh3, Method::List, Some(8)));
+        assert_eq!(s.gpu_memory, GpuMemory::Times(2250));
         let t = c.tier_options("heat");
         assert_eq!(t.local, Some(PathBuf::from("/local/ckpt/heat")));
         assert_eq!(t.shared, Some(PathBuf::from("/gpfs/ckpt/heat")));
@@ -368,6 +377,8 @@ mod tests {
             ("chunk_size = 128\n", &[], "persistent"),
             ("persistent = \"/a\"\nmax_versions = 0\n", &[], "max_versions"),
             ("persistent = \"/a\"\n", &[("DCKPT_EVICTION", "random")], "DCKPT_EVICTION"),
+            ("persistent = \"/a\"\ngpu_memory = \"lots\"\n", &[], "gpu_memory"),
+            ("persistent = \"/a\"\n", &[("DCKPT_GPU_MEMORY", "-2x")], "DCKPT_GPU_MEMORY"),
             ("persistent = [\n", &[], "dckpt.toml"),
         ];
         for (text, env, named) in cases {

@@ -14,6 +14,7 @@ mod common;
 
 use common::noise;
 use dckpt::backend::BackendKind;
+use dckpt::backend::budget::{DevicePlan, GpuMemory};
 use dckpt::backend::cuda::{self, Gpu, GpuDedup};
 use dckpt::dedup::{DedupInput, DedupState};
 use dckpt::format::encode_diff;
@@ -92,15 +93,23 @@ fn gpu_writes_the_cpu_bytes_on_random_sequences() {
     let hashes = [HashAlgo::Murmur3, HashAlgo::Xxh3, HashAlgo::Blake3];
     let methods = [Method::Tree, Method::List, Method::Basic, Method::Full];
     let mut rng = Rng(0x5eed_1234_abcd_0001);
-    let mut cases = 0;
+    let (mut cases, mut hits) = (0, dckpt::dedup::BoundsHit::default());
     for case in 0..120 {
         let cs = sizes[case % sizes.len()];
         let hash = hashes[case % hashes.len()];
         let method = methods[case % methods.len()];
         let versions = sequence(&mut rng, cs);
         let layout = Layout::new(versions[0].len() as u64, cs as u32).unwrap();
-        let mut cpu = DedupState::new(layout, hash, 3);
-        let mut dev = GpuDedup::new(gpu.clone(), layout, hash, method, 3).unwrap();
+        // Every third case runs on a budget barely above the least, so that
+        // its bounds bind; the CPU engine gets the same bounds.
+        let budget = if case % 3 == 1 {
+            let least = DevicePlan::least_bytes(layout);
+            GpuMemory::Bytes(least + rng.below(least / 2))
+        } else {
+            GpuMemory::default()
+        };
+        let mut dev = GpuDedup::with_budget(gpu.clone(), layout, hash, method, 3, budget).unwrap();
+        let mut cpu = DedupState::new(layout, hash, 3).with_limits(dev.limits());
         for (i, v) in versions.iter().enumerate() {
             let version = i as u64 + 1;
             let baseline = i == 0 || (case % 7 == 0 && i == 3);
@@ -122,10 +131,51 @@ fn gpu_writes_the_cpu_bytes_on_random_sequences() {
             cpu.commit(out.pending);
             dev.commit().unwrap();
         }
+        assert_eq!(dev.bounds_hit(), cpu.bounds_hit, "case {case}: the bounds cost the GPU what they cost the CPU");
+        hits.record_restarts += cpu.bounds_hit.record_restarts;
+        hits.stored_whole += cpu.bounds_hit.stored_whole;
         cases += 1;
     }
-    eprintln!("{cases} sequences: GPU files identical to the CPU's");
+    eprintln!("{cases} sequences: GPU files identical to the CPU's (tight budgets: {hits:?})");
     assert!(cases >= 100);
+    assert!(hits.stored_whole > 0, "the tight budgets bound: {hits:?}");
+}
+
+/// A record at its least (256 slots: 192 entries) on the device: the
+/// baseline's 2047 entries do not fit (stored whole), one version of 64
+/// changed chunks does (127 entries), a second one would overfill it (the
+/// record restarts). The same files and the same counts as the CPU's.
+#[test]
+fn a_full_device_record_restarts_like_the_cpu_record() {
+    let Some(gpu) = gpu() else { return };
+    let cs = 64usize;
+    let v1 = noise(1024 * cs, 11);
+    let mut v2 = v1.clone();
+    v2[..64 * cs].copy_from_slice(&noise(64 * cs, 12));
+    let mut v3 = v2.clone();
+    v3[512 * cs..576 * cs].copy_from_slice(&noise(64 * cs, 13));
+    let mut v4 = v3.clone();
+    v4.copy_within(512 * cs..576 * cs, 256 * cs); // shifted: found in the restarted record
+    let layout = Layout::new(v1.len() as u64, cs as u32).unwrap();
+    let budget = GpuMemory::Bytes(DevicePlan::least_bytes(layout) + 12_000);
+    let mut dev = GpuDedup::with_budget(gpu, layout, HashAlgo::Murmur3, Method::Tree, 0, budget).unwrap();
+    assert_eq!(dev.plan().record_slots, 256, "{:?}", dev.plan());
+    let mut cpu = DedupState::new(layout, HashAlgo::Murmur3, 0).with_limits(dev.limits());
+    let mut hits = Vec::new();
+    for (i, v) in [&v1, &v2, &v3, &v4].into_iter().enumerate() {
+        let (version, baseline) = (i as u64 + 1, i == 0);
+        let out = Method::Tree.deduplicator().deduplicate(&cpu, &DedupInput { data: v, version, baseline }).unwrap();
+        let want = encode_diff(&out.diff, v);
+        let cp = dev.checkpoint(version, Protected::Host(v), baseline).unwrap();
+        assert_eq!(dev.file_vec(&cp).unwrap(), want, "version {version}: the GPU file differs");
+        hits.push((out.pending.bounds(), out.diff.shift.len()));
+        cpu.commit(out.pending);
+        dev.commit().unwrap();
+        assert_eq!(dev.bounds_hit(), cpu.bounds_hit, "version {version}");
+        assert_eq!(dev.record_entries(), cpu.record.len() as u64, "version {version}");
+    }
+    let b = |record_restarts, stored_whole| dckpt::dedup::BoundsHit { record_restarts, stored_whole };
+    assert_eq!(hits, vec![(b(0, 1), 0), (b(0, 0), 0), (b(1, 0), 0), (b(0, 0), 1)]);
 }
 
 #[test]

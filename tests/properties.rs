@@ -204,3 +204,93 @@ proptest! {
         }
     }
 }
+
+/// Rebuilds a version from its diff alone: the previous version's bytes
+/// (zeros for a baseline), FIRST runs from `data` (what the file stores),
+/// SHIFT runs from the versions they name (this one's after its FIRST runs).
+fn rebuild(diff: &dckpt::diff::Diff, data: &[u8], history: &[Vec<u8>]) -> Vec<u8> {
+    let cs = diff.layout.chunk_size() as usize;
+    let len = data.len();
+    let span = |start: u64, count: u64| (start as usize * cs, ((start + count) as usize * cs).min(len));
+    let mut cur = match history.last() {
+        Some(prev) if !diff.baseline => prev.clone(),
+        _ => vec![0u8; len],
+    };
+    for r in &diff.first {
+        let (a, b) = span(r.start, r.count);
+        cur[a..b].copy_from_slice(&data[a..b]);
+    }
+    for r in &diff.shift {
+        let (a, b) = span(r.start, r.count);
+        let (sa, _) = span(r.src_start, r.count);
+        let src = if r.src_version == diff.version { cur.clone() } else { history[r.src_version as usize - 1].clone() };
+        cur[a..b].copy_from_slice(&src[sa..sa + (b - a)]);
+    }
+    cur
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Under bounds on the record, the regions and the file (the GPU
+    /// budget's, dedup::limits), every version still describes its bytes
+    /// exactly; the record never holds more than its bound; and a file over
+    /// its bound is stored whole.
+    #[test]
+    fn bounded_state_costs_dedup_never_bytes(
+        (cs, versions) in sequence(),
+        record in 1u64..64,
+        roots in 1u64..16,
+        file in 200u64..4000,
+    ) {
+        let layout = Layout::new(versions[0].len() as u64, cs as u32).unwrap();
+        let limits = dckpt::dedup::Limits { record_entries: record, roots, file_prefix: file };
+        for method in [Method::Basic, Method::List, Method::Tree] {
+            let mut state = DedupState::new(layout, HashAlgo::Murmur3, 0).with_limits(limits);
+            let mut history: Vec<Vec<u8>> = Vec::new();
+            for (i, v) in versions.iter().enumerate() {
+                let input = DedupInput { data: v, version: i as u64 + 1, baseline: i == 0 };
+                let out = method.deduplicator().deduplicate(&state, &input).unwrap();
+                let got = rebuild(&out.diff, v, &history);
+                prop_assert!(&got == v, "{} version {}", method, i + 1);
+                let file_len = dckpt::format::diff_file::file_len_of(&out.diff);
+                prop_assert!(out.diff.dense || file_len - 32 <= file, "{} version {}: {} bytes", method, i + 1, file_len);
+                state.commit(out.pending);
+                prop_assert!(state.record.len() as u64 <= record, "{} version {}", method, i + 1);
+                history.push(got);
+            }
+        }
+    }
+}
+
+/// The bounds' two answers, each hit on purpose: a record that would
+/// overfill restarts (the version still de-duplicates against itself), and
+/// a version whose own entries exceed the bound is stored whole.
+#[test]
+fn a_full_record_restarts_and_an_oversized_version_is_stored_whole() {
+    let cs = 64;
+    let v1 = noise(64 * cs, 1);
+    // Version 2 rewrites 8 chunks; version 3 rewrites 8 others.
+    let mut v2 = v1.clone();
+    v2[..8 * cs].copy_from_slice(&noise(8 * cs, 2));
+    let mut v3 = v2.clone();
+    v3[32 * cs..40 * cs].copy_from_slice(&noise(8 * cs, 3));
+    let layout = Layout::new(v1.len() as u64, cs as u32).unwrap();
+    // Room for one incremental version's entries (8 leaves + 7 inner
+    // nodes of Tree) but not for two, nor for a baseline's 127.
+    let limits = dckpt::dedup::Limits { record_entries: 20, ..dckpt::dedup::Limits::UNLIMITED };
+    let mut state = DedupState::new(layout, HashAlgo::Murmur3, 0).with_limits(limits);
+    let mut kinds = Vec::new();
+    for (i, v) in [&v1, &v2, &v3].into_iter().enumerate() {
+        let input = DedupInput { data: v, version: i as u64 + 1, baseline: i == 0 };
+        let out = Method::Tree.deduplicator().deduplicate(&state, &input).unwrap();
+        kinds.push((out.diff.dense, out.pending.bounds(), out.diff.data_bytes()));
+        state.commit(out.pending);
+    }
+    let b = |restarts, whole| dckpt::dedup::BoundsHit { record_restarts: restarts, stored_whole: whole };
+    assert_eq!(kinds[0], (true, b(0, 1), v1.len() as u64), "the baseline's 127 entries do not fit: stored whole");
+    assert_eq!(kinds[1], (false, b(0, 0), 8 * cs as u64), "8 changed chunks fit an empty record");
+    assert_eq!(kinds[2], (false, b(1, 0), 8 * cs as u64), "15 more would not: the record restarts");
+    assert_eq!(state.bounds_hit, b(1, 1));
+    assert_eq!(state.record.len(), 15);
+}

@@ -66,6 +66,10 @@ impl Backend for CpuBackend {
         self.state.record.len() as u64
     }
 
+    fn bounds_hit(&self) -> crate::dedup::BoundsHit {
+        self.state.bounds_hit
+    }
+
     fn deduplicate(&mut self, version: u64, input: Protected<'_>, baseline: bool, _: bool) -> Result<Deduplicated> {
         let Protected::Host(data) = input else {
             return Err(Error::InvalidOption("device memory needs the CUDA backend".into()));

@@ -10,6 +10,7 @@
 //! ([`Protected`]), keep the same record and write byte-identical files; the
 //! GPU test program (`tests/gpu.rs`) checks it.
 
+pub mod budget;
 pub mod cpu;
 pub mod cuda;
 
@@ -123,6 +124,15 @@ pub trait Backend: Send {
 
     /// Entries in the record (the digests it can de-duplicate against).
     fn record_entries(&self) -> u64;
+
+    /// What bounds on the backend's state cost the committed versions
+    /// (`crate::dedup::limits`): record restarts, versions stored whole.
+    fn bounds_hit(&self) -> crate::dedup::BoundsHit;
+
+    /// Where the device-memory budget went (CUDA backend).
+    fn device_plan(&self) -> Option<budget::DevicePlan> {
+        None
+    }
 
     /// De-duplicates `input` as `version` (a `baseline` ignores history).
     /// `for_collective` keeps the diff's bytes where

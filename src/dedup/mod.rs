@@ -9,6 +9,7 @@
 
 mod entries;
 mod leaves;
+pub mod limits;
 mod tree;
 
 use crate::diff::{Diff, FirstRun, RegionEncoding, ShiftRun};
@@ -22,6 +23,7 @@ use std::str::FromStr;
 
 pub use entries::record_entries;
 pub use leaves::{LeafLabel, classify_leaves, hash_leaves};
+pub use limits::{BoundsHit, Limits};
 
 /// The checkpointing method.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
@@ -115,14 +117,23 @@ pub struct DedupState {
     pub rank: u32,
     /// Leaf digests of the last committed version (`None` before the first).
     pub previous: Option<Vec<Digest>>,
-    /// Every digest stored since the last baseline.
+    /// Every digest stored since the last baseline (or record restart).
     pub record: Record,
+    /// What the limits cost the committed versions so far.
+    pub bounds_hit: BoundsHit,
+    /// Bounds on the record, the regions and the file of a version
+    /// ([`limits`]; unlimited unless set).
+    pub limits: Limits,
 }
 
 /// State changes of one checkpoint, applied by [`DedupState::commit`].
 #[derive(Debug)]
 pub struct Pending {
-    baseline: bool,
+    /// The record restarts with this version's entries (a baseline, or a
+    /// version that would have overfilled it).
+    replace_record: bool,
+    /// What the state's [`Limits`] cost this version (each count 0 or 1).
+    bounds: BoundsHit,
     leaves: LeafUpdate,
     inserts: Record,
 }
@@ -144,6 +155,11 @@ pub struct Outcome {
 }
 
 impl Pending {
+    /// What the state's limits cost this version.
+    pub fn bounds(&self) -> BoundsHit {
+        self.bounds
+    }
+
     /// Number of new record entries this checkpoint adds.
     pub fn new_entries(&self) -> usize {
         self.inserts.len()
@@ -170,12 +186,28 @@ impl Outcome {
 impl DedupState {
     /// A fresh state (no history).
     pub fn new(layout: Layout, hash: HashAlgo, rank: u32) -> Self {
-        DedupState { layout, hash, rank, previous: None, record: Record::new() }
+        DedupState {
+            layout,
+            hash,
+            rank,
+            previous: None,
+            record: Record::new(),
+            bounds_hit: BoundsHit::default(),
+            limits: Limits::UNLIMITED,
+        }
+    }
+
+    /// This state with `limits` (the GPU's budget, for byte-identical files).
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// Applies a written checkpoint's changes.
     pub fn commit(&mut self, pending: Pending) {
-        if pending.baseline {
+        self.bounds_hit.record_restarts += pending.bounds.record_restarts;
+        self.bounds_hit.stored_whole += pending.bounds.stored_whole;
+        if pending.replace_record {
             self.record = pending.inserts;
         } else {
             self.record.absorb(pending.inserts);
@@ -233,13 +265,75 @@ pub fn is_dense(changed: u64, chunks: u64) -> bool {
     changed.saturating_mul(16) >= chunks.saturating_mul(15)
 }
 
-/// The dense form of a version (see [`is_dense`]).
-fn dense_outcome(state: &DedupState, input: &DedupInput<'_>, method: Method, changed: Vec<(u64, Digest)>) -> Outcome {
+/// The dense form of a version (see [`is_dense`]; also a version a bound
+/// stores whole): one FIRST run, a baseline, the record restarts empty.
+fn dense_outcome(
+    state: &DedupState,
+    input: &DedupInput<'_>,
+    method: Method,
+    had_previous: bool,
+    changed: Vec<(u64, Digest)>,
+) -> Outcome {
     let mut diff = empty_diff(state, input, method, RegionEncoding::Table);
     diff.baseline = true;
     diff.dense = true;
     diff.first.push(FirstRun { start: 0, count: state.layout.chunks() });
-    Outcome { diff, pending: Pending { baseline: true, leaves: LeafUpdate::Patch(changed), inserts: Record::new() } }
+    let leaves = leaf_update(had_previous, changed);
+    Outcome {
+        diff,
+        pending: Pending { replace_record: true, bounds: BoundsHit::default(), leaves, inserts: Record::new() },
+    }
+}
+
+/// A labelled version: its diff, the record entries it adds, and its
+/// regions before coalescing.
+struct Labelled {
+    diff: Diff,
+    inserts: Record,
+    roots: u64,
+}
+
+/// Entries of `base` merged with `inserts`.
+fn merged_len(base: &Record, inserts: &Record) -> u64 {
+    let new = if base.is_empty() {
+        inserts.len()
+    } else {
+        inserts.sorted_entries().iter().filter(|(d, _)| base.get(*d).is_none()).count()
+    };
+    (base.len() + new) as u64
+}
+
+/// Labels a version against the record (`label(base)`) within the
+/// state's [`Limits`]: a record that would overfill restarts (the version
+/// is labelled again against nothing but itself); a version still over a
+/// bound is stored whole. The GPU pipeline applies the same rule.
+fn bounded(
+    state: &DedupState,
+    input: &DedupInput<'_>,
+    method: Method,
+    stage: LeafStage<'_>,
+    label: impl Fn(&[(u64, Digest)], &Record) -> Labelled,
+) -> Outcome {
+    let LeafStage { had_previous, changed, base } = stage;
+    let limits = state.limits;
+    let mut bounds = BoundsHit::default();
+    let mut replace_record = input.baseline;
+    let mut labelled = label(&changed, base);
+    if !base.is_empty() && limits.record_overflows(merged_len(base, &labelled.inserts)) {
+        labelled = label(&changed, &Record::new());
+        replace_record = true;
+        bounds.record_restarts = 1;
+    }
+    let Labelled { diff, inserts, roots } = labelled;
+    if limits.record_overflows(inserts.len() as u64)
+        || limits.must_store_whole(roots, crate::format::diff_file::file_len_of(&diff))
+    {
+        let mut whole = dense_outcome(state, input, method, had_previous, changed);
+        whole.pending.bounds = BoundsHit { stored_whole: 1, ..bounds };
+        return whole;
+    }
+    let leaves = leaf_update(had_previous, changed);
+    Outcome { diff, pending: Pending { replace_record, bounds, leaves, inserts } }
 }
 
 fn empty_diff(state: &DedupState, input: &DedupInput<'_>, method: Method, encoding: RegionEncoding) -> Diff {
@@ -266,7 +360,13 @@ impl Deduplicate for FullMethod {
         let mut diff = empty_diff(state, input, Method::Full, RegionEncoding::Table);
         diff.baseline = true;
         diff.first.push(FirstRun { start: 0, count: state.layout.chunks() });
-        Ok(Outcome { diff, pending: Pending { baseline: true, leaves: LeafUpdate::Keep, inserts: Record::new() } })
+        let pending = Pending {
+            replace_record: true,
+            bounds: BoundsHit::default(),
+            leaves: LeafUpdate::Keep,
+            inserts: Record::new(),
+        };
+        Ok(Outcome { diff, pending })
     }
 }
 
@@ -277,15 +377,16 @@ impl Deduplicate for BasicMethod {
     fn deduplicate(&self, state: &DedupState, input: &DedupInput<'_>) -> Result<Outcome> {
         check_input(state, input)?;
         let empty = Record::new();
-        let LeafStage { had_previous, changed, .. } = match leaf_stage(state, input, Method::Basic, &empty) {
+        let stage = match leaf_stage(state, input, Method::Basic, &empty) {
             Ok(stage) => stage,
             Err(dense) => return Ok(dense),
         };
-        let mut diff = empty_diff(state, input, Method::Basic, RegionEncoding::Bitmap);
-        diff.first = changed.iter().map(|&(i, _)| FirstRun { start: i, count: 1 }).collect();
-        diff.coalesce();
-        let leaves = leaf_update(had_previous, changed);
-        Ok(Outcome { diff, pending: Pending { baseline: input.baseline, leaves, inserts: Record::new() } })
+        Ok(bounded(state, input, Method::Basic, stage, |changed, _| {
+            let mut diff = empty_diff(state, input, Method::Basic, RegionEncoding::Bitmap);
+            diff.first = changed.iter().map(|&(i, _)| FirstRun { start: i, count: 1 }).collect();
+            diff.coalesce();
+            Labelled { diff, inserts: Record::new(), roots: changed.len() as u64 }
+        }))
     }
 }
 
@@ -312,7 +413,7 @@ fn leaf_stage<'s>(
     let base = if input.baseline { empty } else { &state.record };
     let changed = hash_leaves(input.data, state.layout, state.hash, prev);
     if prev.is_some() && is_dense(changed.len() as u64, state.layout.chunks()) {
-        return Err(dense_outcome(state, input, method, changed));
+        return Err(dense_outcome(state, input, method, true, changed));
     }
     Ok(LeafStage { had_previous: prev.is_some(), changed, base })
 }
@@ -332,21 +433,22 @@ impl Deduplicate for ListMethod {
     fn deduplicate(&self, state: &DedupState, input: &DedupInput<'_>) -> Result<Outcome> {
         let version32 = check_input(state, input)?;
         let empty = Record::new();
-        let LeafStage { had_previous, changed, base } = match leaf_stage(state, input, Method::List, &empty) {
+        let stage = match leaf_stage(state, input, Method::List, &empty) {
             Ok(stage) => stage,
             Err(dense) => return Ok(dense),
         };
-        let mut inserts = Record::new();
-        let labels = classify_leaves(&changed, base, &mut inserts, version32, state.rank);
-        let mut diff = empty_diff(state, input, Method::List, RegionEncoding::Table);
-        for (&(i, _), label) in changed.iter().zip(&labels) {
-            match label {
-                LeafLabel::First => diff.first.push(FirstRun { start: i, count: 1 }),
-                LeafLabel::Shift(src) => diff.shift.push(shift_run(i, 1, src)),
+        Ok(bounded(state, input, Method::List, stage, |changed, base| {
+            let mut inserts = Record::new();
+            let labels = classify_leaves(changed, base, &mut inserts, version32, state.rank);
+            let mut diff = empty_diff(state, input, Method::List, RegionEncoding::Table);
+            for (&(i, _), label) in changed.iter().zip(&labels) {
+                match label {
+                    LeafLabel::First => diff.first.push(FirstRun { start: i, count: 1 }),
+                    LeafLabel::Shift(src) => diff.shift.push(shift_run(i, 1, src)),
+                }
             }
-        }
-        let leaves = leaf_update(had_previous, changed);
-        Ok(Outcome { diff, pending: Pending { baseline: input.baseline, leaves, inserts } })
+            Labelled { diff, inserts, roots: changed.len() as u64 }
+        }))
     }
 }
 
@@ -368,27 +470,28 @@ impl Deduplicate for TreeMethod {
     fn deduplicate(&self, state: &DedupState, input: &DedupInput<'_>) -> Result<Outcome> {
         let version32 = check_input(state, input)?;
         let empty = Record::new();
-        let LeafStage { had_previous, changed, base } = match leaf_stage(state, input, Method::Tree, &empty) {
+        let stage = match leaf_stage(state, input, Method::Tree, &empty) {
             Ok(stage) => stage,
             Err(dense) => return Ok(dense),
         };
-        let mut inserts = Record::new();
-        let labels = classify_leaves(&changed, base, &mut inserts, version32, state.rank);
-        let roots =
-            tree::compact(state.layout, state.hash, &changed, &labels, base, &mut inserts, version32, state.rank);
-        let mut diff = empty_diff(state, input, Method::Tree, RegionEncoding::Table);
-        for root in roots {
-            let r = state.layout.node_chunks(root.node);
-            match root.source {
-                None => diff.first.push(FirstRun { start: r.start, count: r.end - r.start }),
-                Some(src) => diff.shift.push(shift_run(r.start, r.end - r.start, &src)),
+        Ok(bounded(state, input, Method::Tree, stage, |changed, base| {
+            let mut inserts = Record::new();
+            let labels = classify_leaves(changed, base, &mut inserts, version32, state.rank);
+            let roots =
+                tree::compact(state.layout, state.hash, changed, &labels, base, &mut inserts, version32, state.rank);
+            let mut diff = empty_diff(state, input, Method::Tree, RegionEncoding::Table);
+            for root in &roots {
+                let r = state.layout.node_chunks(root.node);
+                match root.source {
+                    None => diff.first.push(FirstRun { start: r.start, count: r.end - r.start }),
+                    Some(src) => diff.shift.push(shift_run(r.start, r.end - r.start, &src)),
+                }
             }
-        }
-        diff.first.sort_unstable_by_key(|r| r.start);
-        diff.shift.sort_unstable_by_key(|r| r.start);
-        diff.coalesce();
-        let leaves = leaf_update(had_previous, changed);
-        Ok(Outcome { diff, pending: Pending { baseline: input.baseline, leaves, inserts } })
+            diff.first.sort_unstable_by_key(|r| r.start);
+            diff.shift.sort_unstable_by_key(|r| r.start);
+            diff.coalesce();
+            Labelled { diff, inserts, roots: roots.len() as u64 }
+        }))
     }
 }
 

@@ -146,7 +146,7 @@ impl Engine {
         let backend: Box<dyn Backend> = match resolved {
             BackendKind::Cuda => {
                 let gpu = Gpu::open(device)?;
-                let mut dev = GpuDedup::new(gpu, layout, opts.hash, opts.method, rank)?;
+                let mut dev = GpuDedup::with_budget(gpu, layout, opts.hash, opts.method, rank, opts.gpu_memory)?;
                 if let Some(v) = latest.filter(|_| opts.method.uses_previous()) {
                     match rebuild::restore_latest(store.root(), rank, v) {
                         Ok(restored) => {

@@ -44,8 +44,11 @@ struct Named {
 enum Staging {
     /// Host regions only.
     Host(Vec<u8>),
-    /// Some device region: one device buffer.
+    /// Some device region among others: one device buffer.
     Device(DeviceStaging),
+    /// One device region and nothing else: checkpointed and restored in
+    /// place, so no staging copy counts against the device memory.
+    Direct,
 }
 
 impl Runtime {
@@ -100,7 +103,9 @@ impl Runtime {
                 TieredCollective::open(&self.comm, &self.config.tier_options(name), total as u64, &store, &opts)?;
             let written = roots.iter().try_for_each(|root| table.write(root));
             all_agree(&self.comm, "writing the region tables", 0, written)?;
-            let staging = if shapes.iter().any(|s| s.device) {
+            let staging = if let [Shape { device: true, .. }] = shapes[..] {
+                Staging::Direct
+            } else if shapes.iter().any(|s| s.device) {
                 Staging::Device(DeviceStaging::new(ckpt.engine().device(), total)?)
             } else {
                 Staging::Host(vec![0u8; total])
@@ -128,6 +133,10 @@ impl Runtime {
                 staging.gather(&pieces)?;
                 named.ckpt.checkpoint(version, staging.region()?)?
             }
+            Staging::Direct => match raw::pieces(&regions)[..] {
+                [(_, region)] => named.ckpt.checkpoint(version, region)?,
+                _ => return Err(Error::Internal("a direct name has one region".into())),
+            },
         };
         if sync {
             named.ckpt.wait(version)?;
@@ -162,6 +171,10 @@ impl Runtime {
                 .region()
                 .and_then(|region| named.ckpt.restore_into(version, ProtectedMut::Device(region)))
                 .and_then(|()| staging.scatter(&mut raw::pieces_mut(&regions))),
+            Staging::Direct => match raw::pieces_mut(&regions).pop() {
+                Some((_, region)) => named.ckpt.restore_into(version, region),
+                None => Err(Error::Internal("a direct name has one region".into())),
+            },
         };
         all_agree(&self.comm, "the restart", version, restored)
     }

@@ -31,8 +31,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// Parameters of a store, fixed at its first checkpoint (the last two are
-/// policies that may change between runs). Serde-able for TOML configs.
+/// Parameters of a store, fixed at its first checkpoint (the last three
+/// are policies that may change between runs). Serde-able for TOML configs.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreOptions {
@@ -46,6 +46,8 @@ pub struct StoreOptions {
     pub max_chain: Option<u64>,
     /// Re-baseline once the record holds more entries than this.
     pub max_record_entries: Option<u64>,
+    /// The CUDA backend's device-memory budget (`crate::backend::budget`).
+    pub gpu_memory: crate::backend::budget::GpuMemory,
 }
 
 impl Default for StoreOptions {
@@ -56,6 +58,7 @@ impl Default for StoreOptions {
             hash: HashAlgo::Murmur3,
             max_chain: None,
             max_record_entries: None,
+            gpu_memory: crate::backend::budget::GpuMemory::default(),
         }
     }
 }

@@ -145,6 +145,14 @@ impl Backend for CudaBackend {
         self.dev.record_entries()
     }
 
+    fn bounds_hit(&self) -> crate::dedup::BoundsHit {
+        self.dev.bounds_hit()
+    }
+
+    fn device_plan(&self) -> Option<crate::backend::budget::DevicePlan> {
+        Some(self.dev.plan())
+    }
+
     fn deduplicate(
         &mut self,
         version: u64,

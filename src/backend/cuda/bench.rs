@@ -40,6 +40,12 @@ pub struct GpuBenchRow {
     pub record_entries: u64,
     /// Bytes of device memory the record table occupies.
     pub record_bytes: u64,
+    /// Device memory the de-duplication state holds (its plan within the budget).
+    pub plan_bytes: u64,
+    /// Incremental versions a bound of the budget stored whole.
+    pub stored_whole: u64,
+    /// Incremental versions that restarted the record to stay within it.
+    pub record_restarts: u64,
 }
 
 /// Measured ceilings: device-to-device copy (read + write) and pinned D2H, GB/s.
@@ -73,22 +79,27 @@ pub fn run(
     chunk_size: u32,
     hash: HashAlgo,
     versions: &[&[u8]],
+    budget: crate::backend::budget::GpuMemory,
     mut progress: impl FnMut(&str, usize),
 ) -> Result<Vec<GpuBenchRow>> {
     let len = versions.first().map_or(0, |v| v.len());
     let layout = Layout::new(len as u64, chunk_size)?;
     let st = gpu.stream.clone();
     let mut data: CudaSlice<u8> = st.alloc_zeros(len).map_err(cuda_err)?;
-    let mut dev = GpuDedup::new(gpu.clone(), layout, hash, Method::Tree, 0)?;
+    let mut dev = GpuDedup::with_budget(gpu.clone(), layout, hash, Method::Tree, 0, budget)?;
     let mut rows = Vec::new();
     for &method in methods {
         dev.reset(method)?;
+        let mut bounds = dev.bounds_hit();
         let (mut first_s, mut incr_s, mut stored, mut meta, mut dedup, mut d2h) = (0.0, 0.0, 0u64, 0u64, 0.0, 0.0);
         for (i, v) in versions.iter().enumerate() {
             st.memcpy_htod(*v, &mut data).map_err(cuda_err)?;
             let c = dev.compute(i as u64 + 1, Protected::Device(DeviceRegion::of(&data)?), i == 0)?;
             let (body, data_start, t) = (c.data_start + c.data_len, c.data_start, c.timings);
             dev.commit()?;
+            if i == 0 {
+                bounds = dev.bounds_hit();
+            }
             let secs = f64::from(t.dedup_ms + t.d2h_ms) / 1e3;
             if i == 0 {
                 first_s = secs;
@@ -119,6 +130,9 @@ pub fn run(
             device_bytes: (total - free) as u64,
             record_entries: dev.record_entries(),
             record_bytes: dev.record_bytes(),
+            plan_bytes: dev.plan().device_bytes(),
+            stored_whole: dev.bounds_hit().stored_whole - bounds.stored_whole,
+            record_restarts: dev.bounds_hit().record_restarts - bounds.record_restarts,
         });
     }
     Ok(rows)

@@ -2,6 +2,8 @@
 //! checkpoint (kernels/dedup.cu explains each stage).
 
 use super::{Gpu, LevelArgs, TableArgs, cuda_err};
+use crate::backend::budget::{DevicePlan, GpuMemory, max_file_prefix};
+use crate::dedup::{BoundsHit, Limits};
 use crate::diff::{Diff, FirstRun, RegionEncoding};
 use crate::format::{decode_body, encode_meta, trailer_of};
 use crate::hash::Digest;
@@ -102,6 +104,19 @@ pub(crate) enum Dest<'a, 'b> {
     Pinned,
     /// Consecutive host buffers (a page-locked cache's segments).
     Buffers(&'a mut [&'b mut [u8]]),
+}
+
+/// How [`GpuDedup::run_pipeline`] ended.
+enum Run {
+    /// Most chunks changed: the version is stored whole (only the leaf pass ran).
+    Dense,
+    /// The record would overfill (only the label stages ran).
+    Overflow,
+    /// Too many regions, or a file larger than the output buffer.
+    OverBound,
+    /// Labels and record done, and (with `emit`) the file is in the output
+    /// buffer; the counters as they ended.
+    Ready([u64; COUNTERS]),
 }
 
 /// What [`GpuDedup::prepare_with`] got to.
@@ -214,9 +229,6 @@ impl DeviceTable {
             limit: self.limit(),
         }
     }
-
-    /// Bytes of device memory per slot.
-    const SLOT_BYTES: usize = 32;
 }
 
 fn gpu_oom(e: impl std::fmt::Display) -> Error {
@@ -235,7 +247,9 @@ fn cfg(grid: u32, block: u32) -> LaunchConfig {
     LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 }
 }
 
-/// Per-root and per-run scratch arrays (one entry per chunk at most).
+/// Per-chunk scratch (`changed`, `root_at`, `ballots`, `block_counts`,
+/// `tile_sums`) and per-region scratch (the rest: one entry per region or
+/// run, [`DevicePlan::root_cap`] of them).
 struct Scratch {
     changed: CudaSlice<u64>,
     root_at: CudaSlice<u8>,
@@ -262,8 +276,11 @@ struct Scratch {
 
 /// A rank's de-duplication state on the GPU: the previous version's leaf
 /// digests, the record as an open-addressing table, and reusable buffers
-/// (device output buffer, pinned host buffer). The pinned buffer grows on
-/// demand (pinned allocation is slow: ~1.8 GB/s on the H100 host), so
+/// (device output buffer, pinned host buffer), all sized once by a
+/// [`DevicePlan`] within one budget ([`GpuMemory`]); a version that would
+/// exceed a part of it restarts the record or is stored whole
+/// (`crate::dedup::limits`, the CPU engine's rule). The pinned buffer grows
+/// on demand (pinned allocation is slow: ~1.8 GB/s on the H100 host), so
 /// opening an engine does not pay for a whole-buffer copy that incremental
 /// versions never need; once grown, checkpoints allocate nothing.
 pub struct GpuDedup {
@@ -290,16 +307,36 @@ pub struct GpuDedup {
     /// The largest file a version can produce (the pinned buffer's cap).
     max_body: usize,
     table: DeviceTable,
+    plan: DevicePlan,
     pending: Option<u32>,
     pending_dense: bool,
+    /// What the bounds cost the pending version, and the committed ones.
+    pending_bounds: BoundsHit,
+    bounds_hit: BoundsHit,
     table_entries: u64,
 }
 
 impl GpuDedup {
-    /// Allocates the state for a buffer of `layout` on `gpu`.
+    /// Allocates the state for a buffer of `layout` on `gpu` within the
+    /// default budget.
     pub fn new(gpu: Arc<Gpu>, layout: Layout, hash: HashAlgo, method: Method, rank: u32) -> Result<Self> {
+        Self::with_budget(gpu, layout, hash, method, rank, GpuMemory::default())
+    }
+
+    /// Allocates the state for a buffer of `layout` on `gpu` within `budget`
+    /// (all of it at once: a checkpoint allocates no device memory).
+    pub fn with_budget(
+        gpu: Arc<Gpu>,
+        layout: Layout,
+        hash: HashAlgo,
+        method: Method,
+        rank: u32,
+        budget: GpuMemory,
+    ) -> Result<Self> {
         algo_code(hash)?;
+        let plan = DevicePlan::new(layout, budget.bytes_for(layout.data_len()))?;
         let n = layout.chunks();
+        let r = plan.root_cap;
         if n >> OWNER_SHIFT != 0 {
             return Err(Error::Gpu(format!("{n} chunks exceed the GPU record's limit of 2^{OWNER_SHIFT}")));
         }
@@ -318,32 +355,28 @@ impl GpuDedup {
         let s = Scratch {
             changed: z64(n)?,
             root_at: z8(n)?,
-            roots: z64(n)?,
-            kind: z8(n)?,
-            count: z64(n)?,
-            src_ver: z64(n)?,
-            src_start: z64(n)?,
-            first_flag: z64(n)?,
-            bytes: z64(n)?,
-            first_head: z64(n)?,
-            shift_head: z64(n)?,
-            first_id: z64(n)?,
-            shift_id: z64(n)?,
-            first_rank: z64(n)?,
-            bytes_off: z64(n)?,
-            run_end: z64(n)?,
-            fr_start: z64(n)?,
-            fr_off: z64(n)?,
+            roots: z64(r)?,
+            kind: z8(r)?,
+            count: z64(r)?,
+            src_ver: z64(r)?,
+            src_start: z64(r)?,
+            first_flag: z64(r)?,
+            bytes: z64(r)?,
+            first_head: z64(r)?,
+            shift_head: z64(r)?,
+            first_id: z64(r)?,
+            shift_id: z64(r)?,
+            first_rank: z64(r)?,
+            bytes_off: z64(r)?,
+            run_end: z64(r)?,
+            fr_start: z64(r)?,
+            fr_off: z64(r)?,
             ballots: st.alloc_zeros::<u32>(n.div_ceil(32).max(1) as usize).map_err(gpu_oom)?,
             block_counts: z64(nblocks)?,
             tile_sums: z64(n.div_ceil(1024) + 1)?,
         };
-        // Largest body: header + both tables (≤ 40 B per chunk) + bitmap + all data.
-        let max_body =
-            96 + 40 * n + n.div_ceil(8) + layout.data_len() + 16 + 32 * layout.data_len().div_ceil(BLOCK_SIZE);
-        // Room for a baseline's 2n entries plus a worst-case version's 2n at a load of 3/4.
-        let cap = (6 * n.max(256)).next_power_of_two() as usize;
-        let table = DeviceTable::new(&gpu, cap)?;
+        let max_body = max_file_prefix(layout);
+        let table = DeviceTable::new(&gpu, plan.record_slots as usize)?;
         let level_off_dev = st.clone_htod(&level_off).map_err(cuda_err)?;
         Ok(GpuDedup {
             layout,
@@ -361,12 +394,15 @@ impl GpuDedup {
             level_off_dev,
             s,
             counters: z64(COUNTERS as u64)?,
-            out: z8(max_body)?,
+            out: z8(plan.out_bytes)?,
             pinned: None,
             max_body: max_body as usize,
             table,
+            plan,
             pending: None,
             pending_dense: false,
+            pending_bounds: BoundsHit::default(),
+            bounds_hit: BoundsHit::default(),
             table_entries: 0,
             level_off,
             level_len,
@@ -396,7 +432,23 @@ impl GpuDedup {
 
     /// Bytes of device memory the record table occupies.
     pub fn record_bytes(&self) -> u64 {
-        (self.table.cap * DeviceTable::SLOT_BYTES) as u64
+        self.table.cap as u64 * crate::backend::budget::SLOT_BYTES
+    }
+
+    /// Where the budget went.
+    pub fn plan(&self) -> DevicePlan {
+        self.plan
+    }
+
+    /// The bounds every version is checked against (give them to the CPU
+    /// engine, [`crate::dedup::DedupState::with_limits`], for the same files).
+    pub fn limits(&self) -> Limits {
+        self.plan.limits()
+    }
+
+    /// What the bounds cost the committed versions so far.
+    pub fn bounds_hit(&self) -> BoundsHit {
+        self.bounds_hit
     }
 
     fn levels(&self) -> LevelArgs {
@@ -472,27 +524,6 @@ impl GpuDedup {
         let stats = self.gpu.stream.clone_dtoh(&self.table.stats).map_err(cuda_err)?;
         self.table_entries = stats[0];
         Ok((stats[0], stats[1] as u32 != 0))
-    }
-
-    /// Grows the table (rehashing on the device) until `extra` more entries fit.
-    fn ensure_table(&mut self, extra: u64) -> Result<()> {
-        let need = self.table_entries + extra;
-        if need <= self.table.limit() {
-            return Ok(());
-        }
-        let mut cap = self.table.cap * 2;
-        while (cap as u64 / 4) * 3 < need {
-            cap *= 2;
-        }
-        let bigger = DeviceTable::new(&self.gpu, cap)?;
-        let (from, to) = (self.table.args(&self.gpu), bigger.args(&self.gpu));
-        let mut b = self.gpu.stream.launch_builder(&self.gpu.k.table_rehash);
-        b.arg(&from).arg(&to);
-        // SAFETY: both tables are live until the stream is synchronized by read_table_stats.
-        unsafe { b.launch(self.grid_stride()) }.map_err(cuda_err)?;
-        self.table = bigger;
-        self.read_table_stats()?;
-        Ok(())
     }
 
     /// Exclusive scan `input` → `output` of `counters[n_slot]` elements (at
@@ -682,23 +713,29 @@ impl GpuDedup {
             self.clear_table()?;
             self.has_prev = false;
         }
-        loop {
-            self.ensure_table(2 * self.layout.chunks())?;
-            if self.run_pipeline(version32, data_ptr, baseline)? {
-                // Most chunks changed: store the version whole (see dedup::is_dense).
-                self.pending = Some(version32);
-                self.pending_dense = true;
-                return self.prepare_whole(version, data_ptr, [e0, e1]).map(Step::Prepared);
+        self.pending_bounds = BoundsHit::default();
+        let counters = loop {
+            match self.run_pipeline(version32, data_ptr, baseline, emit)? {
+                Run::Ready(counters) => break counters,
+                // Most chunks changed (see dedup::is_dense).
+                Run::Dense => {}
+                Run::Overflow => {
+                    // Undo this version's inserts; with older entries, forget
+                    // them and label again (dedup::limits), else store whole.
+                    self.rollback_table(version32)?;
+                    if self.table_entries > 0 {
+                        self.clear_table()?;
+                        self.pending_bounds.record_restarts += 1;
+                        continue;
+                    }
+                    self.pending_bounds.stored_whole += 1;
+                }
+                Run::OverBound => self.pending_bounds.stored_whole += 1,
             }
-            let (_, overflow) = self.read_table_stats()?;
-            if !overflow {
-                break;
-            }
-            // Out of room: undo this version's inserts, grow, and run again.
-            self.rollback_table(version32)?;
-            let cap = self.table.cap as u64;
-            self.ensure_table(cap)?;
-        }
+            self.pending = Some(version32);
+            self.pending_dense = true;
+            return self.prepare_whole(version, data_ptr, [e0, e1]).map(Step::Prepared);
+        };
         let e2 = ev(&st)?;
         if !emit {
             st.synchronize().map_err(cuda_err)?;
@@ -706,12 +743,7 @@ impl GpuDedup {
             let timings = timings(&e0, &e1, &e2, &e2)?;
             return Ok(Step::Done(Computed { prefix_len: 0, data_start: 0, data_len: 0, timings }));
         }
-        let counters = st.clone_dtoh(&self.counters).map_err(cuda_err)?;
-        let wft = self.method != Method::Basic;
-        let bitmap_len = if wft { 0 } else { self.layout.chunks().div_ceil(8) };
-        let data_start =
-            96 + if wft { 16 * counters[C_FIRST_RUNS] } else { 0 } + 40 * counters[C_SHIFT_RUNS] + bitmap_len;
-        let data_len = counters[C_DATA];
+        let (data_start, data_len) = self.file_extent(&counters);
         let body_len = data_start + data_len;
         let out_ptr = ptr(&self.out, &self.gpu);
         self.launch_block_digests(out_ptr + data_start, data_len, out_ptr + body_len)?;
@@ -843,12 +875,24 @@ impl GpuDedup {
         Ok(Some(words.chunks_exact(2).map(|w| Digest(u128::from(w[0]) | (u128::from(w[1]) << 64))).collect()))
     }
 
+    /// Where the FIRST data of the file the counters describe starts, and its length.
+    fn file_extent(&self, counters: &[u64]) -> (u64, u64) {
+        let wft = self.method != Method::Basic;
+        let bitmap_len = if wft { 0 } else { self.layout.chunks().div_ceil(8) };
+        let data_start =
+            96 + if wft { 16 * counters[C_FIRST_RUNS] } else { 0 } + 40 * counters[C_SHIFT_RUNS] + bitmap_len;
+        (data_start, counters[C_DATA])
+    }
+
     /// Makes the last checkpoint's state permanent (after its file is durable).
     pub fn commit(&mut self) -> Result<()> {
         let dense = std::mem::take(&mut self.pending_dense);
+        let bounds = std::mem::take(&mut self.pending_bounds);
         if self.pending.take().is_none() || self.method == Method::Full {
             return Ok(());
         }
+        self.bounds_hit.record_restarts += bounds.record_restarts;
+        self.bounds_hit.stored_whole += bounds.stored_whole;
         if dense {
             // A dense version is a baseline that adds nothing: the record restarts empty.
             self.clear_table()?;
@@ -866,15 +910,18 @@ impl GpuDedup {
     /// Forgets the last checkpoint (its file could not be written).
     pub fn rollback(&mut self) -> Result<()> {
         self.pending_dense = false;
+        self.pending_bounds = BoundsHit::default();
         if let Some(v) = self.pending.take() {
             self.rollback_table(v)?;
         }
         Ok(())
     }
 
-    /// Launches one checkpoint's kernels; returns `true` (having launched only
-    /// the leaf pass) when the version must be stored densely.
-    fn run_pipeline(&mut self, version: u32, data_ptr: u64, baseline: bool) -> Result<bool> {
+    /// Launches one checkpoint's kernels, stopping where the version turns
+    /// out dense or over a bound of the plan (checked on the host: one
+    /// small read-back after the labels, one after the scans), or (without
+    /// `emit`) once the labels and the record are done.
+    fn run_pipeline(&mut self, version: u32, data_ptr: u64, baseline: bool, emit: bool) -> Result<Run> {
         let gpu = self.gpu.clone();
         let st = &gpu.stream;
         // DCKPT_GPU_PROFILE=1 prints the time of each stage (CUDA events) to stderr.
@@ -934,7 +981,7 @@ impl GpuDedup {
             st.memcpy_dtoh(&self.counters.slice(C_CHANGED..C_CHANGED + 1), &mut m).map_err(cuda_err)?;
             st.synchronize().map_err(cuda_err)?;
             if crate::dedup::is_dense(m[0], n) {
-                return Ok(true);
+                return Ok(Run::Dense);
             }
         }
 
@@ -977,11 +1024,26 @@ impl GpuDedup {
         }
 
         mark("levels")?;
-        // 4. Roots in chunk order, then runs and tables.
+        // 4. Roots in chunk order (counted, then checked against the plan
+        // with the record), then runs and tables.
         let mut b = st.launch_builder(&k.flag_ballot);
         b.arg(&s.root_at).arg(&n).arg(&s.ballots).arg(&s.block_counts);
         unsafe { b.launch(dense) }.map_err(cuda_err)?;
         self.scan(&s.block_counts, &s.block_counts, C_BLOCKS, self.nblocks, C_ROOTS)?;
+        let limits = self.plan.limits();
+        let stats = st.clone_dtoh(&self.table.stats).map_err(cuda_err)?;
+        self.table_entries = stats[0];
+        if stats[1] as u32 != 0 || limits.record_overflows(stats[0]) {
+            return Ok(Run::Overflow);
+        }
+        if !emit {
+            return Ok(Run::Ready([0; COUNTERS]));
+        }
+        let roots = self.read_counters()?[C_ROOTS];
+        if roots > limits.roots {
+            return Ok(Run::OverBound);
+        }
+        let root_cap = self.plan.root_cap;
         let mut b = st.launch_builder(&k.compact_flags);
         b.arg(&s.ballots).arg(&s.block_counts).arg(&n).arg(&s.roots);
         unsafe { b.launch(dense) }.map_err(cuda_err)?;
@@ -993,10 +1055,15 @@ impl GpuDedup {
         b.arg(c).arg(&s.roots).arg(&s.kind).arg(&s.count).arg(&s.src_ver).arg(&s.src_start).arg(&coalesce);
         b.arg(&s.first_head).arg(&s.shift_head);
         unsafe { b.launch(gs) }.map_err(cuda_err)?;
-        self.scan(&s.first_head, &s.first_id, C_ROOTS, n, C_FIRST_RUNS)?;
-        self.scan(&s.shift_head, &s.shift_id, C_ROOTS, n, C_SHIFT_RUNS)?;
-        self.scan(&s.bytes, &s.bytes_off, C_ROOTS, n, C_DATA)?;
-        self.scan(&s.first_flag, &s.first_rank, C_ROOTS, n, C_FIRST_ROOTS)?;
+        self.scan(&s.first_head, &s.first_id, C_ROOTS, root_cap, C_FIRST_RUNS)?;
+        self.scan(&s.shift_head, &s.shift_id, C_ROOTS, root_cap, C_SHIFT_RUNS)?;
+        self.scan(&s.bytes, &s.bytes_off, C_ROOTS, root_cap, C_DATA)?;
+        self.scan(&s.first_flag, &s.first_rank, C_ROOTS, root_cap, C_FIRST_ROOTS)?;
+        let counters = self.read_counters()?;
+        let (first_start, first_len) = self.file_extent(&counters);
+        if first_start + first_len + 32 * first_len.div_ceil(BLOCK_SIZE) > limits.file_prefix {
+            return Ok(Run::OverBound);
+        }
         mark("roots")?;
         let rank = self.rank;
         let mut b = st.launch_builder(&k.emit_runs);
@@ -1037,7 +1104,15 @@ impl GpuDedup {
             }
             eprintln!("{line} ms");
         }
-        Ok(false)
+        Ok(Run::Ready(counters))
+    }
+
+    /// The kernels' counters (waits for the stream).
+    fn read_counters(&self) -> Result<[u64; COUNTERS]> {
+        let mut c = [0u64; COUNTERS];
+        self.gpu.stream.memcpy_dtoh(&self.counters, &mut c).map_err(cuda_err)?;
+        self.gpu.stream.synchronize().map_err(cuda_err)?;
+        Ok(c)
     }
 }
 

@@ -34,6 +34,11 @@ pub struct BenchArgs {
     /// cpu or cuda (cuda keeps the versions in device memory and times with CUDA events).
     #[arg(long, default_value = "cpu")]
     backend: BackendKind,
+    /// CUDA backend: device memory the de-duplication may hold, a multiple
+    /// of the buffer (1.5x) or a size (6G); `whole` counts the versions a
+    /// bound stored whole / that restarted the record.
+    #[arg(long, default_value = "1.5x")]
+    gpu_memory: dckpt::backend::budget::GpuMemory,
     /// Generate the versions instead of reading files: SHAPE:CHANGE, e.g. clustered:0.01.
     #[arg(long)]
     synthetic: Option<String>,
@@ -148,7 +153,9 @@ fn bench_cuda(a: &BenchArgs, methods: &[Method], versions: &[&[u8]]) -> Result<E
     let pb = bar(versions.len() * methods.len() * sizes.len(), "gpu");
     let mut rows = Vec::new();
     for &cs in &sizes {
-        rows.extend(dckpt::backend::cuda::bench::run(&gpu, methods, cs, a.hash, versions, |_, _| pb.inc(1))?);
+        rows.extend(dckpt::backend::cuda::bench::run(&gpu, methods, cs, a.hash, versions, a.gpu_memory, |_, _| {
+            pb.inc(1)
+        })?);
     }
     pb.finish_and_clear();
     println!(
@@ -163,7 +170,7 @@ fn bench_cuda(a: &BenchArgs, methods: &[Method], versions: &[&[u8]]) -> Result<E
         d2h
     );
     println!(
-        "{:>5} {:>8} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>12} {:>10}",
+        "{:>5} {:>8} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>12} {:>10} {:>10} {:>7}",
         "chunk",
         "method",
         "incr-ratio",
@@ -173,12 +180,14 @@ fn bench_cuda(a: &BenchArgs, methods: &[Method], versions: &[&[u8]]) -> Result<E
         "dedup-ms",
         "d2h-ms",
         "metadata",
-        "dev-GiB"
+        "dev-GiB",
+        "dedup-GiB",
+        "whole"
     );
     for r in &rows {
         let full = rows.iter().find(|f| f.method == "full" && f.chunk_size == r.chunk_size).map(|f| f.incremental_gbs);
         println!(
-            "{:>5} {:>8} {:>10.2} {:>10.1} {:>10.1} {:>10} {:>9.3} {:>9.3} {:>12} {:>10.1}",
+            "{:>5} {:>8} {:>10.2} {:>10.1} {:>10.1} {:>10} {:>9.3} {:>9.3} {:>12} {:>10.1} {:>10.2} {:>7}",
             r.chunk_size,
             r.method,
             r.incremental_ratio,
@@ -188,7 +197,9 @@ fn bench_cuda(a: &BenchArgs, methods: &[Method], versions: &[&[u8]]) -> Result<E
             r.dedup_ms,
             r.d2h_ms,
             r.metadata_bytes,
-            r.device_bytes as f64 / (1u64 << 30) as f64
+            r.device_bytes as f64 / (1u64 << 30) as f64,
+            r.plan_bytes as f64 / (1u64 << 30) as f64,
+            format!("{}/{}", r.stored_whole, r.record_restarts)
         );
     }
     let restore = match &a.restore_dir {

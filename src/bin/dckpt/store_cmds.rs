@@ -34,6 +34,11 @@ pub struct CheckpointArgs {
     /// auto, cpu or cuda (auto = CUDA when a device is found).
     #[arg(long, default_value = "auto")]
     pub backend: BackendKind,
+    /// CUDA backend: device memory it may hold, as a multiple of the buffer
+    /// (1.5x) or a size (6G); a version over a bound of it restarts the
+    /// record or is stored whole.
+    #[arg(long, default_value = "1.5x")]
+    gpu_memory: dckpt::backend::budget::GpuMemory,
     /// Collective checkpoint of every rank of an `mpirun` job (CPU backend;
     /// the rank is the MPI rank, `{rank}` in FILE is replaced by it).
     #[arg(long)]
@@ -87,6 +92,7 @@ impl CheckpointArgs {
             hash: self.hash,
             max_chain: self.max_chain,
             max_record_entries: None,
+            gpu_memory: self.gpu_memory,
         }
     }
 }
