@@ -34,3 +34,7 @@ scripts/kill-collective-tiers.sh target/release/dckpt
 # restarts from its newest checkpoint and ends with the same plate.
 echo "restart tests: the heat example, 4 ranks"
 scripts/heat-restart.sh 4 target/release/examples/heat
+
+# The C and Fortran heat examples through the C ABI: killed, restarted, same plate.
+echo "restart tests: the heat example in C and Fortran, 2 ranks"
+scripts/c-fortran-restart.sh 2

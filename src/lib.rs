@@ -59,6 +59,8 @@ pub mod diff;
 pub mod engine;
 pub mod error;
 pub mod failpoint;
+#[cfg(feature = "mpi")]
+pub mod ffi;
 pub mod format;
 pub mod generate;
 pub mod hash;

@@ -1,0 +1,185 @@
+! dckpt for Fortran: the C ABI (src/ffi/dckpt.h) through iso_c_binding.
+!
+!   use dckpt
+!   type(c_ptr) :: ck
+!   ierr = dckpt_init(MPI_COMM_WORLD, "", ck)            ! "" = defaults + DCKPT_<KEY> environment
+!   ierr = dckpt_protect(ck, 0, c_loc(u), int(size(u) * 8, c_size_t), DCKPT_HOST)
+!   ierr = dckpt_checkpoint(ck, "heat", step)
+!   ierr = dckpt_latest(ck, "heat", version)             ! 0: none
+!   ierr = dckpt_restart(ck, "heat", version)
+!   ierr = dckpt_finalize(ck)
+!
+! Every function returns DCKPT_OK (0) or an error code; dckpt_error_message()
+! gives the last message. Protected arrays must have the TARGET attribute
+! and stay allocated while they are protected. Compile this file with the
+! program (mpifort src/ffi/dckpt.f90 prog.f90 -Ltarget/release -ldckpt).
+module dckpt
+    use, intrinsic :: iso_c_binding
+    implicit none
+    private
+    public :: dckpt_init, dckpt_protect, dckpt_unprotect, dckpt_checkpoint, dckpt_latest, dckpt_restart, &
+              dckpt_wait, dckpt_finalize, dckpt_error_message
+    public :: DCKPT_OK, DCKPT_HOST, DCKPT_DEVICE, DCKPT_ERR_INVALID_OPTION, DCKPT_ERR_MISSING_VERSION, &
+              DCKPT_ERR_INTERNAL
+
+    integer(c_int), parameter :: DCKPT_OK = 0, DCKPT_HOST = 0, DCKPT_DEVICE = 1
+    integer(c_int), parameter :: DCKPT_ERR_MISSING_VERSION = 3, DCKPT_ERR_INVALID_OPTION = 7, DCKPT_ERR_INTERNAL = 99
+
+    interface
+        integer(c_int) function c_init_f(comm, config, out) bind(C, name="dckpt_init_f")
+            import :: c_int, c_char, c_ptr
+            integer(c_int), value :: comm
+            character(kind=c_char), dimension(*) :: config
+            type(c_ptr) :: out
+        end function
+        integer(c_int) function c_init_f_default(comm, config, out) bind(C, name="dckpt_init_f")
+            import :: c_int, c_ptr
+            integer(c_int), value :: comm
+            type(c_ptr), value :: config
+            type(c_ptr) :: out
+        end function
+        integer(c_int) function c_protect(h, id, ptr, len, kind) bind(C, name="dckpt_protect")
+            import :: c_int, c_ptr, c_size_t, c_int32_t
+            type(c_ptr), value :: h, ptr
+            integer(c_int32_t), value :: id
+            integer(c_size_t), value :: len
+            integer(c_int), value :: kind
+        end function
+        integer(c_int) function c_unprotect(h, id) bind(C, name="dckpt_unprotect")
+            import :: c_int, c_ptr, c_int32_t
+            type(c_ptr), value :: h
+            integer(c_int32_t), value :: id
+        end function
+        integer(c_int) function c_checkpoint(h, name, version) bind(C, name="dckpt_checkpoint")
+            import :: c_int, c_ptr, c_char, c_int64_t
+            type(c_ptr), value :: h
+            character(kind=c_char), dimension(*) :: name
+            integer(c_int64_t), value :: version
+        end function
+        integer(c_int) function c_latest(h, name, version) bind(C, name="dckpt_latest")
+            import :: c_int, c_ptr, c_char, c_int64_t
+            type(c_ptr), value :: h
+            character(kind=c_char), dimension(*) :: name
+            integer(c_int64_t) :: version
+        end function
+        integer(c_int) function c_restart(h, name, version) bind(C, name="dckpt_restart")
+            import :: c_int, c_ptr, c_char, c_int64_t
+            type(c_ptr), value :: h
+            character(kind=c_char), dimension(*) :: name
+            integer(c_int64_t), value :: version
+        end function
+        integer(c_int) function c_wait(h, name, version) bind(C, name="dckpt_wait")
+            import :: c_int, c_ptr, c_char, c_int64_t
+            type(c_ptr), value :: h
+            character(kind=c_char), dimension(*) :: name
+            integer(c_int64_t), value :: version
+        end function
+        integer(c_int) function c_finalize(h) bind(C, name="dckpt_finalize")
+            import :: c_int, c_ptr
+            type(c_ptr), value :: h
+        end function
+        type(c_ptr) function c_last_error() bind(C, name="dckpt_last_error")
+            import :: c_ptr
+        end function
+        integer(c_size_t) function c_strlen(s) bind(C, name="strlen")
+            import :: c_size_t, c_ptr
+            type(c_ptr), value :: s
+        end function
+    end interface
+
+contains
+
+    !> `s` without trailing blanks, NUL-terminated.
+    pure function c_text(s) result(c)
+        character(len=*), intent(in) :: s
+        character(kind=c_char, len=len_trim(s) + 1) :: c
+        c = trim(s)//c_null_char
+    end function
+
+    !> A runtime over a duplicate of `comm` (a Fortran communicator; collective),
+    !> configured by the TOML file `config` ("" = the defaults), with the
+    !> DCKPT_<KEY> environment overrides.
+    integer(c_int) function dckpt_init(comm, config, handle)
+        integer, intent(in) :: comm
+        character(len=*), intent(in) :: config
+        type(c_ptr), intent(out) :: handle
+        handle = c_null_ptr
+        if (len_trim(config) == 0) then
+            dckpt_init = c_init_f_default(int(comm, c_int), c_null_ptr, handle)
+        else
+            dckpt_init = c_init_f(int(comm, c_int), c_text(config), handle)
+        end if
+    end function
+
+    !> Protects `len` bytes at `ptr` (c_loc of a TARGET array) as region `id`;
+    !> `kind` is DCKPT_HOST or DCKPT_DEVICE.
+    integer(c_int) function dckpt_protect(handle, id, ptr, len, kind)
+        type(c_ptr), intent(in) :: handle, ptr
+        integer, intent(in) :: id
+        integer(c_size_t), intent(in) :: len
+        integer(c_int), intent(in) :: kind
+        dckpt_protect = c_protect(handle, int(id, c_int32_t), ptr, len, kind)
+    end function
+
+    !> Stops protecting region `id`.
+    integer(c_int) function dckpt_unprotect(handle, id)
+        type(c_ptr), intent(in) :: handle
+        integer, intent(in) :: id
+        dckpt_unprotect = c_unprotect(handle, int(id, c_int32_t))
+    end function
+
+    !> Checkpoint `version` of `name` (collective).
+    integer(c_int) function dckpt_checkpoint(handle, name, version)
+        type(c_ptr), intent(in) :: handle
+        character(len=*), intent(in) :: name
+        integer(c_int64_t), intent(in) :: version
+        dckpt_checkpoint = c_checkpoint(handle, c_text(name), version)
+    end function
+
+    !> The newest version of `name` every rank can restart from, 0 if none (collective).
+    integer(c_int) function dckpt_latest(handle, name, version)
+        type(c_ptr), intent(in) :: handle
+        character(len=*), intent(in) :: name
+        integer(c_int64_t), intent(out) :: version
+        version = 0
+        dckpt_latest = c_latest(handle, c_text(name), version)
+    end function
+
+    !> Restores `version` of `name` into every protected region (collective).
+    integer(c_int) function dckpt_restart(handle, name, version)
+        type(c_ptr), intent(in) :: handle
+        character(len=*), intent(in) :: name
+        integer(c_int64_t), intent(in) :: version
+        dckpt_restart = c_restart(handle, c_text(name), version)
+    end function
+
+    !> Waits until `version` of `name` is durable on every tier of this rank.
+    integer(c_int) function dckpt_wait(handle, name, version)
+        type(c_ptr), intent(in) :: handle
+        character(len=*), intent(in) :: name
+        integer(c_int64_t), intent(in) :: version
+        dckpt_wait = c_wait(handle, c_text(name), version)
+    end function
+
+    !> Waits for every checkpoint and frees the runtime (collective).
+    integer(c_int) function dckpt_finalize(handle)
+        type(c_ptr), intent(inout) :: handle
+        dckpt_finalize = c_finalize(handle)
+        handle = c_null_ptr
+    end function
+
+    !> The message of the last error of the calling thread.
+    function dckpt_error_message() result(msg)
+        character(len=:), allocatable :: msg
+        type(c_ptr) :: p
+        character(kind=c_char), pointer :: chars(:)
+        integer(c_size_t) :: n, i
+        p = c_last_error()
+        n = c_strlen(p)
+        call c_f_pointer(p, chars, [n])
+        allocate (character(len=n) :: msg)
+        do i = 1, n
+            msg(i:i) = chars(i)
+        end do
+    end function
+end module dckpt

@@ -1,0 +1,365 @@
+//! The C ABI over [`Runtime`], for C, C++ and Fortran simulations
+//! (feature `mpi`; built into `libdckpt.so` and `libdckpt.a`).
+//!
+//! - The header `src/ffi/dckpt.h` is generated from this module by cbindgen
+//!   (`DCKPT_BLESS=1 cargo test --test ffi_header` writes it; the test fails
+//!   while it is not current). The Fortran module `src/ffi/dckpt.f90` binds
+//!   the same functions with `iso_c_binding`.
+//! - A runtime is an opaque handle ([`DckptRuntime`]) made by
+//!   [`dckpt_init`] (a C `MPI_Comm`) or [`dckpt_init_f`] (a Fortran
+//!   communicator, converted with `MPI_Comm_f2c`) and freed by
+//!   [`dckpt_finalize`].
+//! - Every function returns [`DCKPT_OK`] or the stable code of the error's
+//!   kind (`crate::ErrorKind`: `DCKPT_ERR_*`); [`dckpt_last_error`] gives
+//!   the calling thread's last message. A bad argument (a NULL pointer,
+//!   text that is not UTF-8) is [`DCKPT_ERR_INVALID_OPTION`]; a panic is
+//!   caught at the boundary and returned as [`DCKPT_ERR_INTERNAL`].
+//! - The collective functions (init, checkpoint, latest, restart, finalize)
+//!   must be called by every rank of the communicator, in the same order.
+#![allow(unsafe_code)] // the C boundary: raw pointers in, checked before use
+
+use crate::config::Config;
+use crate::runtime::{Region, Runtime};
+use crate::{Error, Result};
+use mpi::raw::FromRaw;
+use mpi::topology::SimpleCommunicator;
+use std::cell::RefCell;
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::Path;
+
+/// A runtime: what [`dckpt_init`] returns and [`dckpt_finalize`] frees.
+pub struct DckptRuntime {
+    rt: Runtime,
+}
+
+/// Success.
+pub const DCKPT_OK: c_int = 0;
+/// An I/O error (the message names the path).
+pub const DCKPT_ERR_IO: c_int = 1;
+/// A damaged file.
+pub const DCKPT_ERR_CORRUPT: c_int = 2;
+/// The version does not exist.
+pub const DCKPT_ERR_MISSING_VERSION: c_int = 3;
+/// No checkpoint store where one was expected.
+pub const DCKPT_ERR_NO_STORE: c_int = 4;
+/// The regions or the layout differ from what the checkpoint holds.
+pub const DCKPT_ERR_MISMATCH: c_int = 5;
+/// A version not newer than the latest.
+pub const DCKPT_ERR_VERSION_NOT_NEWER: c_int = 6;
+/// A bad option, configuration or argument.
+pub const DCKPT_ERR_INVALID_OPTION: c_int = 7;
+/// A CUDA error.
+pub const DCKPT_ERR_GPU: c_int = 8;
+/// A collective step failed (on this or another rank).
+pub const DCKPT_ERR_COLLECTIVE: c_int = 9;
+/// A region's owner rank cannot provide it.
+pub const DCKPT_ERR_OWNER_UNAVAILABLE: c_int = 10;
+/// A reference to another rank's file is broken.
+pub const DCKPT_ERR_BROKEN_REFERENCE: c_int = 11;
+/// Another writer holds the store.
+pub const DCKPT_ERR_LOCKED: c_int = 12;
+/// A path that leaves the store (a planted symlink).
+pub const DCKPT_ERR_UNSAFE_PATH: c_int = 13;
+/// The store needs `dckpt repair`.
+pub const DCKPT_ERR_NEEDS_REPAIR: c_int = 14;
+/// A full disk.
+pub const DCKPT_ERR_NO_SPACE: c_int = 15;
+/// The version is not durable yet.
+pub const DCKPT_ERR_NOT_DURABLE: c_int = 16;
+/// A bug, or a panic caught at the boundary.
+pub const DCKPT_ERR_INTERNAL: c_int = 99;
+
+/// A region in host memory ([`dckpt_protect`]).
+pub const DCKPT_HOST: c_int = 0;
+/// A region in device memory (a CUDA device pointer on the runtime's GPU).
+pub const DCKPT_DEVICE: c_int = 1;
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+/// Runs `f`, turning its error or panic into a code and the thread's last message.
+fn status(f: impl FnOnce() -> Result<()>) -> c_int {
+    let (code, message) = match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => return DCKPT_OK,
+        Ok(Err(e)) => (e.code(), e.to_string()),
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            (DCKPT_ERR_INTERNAL, format!("internal error (a panic stopped at the C boundary): {what}"))
+        }
+    };
+    let message = CString::new(message.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|last| *last.borrow_mut() = message);
+    code
+}
+
+/// `p` as text.
+///
+/// # Safety
+/// `p` is NULL or a NUL-terminated string that outlives `'a`.
+unsafe fn text<'a>(p: *const c_char, what: &str) -> Result<&'a str> {
+    if p.is_null() {
+        return Err(Error::InvalidOption(format!("{what} is NULL")));
+    }
+    // SAFETY: non-NULL and NUL-terminated per the caller's contract.
+    unsafe { CStr::from_ptr(p) }.to_str().map_err(|_| Error::InvalidOption(format!("{what} is not UTF-8")))
+}
+
+/// The runtime behind `h`.
+///
+/// # Safety
+/// `h` is NULL or a handle from [`dckpt_init`] not finalized yet, used by
+/// one thread at a time.
+unsafe fn runtime<'a>(h: *mut DckptRuntime) -> Result<&'a mut Runtime> {
+    // SAFETY: per the caller's contract, a live handle used by this thread only.
+    unsafe { h.as_mut() }.map(|h| &mut h.rt).ok_or_else(|| Error::InvalidOption("the runtime handle is NULL".into()))
+}
+
+/// Makes a runtime over a duplicate of `raw` (which stays the caller's).
+///
+/// # Safety
+/// As for [`dckpt_init`].
+unsafe fn init_with(raw: mpi::ffi::MPI_Comm, config: *const c_char, out: *mut *mut DckptRuntime) -> c_int {
+    status(|| {
+        if out.is_null() {
+            return Err(Error::InvalidOption("the output handle pointer is NULL".into()));
+        }
+        let config = if config.is_null() {
+            Config::load(None)?
+        } else {
+            // SAFETY: a NUL-terminated string per dckpt_init's contract.
+            Config::load(Some(Path::new(unsafe { text(config, "the configuration path") }?)))?
+        };
+        // SAFETY: reading the value of a constant MPI handle.
+        let mut dup = unsafe { mpi::ffi::RSMPI_COMM_NULL };
+        // SAFETY: `raw` is a live communicator per the caller's contract;
+        // `dup` receives a new handle.
+        let rc = unsafe { mpi::ffi::MPI_Comm_dup(raw, &mut dup) };
+        if rc != mpi::ffi::MPI_SUCCESS as c_int {
+            return Err(Error::Collective(format!("MPI_Comm_dup of the given communicator failed (code {rc})")));
+        }
+        // SAFETY: `dup` is a live intra-communicator this function owns (a
+        // duplicate: neither MPI_COMM_WORLD nor MPI_COMM_SELF), freed when
+        // `comm` drops; the runtime keeps a duplicate of its own.
+        let comm = unsafe { SimpleCommunicator::from_raw(dup) };
+        let rt = Runtime::init(&comm, config);
+        // SAFETY: `out` is non-NULL and writable per the caller's contract.
+        unsafe { *out = Box::into_raw(Box::new(DckptRuntime { rt })) };
+        Ok(())
+    })
+}
+
+/// Makes a runtime over a duplicate of `comm` (collective over it) with the
+/// configuration in the TOML file `config_path`, or, if it is NULL, the
+/// defaults; `DCKPT_<KEY>` environment variables override either. Writes
+/// the handle to `*out`.
+///
+/// # Safety
+/// `comm` is a live intra-communicator; `config_path` is NULL or a
+/// NUL-terminated string; `out` points to writable memory for a handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dckpt_init(
+    comm: mpi::ffi::MPI_Comm,
+    config_path: *const c_char,
+    out: *mut *mut DckptRuntime,
+) -> c_int {
+    // SAFETY: the caller's contract is init_with's.
+    unsafe { init_with(comm, config_path, out) }
+}
+
+/// [`dckpt_init`] for Fortran: `comm` is a Fortran communicator handle
+/// (`MPI_COMM_WORLD` of `use mpi`, or `%MPI_VAL` of `mpi_f08`).
+///
+/// # Safety
+/// As for [`dckpt_init`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dckpt_init_f(comm: c_int, config_path: *const c_char, out: *mut *mut DckptRuntime) -> c_int {
+    // SAFETY: MPI_Comm_f2c converts any Fortran handle (an invalid one gives MPI_COMM_NULL).
+    let raw = unsafe { mpi::ffi::RSMPI_Comm_f2c(comm) };
+    // SAFETY: the caller's contract is init_with's.
+    unsafe { init_with(raw, config_path, out) }
+}
+
+/// Protects `len` bytes at `ptr` as region `id`: `kind` is [`DCKPT_HOST`]
+/// or [`DCKPT_DEVICE`]. Protecting an id again replaces its region (it may
+/// move; its length and kind may not, once a checkpoint name holds it).
+///
+/// # Safety
+/// `h` is a live handle. Until `id` is unprotected or protected again, or
+/// the runtime is finalized, the region stays allocated (device memory on
+/// the runtime's GPU, in its primary context), and while a dckpt call runs
+/// nothing else reads or writes it (the application's device work on it is
+/// complete).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dckpt_protect(
+    h: *mut DckptRuntime,
+    id: u32,
+    ptr: *mut c_void,
+    len: usize,
+    kind: c_int,
+) -> c_int {
+    status(|| {
+        // SAFETY: a live handle per the contract.
+        let rt = unsafe { runtime(h) }?;
+        if ptr.is_null() && len > 0 {
+            return Err(Error::InvalidOption(format!("region {id}: the pointer is NULL")));
+        }
+        let region = match kind {
+            DCKPT_HOST => Region::Host { ptr: ptr.cast(), len },
+            DCKPT_DEVICE => Region::Device { ptr: ptr as u64, len },
+            other => return Err(Error::InvalidOption(format!("region {id}: kind {other} is neither host nor device"))),
+        };
+        // SAFETY: the caller's contract is `Runtime::protect`'s.
+        unsafe { rt.protect(id, region) }
+    })
+}
+
+/// Stops protecting region `id`.
+///
+/// # Safety
+/// `h` is a live handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dckpt_unprotect(h: *mut DckptRuntime, id: u32) -> c_int {
+    // SAFETY: a live handle per the contract.
+    status(|| unsafe { runtime(h) }?.unprotect(id))
+}
+
+/// Takes version `version` of checkpoint `name`: every protected region of
+/// every rank (collective). Returns once the regions may change again
+/// (`mode = "async"`) or once the version is durable everywhere (`"sync"`).
+///
+/// # Safety
+/// `h` is a live handle; `name` a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dckpt_checkpoint(h: *mut DckptRuntime, name: *const c_char, version: u64) -> c_int {
+    status(|| {
+        // SAFETY: per the contract.
+        let (rt, name) = unsafe { (runtime(h)?, text(name, "the checkpoint name")?) };
+        rt.checkpoint(name, version).map(|_| ())
+    })
+}
+
+/// Writes to `*version` the newest version of `name` every rank can
+/// restart from, or 0 if there is none (collective).
+///
+/// # Safety
+/// `h` is a live handle; `name` a NUL-terminated string; `version` points
+/// to writable memory.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dckpt_latest(h: *mut DckptRuntime, name: *const c_char, version: *mut u64) -> c_int {
+    status(|| {
+        // SAFETY: per the contract.
+        let (rt, name) = unsafe { (runtime(h)?, text(name, "the checkpoint name")?) };
+        if version.is_null() {
+            return Err(Error::InvalidOption("the version pointer is NULL".into()));
+        }
+        let newest = rt.latest(name)?.unwrap_or(0);
+        // SAFETY: non-NULL and writable per the contract.
+        unsafe { *version = newest };
+        Ok(())
+    })
+}
+
+/// Restores version `version` of `name` into every protected region
+/// (collective: it succeeds on every rank or fails on every rank).
+///
+/// # Safety
+/// `h` is a live handle; `name` a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dckpt_restart(h: *mut DckptRuntime, name: *const c_char, version: u64) -> c_int {
+    status(|| {
+        // SAFETY: per the contract.
+        let (rt, name) = unsafe { (runtime(h)?, text(name, "the checkpoint name")?) };
+        rt.restart(name, version)
+    })
+}
+
+/// Waits until version `version` of `name` is durable on every tier of this rank.
+///
+/// # Safety
+/// `h` is a live handle; `name` a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dckpt_wait(h: *mut DckptRuntime, name: *const c_char, version: u64) -> c_int {
+    status(|| {
+        // SAFETY: per the contract.
+        let (rt, name) = unsafe { (runtime(h)?, text(name, "the checkpoint name")?) };
+        rt.wait(name, version)
+    })
+}
+
+/// Waits for every checkpoint to be durable and frees the runtime
+/// (collective). NULL is accepted and does nothing.
+///
+/// # Safety
+/// `h` is NULL or a live handle, not used again.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dckpt_finalize(h: *mut DckptRuntime) -> c_int {
+    status(|| {
+        if h.is_null() {
+            return Ok(());
+        }
+        // SAFETY: a live handle made by Box::into_raw in init, given back once.
+        let owned = unsafe { Box::from_raw(h) };
+        owned.rt.finalize()
+    })
+}
+
+/// The message of the calling thread's last error ("" if none), valid
+/// until the thread's next dckpt call.
+#[unsafe(no_mangle)]
+pub extern "C" fn dckpt_last_error() -> *const c_char {
+    LAST_ERROR.with(|last| last.borrow().as_ptr())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+
+    #[test]
+    fn the_c_codes_are_the_error_kinds_codes() {
+        let pairs = [
+            (DCKPT_ERR_IO, ErrorKind::Io),
+            (DCKPT_ERR_CORRUPT, ErrorKind::Corrupt),
+            (DCKPT_ERR_MISSING_VERSION, ErrorKind::MissingVersion),
+            (DCKPT_ERR_NO_STORE, ErrorKind::NoStore),
+            (DCKPT_ERR_MISMATCH, ErrorKind::Mismatch),
+            (DCKPT_ERR_VERSION_NOT_NEWER, ErrorKind::VersionNotNewer),
+            (DCKPT_ERR_INVALID_OPTION, ErrorKind::InvalidOption),
+            (DCKPT_ERR_GPU, ErrorKind::Gpu),
+            (DCKPT_ERR_COLLECTIVE, ErrorKind::Collective),
+            (DCKPT_ERR_OWNER_UNAVAILABLE, ErrorKind::OwnerUnavailable),
+            (DCKPT_ERR_BROKEN_REFERENCE, ErrorKind::BrokenReference),
+            (DCKPT_ERR_LOCKED, ErrorKind::Locked),
+            (DCKPT_ERR_UNSAFE_PATH, ErrorKind::UnsafePath),
+            (DCKPT_ERR_NEEDS_REPAIR, ErrorKind::NeedsRepair),
+            (DCKPT_ERR_NO_SPACE, ErrorKind::NoSpace),
+            (DCKPT_ERR_NOT_DURABLE, ErrorKind::NotDurable),
+            (DCKPT_ERR_INTERNAL, ErrorKind::Internal),
+        ];
+        for (code, kind) in pairs {
+            assert_eq!(code, kind as c_int, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn errors_and_panics_become_codes_and_messages() {
+        let last = || unsafe { CStr::from_ptr(dckpt_last_error()) }.to_string_lossy().into_owned();
+        assert_eq!(status(|| Ok(())), DCKPT_OK);
+        assert_eq!(status(|| Err(Error::InvalidOption("bad chunk size".into()))), DCKPT_ERR_INVALID_OPTION);
+        assert!(last().contains("bad chunk size"), "{}", last());
+        assert_eq!(status(|| panic!("boom")), DCKPT_ERR_INTERNAL);
+        assert!(last().contains("panic") && last().contains("boom"), "{}", last());
+        // A NULL handle or name is refused, not dereferenced.
+        let name = c"heat";
+        assert_eq!(unsafe { dckpt_checkpoint(std::ptr::null_mut(), name.as_ptr(), 1) }, DCKPT_ERR_INVALID_OPTION);
+        assert!(last().contains("NULL"), "{}", last());
+        assert_eq!(unsafe { dckpt_unprotect(std::ptr::null_mut(), 0) }, DCKPT_ERR_INVALID_OPTION);
+        assert_eq!(unsafe { dckpt_finalize(std::ptr::null_mut()) }, DCKPT_OK);
+    }
+}
