@@ -29,7 +29,7 @@ use crate::backend::BackendKind;
 use crate::backend::budget::GpuMemory;
 use crate::collective::CollectiveOptions;
 use crate::format::Compression;
-use crate::generate::parse_size;
+use crate::generate::{IntOrText, parse_size};
 use crate::layout::Layout;
 use crate::tiers::TierOptions;
 use crate::tiers::arena::Policy;
@@ -60,15 +60,9 @@ impl Serialize for Bytes {
 
 impl<'de> Deserialize<'de> for Bytes {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Int(u64),
-            Text(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::Int(n) => Ok(Bytes(n)),
-            Raw::Text(s) => parse_size(&s).map(Bytes).map_err(serde::de::Error::custom),
+        match IntOrText::deserialize(d)? {
+            IntOrText::Int(n) => Ok(Bytes(n)),
+            IntOrText::Text(s) => parse_size(&s).map(Bytes).map_err(serde::de::Error::custom),
         }
     }
 }

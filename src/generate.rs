@@ -160,6 +160,17 @@ impl Workload {
     }
 }
 
+/// A setting written as an integer or as text (`4096` or `"4K"`, `"1.5x"`),
+/// for the deserializers of sizes and budgets.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+pub(crate) enum IntOrText {
+    /// An integer.
+    Int(u64),
+    /// Text, parsed by the caller.
+    Text(String),
+}
+
 /// Parses sizes such as `4096`, `64K`, `1M`, `1G` (binary units).
 pub fn parse_size(s: &str) -> Result<u64> {
     let t = s.trim();

@@ -86,15 +86,9 @@ impl Serialize for GpuMemory {
 
 impl<'de> Deserialize<'de> for GpuMemory {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Int(u64),
-            Text(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::Int(n) => Ok(GpuMemory::Bytes(n)),
-            Raw::Text(s) => s.parse().map_err(serde::de::Error::custom),
+        match crate::generate::IntOrText::deserialize(d)? {
+            crate::generate::IntOrText::Int(n) => Ok(GpuMemory::Bytes(n)),
+            crate::generate::IntOrText::Text(s) => s.parse().map_err(serde::de::Error::custom),
         }
     }
 }
