@@ -112,42 +112,55 @@ __device__ long long table_find(const Table t, dig128 d) {
 // version and `min_node`, keeps the smaller node (lowest index wins).
 // Returns the slot, or -1 on overflow; `inserted` says whether it is new.
 // The caller adds the new entries to *t.count (once per warp).
+// A new entry takes the first tombstone (SLOT_DEAD, left by table_rollback
+// and table_locate) of its probe sequence, else the empty slot that ends
+// it, once the probe has shown `d` absent: the table has a fixed size, so
+// tombstones must not use it up. Tombstones are only made by kernels that
+// run alone, so every thread inserting `d` picks the same slot; a thread
+// whose claim fails probes again (the winner may have inserted `d`).
 __device__ long long table_insert(const Table t, dig128 d, u32 version, u64 node, bool min_node, bool& inserted) {
     inserted = false;
-    u64 slot = d.lo & t.mask;
-    for (u64 probe = 0; probe <= t.mask; probe++) {
-        Slot* raw = &t.slots[slot];
-        volatile Slot* sl = (volatile Slot*)raw;
-        u32 f = sl->flags;
-        if (f == SLOT_EMPTY) {
-            if (*(volatile u64*)t.count >= t.limit) {
-                atomicExch(t.overflow, 1u);
-                return -1;
+    for (;;) {
+        u64 slot = d.lo & t.mask;
+        long long dead = -1, target = -1;
+        for (u64 probe = 0; probe <= t.mask; probe++) {
+            volatile Slot* sl = (volatile Slot*)&t.slots[slot];
+            u32 f = sl->flags;
+            if (f == SLOT_EMPTY) {
+                target = dead >= 0 ? dead : (long long)slot;
+                break;
             }
-            if (atomicCAS(&raw->flags, SLOT_EMPTY, SLOT_BUSY) == SLOT_EMPTY) {
-                sl->klo = d.lo;
-                sl->khi = d.hi;
-                sl->ver = version;
-                sl->node = node;
+            while (f == SLOT_BUSY) f = sl->flags;
+            if (f == SLOT_FULL) {
                 __threadfence();
-                atomicExch(&raw->flags, SLOT_FULL);
-                inserted = true;
-                return (long long)slot;
+                if (sl->klo == d.lo && sl->khi == d.hi) {
+                    if (min_node && sl->ver == version) atomicMin(&t.slots[slot].node, node);
+                    return (long long)slot;
+                }
+            } else if (f == SLOT_DEAD && dead < 0) {
+                dead = (long long)slot;
             }
-            f = sl->flags;
+            slot = (slot + 1) & t.mask;
         }
-        while (f == SLOT_BUSY) f = sl->flags;
-        if (f == SLOT_FULL) {
+        if (target < 0) target = dead;  // no empty slot: the first tombstone, if any
+        if (target < 0 || *(volatile u64*)t.count >= t.limit) {
+            atomicExch(t.overflow, 1u);
+            return -1;
+        }
+        Slot* raw = &t.slots[target];
+        const u32 expect = target == dead ? SLOT_DEAD : SLOT_EMPTY;
+        if (atomicCAS(&raw->flags, expect, SLOT_BUSY) == expect) {
+            volatile Slot* sl = (volatile Slot*)raw;
+            sl->klo = d.lo;
+            sl->khi = d.hi;
+            sl->ver = version;
+            sl->node = node;
             __threadfence();
-            if (sl->klo == d.lo && sl->khi == d.hi) {
-                if (min_node && sl->ver == version) atomicMin(&raw->node, node);
-                return (long long)slot;
-            }
+            atomicExch(&raw->flags, SLOT_FULL);
+            inserted = true;
+            return target;
         }
-        slot = (slot + 1) & t.mask;
     }
-    atomicExch(t.overflow, 1u);
-    return -1;
 }
 
 // Adds the warp's new entries to the table's count with one atomic.

@@ -21,6 +21,14 @@ mpicc -O2 -std=c11 -Wall -Wextra -Werror examples/c/heat.c -Isrc/ffi -L"$lib" -l
 mpifort -O2 -Wall -J"$work" src/ffi/dckpt.f90 examples/fortran/heat.f90 "$lib/libdckpt.a" \
     -lffi -lgcc_s -lutil -lrt -lpthread -lm -ldl -o "$work/heat-f"
 
+# A configuration file that does not exist: a clear error on every rank, no hang.
+if DCKPT_CONFIG="$work/missing.toml" timeout 60 mpirun --oversubscribe -np "$ranks" "$work/heat-c" >"$work/log" 2>&1; then
+    echo "FAILED: heat-c ran without its configuration file"; exit 1
+fi
+grep -q "dckpt_init.*failed (code 1).*missing.toml" "$work/log" ||
+    { echo "FAILED: no clear error for a missing configuration file"; cat "$work/log"; exit 1; }
+echo "heat-c: a missing configuration file is refused on every rank (code 1, the path named)"
+
 for lang in c f; do
     run() { DCKPT_PERSISTENT="$work/$lang-$1" timeout 300 mpirun --oversubscribe -np "$ranks" "$work/heat-$lang" \
         --steps 200 --every 20 "${@:2}"; }

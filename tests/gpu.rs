@@ -13,9 +13,9 @@
 mod common;
 
 use common::noise;
-use dckpt::backend::BackendKind;
 use dckpt::backend::budget::{DevicePlan, GpuMemory};
 use dckpt::backend::cuda::{self, Gpu, GpuDedup};
+use dckpt::backend::{Backend, BackendKind};
 use dckpt::dedup::{DedupInput, DedupState};
 use dckpt::format::encode_diff;
 use dckpt::layout::Layout;
@@ -144,7 +144,8 @@ fn gpu_writes_the_cpu_bytes_on_random_sequences() {
 /// A record at its least (256 slots: 192 entries) on the device: the
 /// baseline's 2047 entries do not fit (stored whole), one version of 64
 /// changed chunks does (127 entries), a second one would overfill it (the
-/// record restarts). The same files and the same counts as the CPU's.
+/// record restarts; that try is dropped, and both backends forget the
+/// record). The same files, counts and records as the CPU backend's.
 #[test]
 fn a_full_device_record_restarts_like_the_cpu_record() {
     let Some(gpu) = gpu() else { return };
@@ -160,22 +161,35 @@ fn a_full_device_record_restarts_like_the_cpu_record() {
     let budget = GpuMemory::Bytes(DevicePlan::least_bytes(layout) + 12_000);
     let mut dev = GpuDedup::with_budget(gpu, layout, HashAlgo::Murmur3, Method::Tree, 0, budget).unwrap();
     assert_eq!(dev.plan().record_slots, 256, "{:?}", dev.plan());
-    let mut cpu = DedupState::new(layout, HashAlgo::Murmur3, 0).with_limits(dev.limits());
+    let state = DedupState::new(layout, HashAlgo::Murmur3, 0).with_limits(dev.limits());
+    let mut cpu = dckpt::backend::cpu::CpuBackend::new(state, Method::Tree);
     let mut hits = Vec::new();
-    for (i, v) in [&v1, &v2, &v3, &v4].into_iter().enumerate() {
-        let (version, baseline) = (i as u64 + 1, i == 0);
-        let out = Method::Tree.deduplicator().deduplicate(&cpu, &DedupInput { data: v, version, baseline }).unwrap();
-        let want = encode_diff(&out.diff, v);
-        let cp = dev.checkpoint(version, Protected::Host(v), baseline).unwrap();
-        assert_eq!(dev.file_vec(&cp).unwrap(), want, "version {version}: the GPU file differs");
-        hits.push((out.pending.bounds(), out.diff.shift.len()));
-        cpu.commit(out.pending);
-        dev.commit().unwrap();
-        assert_eq!(dev.bounds_hit(), cpu.bounds_hit, "version {version}");
-        assert_eq!(dev.record_entries(), cpu.record.len() as u64, "version {version}");
+    // Version 3 is tried once and dropped (its write "failed"): the GPU's
+    // table was cleared by the restart, and the CPU forgets its record too.
+    for (i, v, keep) in [(1u64, &v1, true), (2, &v2, true), (3, &v3, false), (3, &v3, true), (4, &v4, true)] {
+        let baseline = i == 1;
+        let mut d = cpu.deduplicate(i, Protected::Host(v), baseline, false).unwrap();
+        let want = cpu.serialize(&mut d, v).unwrap().parts().concat();
+        let cp = dev.checkpoint(i, Protected::Host(v), baseline).unwrap();
+        assert_eq!(dev.file_vec(&cp).unwrap(), want, "version {i}: the GPU file differs");
+        let shifts = d.diff.shift.len();
+        if keep {
+            cpu.commit(d).unwrap();
+            dev.commit().unwrap();
+        } else {
+            cpu.rollback().unwrap();
+            dev.rollback().unwrap();
+        }
+        hits.push((dev.bounds_hit(), shifts));
+        assert_eq!(dev.bounds_hit(), cpu.bounds_hit(), "version {i}");
+        assert_eq!(dev.record_entries(), cpu.record_entries(), "version {i}");
     }
+    // Committed counts: the baseline stored whole, no restart committed
+    // (the restarting try was dropped; the record was empty for the retry).
     let b = |record_restarts, stored_whole| dckpt::dedup::BoundsHit { record_restarts, stored_whole };
-    assert_eq!(hits, vec![(b(0, 1), 0), (b(0, 0), 0), (b(1, 0), 0), (b(0, 0), 1)]);
+    let counts: Vec<_> = hits.iter().map(|h| h.0).collect();
+    assert_eq!(counts, vec![b(0, 1), b(0, 1), b(0, 1), b(0, 1), b(0, 1)]);
+    assert_eq!(hits.iter().map(|h| h.1).collect::<Vec<_>>(), vec![0, 0, 0, 0, 1]);
 }
 
 #[test]

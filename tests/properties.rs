@@ -294,3 +294,40 @@ fn a_full_record_restarts_and_an_oversized_version_is_stored_whole() {
     assert_eq!(state.bounds_hit, b(1, 1));
     assert_eq!(state.record.len(), 15);
 }
+
+/// A version that restarted the record and is then dropped (its write
+/// failed) leaves the CPU backend without a record, as the GPU's table is
+/// (cleared at the restart): both backends keep writing the same files.
+#[test]
+fn a_dropped_record_restart_forgets_the_record() {
+    use dckpt::backend::Backend;
+    use dckpt::memory::Protected;
+    let cs = 64;
+    let v1 = noise(64 * cs, 1);
+    let mut v2 = v1.clone();
+    v2[..8 * cs].copy_from_slice(&noise(8 * cs, 2));
+    let mut v3 = v2.clone();
+    v3[32 * cs..40 * cs].copy_from_slice(&noise(8 * cs, 3));
+    let layout = Layout::new(v1.len() as u64, cs as u32).unwrap();
+    let limits = dckpt::dedup::Limits { record_entries: 20, ..dckpt::dedup::Limits::UNLIMITED };
+    let state = DedupState::new(layout, HashAlgo::Murmur3, 0).with_limits(limits);
+    let mut cpu = dckpt::backend::cpu::CpuBackend::new(state, Method::Tree);
+    for (i, v) in [(1u64, &v1), (2, &v2)] {
+        let d = cpu.deduplicate(i, Protected::Host(v), i == 1, false).unwrap();
+        cpu.commit(d).unwrap();
+    }
+    assert_eq!(cpu.record_entries(), 15);
+    let d = cpu.deduplicate(3, Protected::Host(&v3), false, false).unwrap();
+    assert!(!d.diff.dense);
+    cpu.rollback().unwrap();
+    assert_eq!(cpu.record_entries(), 0, "the dropped restart took the record with it");
+    // A version that did not restart keeps the record when it is dropped.
+    let d = cpu.deduplicate(3, Protected::Host(&v3), false, false).unwrap();
+    cpu.commit(d).unwrap();
+    assert_eq!(cpu.record_entries(), 15);
+    let mut v4 = v3.clone();
+    v4[48 * cs..50 * cs].copy_from_slice(&noise(2 * cs, 4)); // 3 more entries: they fit
+    let _ = cpu.deduplicate(4, Protected::Host(&v4), false, false).unwrap();
+    cpu.rollback().unwrap();
+    assert_eq!(cpu.record_entries(), 15);
+}

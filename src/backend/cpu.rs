@@ -16,12 +16,22 @@ use std::any::Any;
 pub struct CpuBackend {
     state: DedupState,
     method: Method,
+    /// The pending version restarted the record: dropping it forgets the
+    /// record, as on the GPU (whose table is cleared at once, `dedup::limits`).
+    restart_pending: bool,
 }
 
 impl CpuBackend {
+    /// Forgets the record if the version left pending restarted it.
+    fn forget_restarted(&mut self) {
+        if std::mem::take(&mut self.restart_pending) {
+            self.state.record.clear();
+        }
+    }
+
     /// A backend continuing from `state` with `method`.
     pub fn new(state: DedupState, method: Method) -> Self {
-        CpuBackend { state, method }
+        CpuBackend { state, method, restart_pending: false }
     }
 }
 
@@ -74,7 +84,9 @@ impl Backend for CpuBackend {
         let Protected::Host(data) = input else {
             return Err(Error::InvalidOption("device memory needs the CUDA backend".into()));
         };
+        self.forget_restarted();
         let outcome = self.method.deduplicator().deduplicate(&self.state, &DedupInput { data, version, baseline })?;
+        self.restart_pending = outcome.pending.bounds().record_restarts > 0;
         Ok(Deduplicated { diff: outcome.diff, pending: Box::new(CpuPending(outcome.pending, None)), gpu: None })
     }
 
@@ -107,11 +119,13 @@ impl Backend for CpuBackend {
     fn commit(&mut self, version: Deduplicated) -> Result<()> {
         let pending = version.pending.into_any().downcast::<CpuPending>().map_err(|_| foreign())?;
         self.state.commit(pending.0);
+        self.restart_pending = false;
         Ok(())
     }
 
     fn rollback(&mut self) -> Result<()> {
-        // Nothing changed before commit.
+        // Nothing changed before commit, but a dropped record restart.
+        self.forget_restarted();
         Ok(())
     }
 

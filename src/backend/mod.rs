@@ -7,8 +7,11 @@
 //! backend's pending state, [`PendingVersion`]), let the collective layer
 //! give regions away, serialize it, then [`Backend::commit`] it once its
 //! files are durable or [`Backend::rollback`] it. Both take the same inputs
-//! ([`Protected`]), keep the same record and write byte-identical files; the
-//! GPU test program (`tests/gpu.rs`) checks it.
+//! ([`Protected`]), keep the same record and write byte-identical files
+//! under the same bounds ([`budget`]: the CUDA backend's device budget
+//! bounds its state; the CPU engine is unbounded unless given the same
+//! `crate::dedup::Limits`, and the two differ only where a bound binds);
+//! the GPU test program (`tests/gpu.rs`) checks it.
 
 pub mod budget;
 pub mod cpu;

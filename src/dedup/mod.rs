@@ -5,7 +5,9 @@
 //! returns an [`Outcome`]: the [`Diff`] to write and the [`Pending`] state
 //! changes that become real only after the diff is durable
 //! ([`DedupState::commit`]). A failed write therefore leaves the state as it
-//! was, and the next checkpoint de-duplicates against committed data only.
+//! was (but a version that restarted a full record, [`limits`]: its backend
+//! forgets the record, as the GPU's must), and the next checkpoint
+//! de-duplicates against committed data only.
 
 mod entries;
 mod leaves;

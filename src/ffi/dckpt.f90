@@ -3,14 +3,16 @@
 !   use dckpt
 !   type(c_ptr) :: ck
 !   ierr = dckpt_init(MPI_COMM_WORLD, "", ck)            ! "" = defaults + DCKPT_<KEY> environment
-!   ierr = dckpt_protect(ck, 0, c_loc(u), int(size(u) * 8, c_size_t), DCKPT_HOST)
+!   ierr = dckpt_protect(ck, 0, c_loc(u), int(size(u), c_size_t) * 8, DCKPT_HOST)
 !   ierr = dckpt_checkpoint(ck, "heat", step)
 !   ierr = dckpt_latest(ck, "heat", version)             ! 0: none
 !   ierr = dckpt_restart(ck, "heat", version)
 !   ierr = dckpt_finalize(ck)
 !
 ! Every function returns DCKPT_OK (0) or an error code; dckpt_error_message()
-! gives the last message. Protected arrays must have the TARGET attribute
+! gives the last message. init, checkpoint, latest, restart, wait and
+! finalize are collective: every rank calls them, in the same order. With
+! mpi_f08, pass comm%MPI_VAL. Protected arrays must have the TARGET attribute
 ! and stay allocated while they are protected. Compile this file with the
 ! program (mpifort src/ffi/dckpt.f90 prog.f90 -Ltarget/release -ldckpt).
 module dckpt
@@ -153,7 +155,7 @@ contains
         dckpt_restart = c_restart(handle, c_text(name), version)
     end function
 
-    !> Waits until `version` of `name` is durable on every tier of this rank.
+    !> Waits until `version` of `name` is durable on every tier of every rank (collective).
     integer(c_int) function dckpt_wait(handle, name, version)
         type(c_ptr), intent(in) :: handle
         character(len=*), intent(in) :: name

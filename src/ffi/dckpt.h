@@ -191,7 +191,8 @@ int dckpt_latest(struct DckptRuntime *h, const char *name, uint64_t *version);
 int dckpt_restart(struct DckptRuntime *h, const char *name, uint64_t version);
 
 /**
- * Waits until version `version` of `name` is durable on every tier of this rank.
+ * Waits until version `version` of `name` is durable on every tier of
+ * every rank (collective).
  *
  * # Safety
  * `h` is a live handle; `name` a NUL-terminated string.

@@ -14,8 +14,9 @@
 //!   the calling thread's last message. A bad argument (a NULL pointer,
 //!   text that is not UTF-8) is [`DCKPT_ERR_INVALID_OPTION`]; a panic is
 //!   caught at the boundary and returned as [`DCKPT_ERR_INTERNAL`].
-//! - The collective functions (init, checkpoint, latest, restart, finalize)
-//!   must be called by every rank of the communicator, in the same order.
+//! - The collective functions (init, checkpoint, latest, restart, wait,
+//!   finalize) must be called by every rank of the communicator, in the
+//!   same order; each succeeds on every rank or fails on every rank.
 #![allow(unsafe_code)] // the C boundary: raw pointers in, checked before use
 
 use crate::config::Config;
@@ -120,7 +121,9 @@ unsafe fn runtime<'a>(h: *mut DckptRuntime) -> Result<&'a mut Runtime> {
     unsafe { h.as_mut() }.map(|h| &mut h.rt).ok_or_else(|| Error::InvalidOption("the runtime handle is NULL".into()))
 }
 
-/// Makes a runtime over a duplicate of `raw` (which stays the caller's).
+/// Makes a runtime over a duplicate of `raw` (which stays the caller's):
+/// the duplicate first (collective), then the configuration, agreed by
+/// every rank, so that a file missing on one node fails every rank.
 ///
 /// # Safety
 /// As for [`dckpt_init`].
@@ -129,24 +132,36 @@ unsafe fn init_with(raw: mpi::ffi::MPI_Comm, config: *const c_char, out: *mut *m
         if out.is_null() {
             return Err(Error::InvalidOption("the output handle pointer is NULL".into()));
         }
-        let config = if config.is_null() {
-            Config::load(None)?
-        } else {
-            // SAFETY: a NUL-terminated string per dckpt_init's contract.
-            Config::load(Some(Path::new(unsafe { text(config, "the configuration path") }?)))?
-        };
         // SAFETY: reading the value of a constant MPI handle.
-        let mut dup = unsafe { mpi::ffi::RSMPI_COMM_NULL };
-        // SAFETY: `raw` is a live communicator per the caller's contract;
-        // `dup` receives a new handle.
+        let (null, mut dup) = unsafe { (mpi::ffi::RSMPI_COMM_NULL, mpi::ffi::RSMPI_COMM_NULL) };
+        if raw == null {
+            return Err(Error::InvalidOption("the communicator is MPI_COMM_NULL".into()));
+        }
+        let mut inter: c_int = 0;
+        // SAFETY: `raw` is a live communicator per the caller's contract
+        // (under MPI's default error handler a bad one aborts the job);
+        // `inter` and `dup` receive plain values.
+        let rc = unsafe { mpi::ffi::MPI_Comm_test_inter(raw, &mut inter) };
+        if rc != mpi::ffi::MPI_SUCCESS as c_int || inter != 0 {
+            return Err(Error::InvalidOption("the communicator is not an intra-communicator".into()));
+        }
+        // SAFETY: as above.
         let rc = unsafe { mpi::ffi::MPI_Comm_dup(raw, &mut dup) };
         if rc != mpi::ffi::MPI_SUCCESS as c_int {
             return Err(Error::Collective(format!("MPI_Comm_dup of the given communicator failed (code {rc})")));
         }
-        // SAFETY: `dup` is a live intra-communicator this function owns (a
-        // duplicate: neither MPI_COMM_WORLD nor MPI_COMM_SELF), freed when
-        // `comm` drops; the runtime keeps a duplicate of its own.
+        // SAFETY: `dup` is a live intra-communicator (checked above) this
+        // function owns (a duplicate: neither MPI_COMM_WORLD nor
+        // MPI_COMM_SELF), freed when `comm` drops; the runtime keeps a
+        // duplicate of its own.
         let comm = unsafe { SimpleCommunicator::from_raw(dup) };
+        let config = if config.is_null() {
+            Config::load(None)
+        } else {
+            // SAFETY: a NUL-terminated string per dckpt_init's contract.
+            unsafe { text(config, "the configuration path") }.and_then(|path| Config::load(Some(Path::new(path))))
+        };
+        let config = crate::collective::mpi::all_agree(&comm, "loading the configuration", 0, config)?;
         let rt = Runtime::init(&comm, config);
         // SAFETY: `out` is non-NULL and writable per the caller's contract.
         unsafe { *out = Box::into_raw(Box::new(DckptRuntime { rt })) };
@@ -179,7 +194,9 @@ pub unsafe extern "C" fn dckpt_init(
 /// As for [`dckpt_init`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dckpt_init_f(comm: c_int, config_path: *const c_char, out: *mut *mut DckptRuntime) -> c_int {
-    // SAFETY: MPI_Comm_f2c converts any Fortran handle (an invalid one gives MPI_COMM_NULL).
+    // SAFETY: MPI_Comm_f2c only converts the handle (MPI_COMM_NULL stays
+    // null, checked in init_with); a handle that names no communicator is
+    // outside dckpt_init's contract.
     let raw = unsafe { mpi::ffi::RSMPI_Comm_f2c(comm) };
     // SAFETY: the caller's contract is init_with's.
     unsafe { init_with(raw, config_path, out) }
@@ -279,7 +296,8 @@ pub unsafe extern "C" fn dckpt_restart(h: *mut DckptRuntime, name: *const c_char
     })
 }
 
-/// Waits until version `version` of `name` is durable on every tier of this rank.
+/// Waits until version `version` of `name` is durable on every tier of
+/// every rank (collective).
 ///
 /// # Safety
 /// `h` is a live handle; `name` a NUL-terminated string.

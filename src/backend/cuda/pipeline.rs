@@ -734,6 +734,13 @@ impl GpuDedup {
             }
             self.pending = Some(version32);
             self.pending_dense = true;
+            if !emit {
+                // A rebuild: the record restarts empty; no file, no version to count.
+                self.pending_bounds = BoundsHit::default();
+                st.synchronize().map_err(cuda_err)?;
+                let timings = timings(&e0, &e1, &e1, &e1)?;
+                return Ok(Step::Done(Computed { prefix_len: 0, data_start: 0, data_len: 0, timings }));
+            }
             return self.prepare_whole(version, data_ptr, [e0, e1]).map(Step::Prepared);
         };
         let e2 = ev(&st)?;
