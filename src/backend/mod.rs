@@ -234,9 +234,19 @@ pub trait FileSink {
     fn put(&mut self, parts: &[&[u8]], sealed: bool) -> Result<()>;
 
     /// Takes a file of `len` bytes that `fill` writes into the sink's
-    /// buffers (consecutive slices totalling `len` bytes).
-    fn fill(&mut self, len: usize, sealed: bool, fill: &mut dyn FnMut(&mut [&mut [u8]]) -> Result<()>) -> Result<()>;
+    /// buffers (consecutive slices totalling `len` bytes). `fill` may
+    /// return before the bytes are there (a device copy still running): it
+    /// then returns the [`Ready`] wait, which the sink runs before anything
+    /// reads or reuses the buffers.
+    fn fill(&mut self, len: usize, sealed: bool, fill: &mut Fill<'_>) -> Result<()>;
 }
+
+/// Waits until the bytes a [`FileSink::fill`] started writing are there.
+pub type Ready = Box<dyn FnOnce() -> Result<()> + Send>;
+
+/// What [`FileSink::fill`] runs: writes (or starts writing) the file into
+/// the buffers; `Some(ready)` while the writing goes on.
+pub type Fill<'a> = dyn FnMut(&mut [&mut [u8]]) -> Result<Option<Ready>> + 'a;
 
 /// The sink of [`Backend::checkpoint_into`].
 pub type Sink<'a> = &'a mut dyn FileSink;

@@ -11,9 +11,10 @@
 //! the device copies each diff into them directly ([`HostCache::store_with`]),
 //! with no host copy after the D2H.
 
+use crate::backend::{Fill, Ready};
 use crate::memory::{HeapSegment, Segment, SegmentAlloc};
 use crate::{Error, Result};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Bytes per segment.
@@ -45,21 +46,47 @@ impl Pool {
 }
 
 /// A diff file held in cache segments; its segments go back to the cache
-/// when it is dropped.
-#[derive(Debug)]
+/// when it is dropped. A file a device is still copying in carries the
+/// wait for it ([`Cached::ready`]): every reader waits first, and so does
+/// the drop, before the segments can be lent again.
 pub struct Cached {
     segments: Vec<Segment>,
     len: usize,
     pool: Arc<Pool>,
+    gate: Mutex<Option<Ready>>,
+    arrived: OnceLock<std::result::Result<(), String>>,
+}
+
+impl std::fmt::Debug for Cached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cached").field("len", &self.len).field("segments", &self.segments.len()).finish()
+    }
 }
 
 impl Drop for Cached {
     fn drop(&mut self) {
+        // A copy still running must end before the segments are lent again.
+        let _ = self.ready();
         self.pool.put(std::mem::take(&mut self.segments));
     }
 }
 
 impl Cached {
+    /// Waits until the file's bytes are all there (at once for a file
+    /// copied in on the host); an error if the copy failed (every call
+    /// after says so too). Call before reading.
+    pub fn ready(&self) -> Result<()> {
+        let gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(wait) = gate {
+            let outcome = wait().map_err(|e| e.to_string());
+            let _ = self.arrived.set(outcome);
+        }
+        match self.arrived.get() {
+            Some(Err(e)) => Err(Error::Gpu(format!("the copy of a diff into the host cache failed: {e}"))),
+            _ => Ok(()),
+        }
+    }
+
     /// The file's length.
     pub fn len(&self) -> usize {
         self.len
@@ -198,11 +225,7 @@ impl HostCache {
     /// segments (given as consecutive slices totalling `len` bytes); waits
     /// while the cache is full. The cached file and the time spent waiting;
     /// on an error the segments go back.
-    pub fn store_with(
-        &self,
-        len: usize,
-        fill: &mut dyn FnMut(&mut [&mut [u8]]) -> Result<()>,
-    ) -> Result<(Cached, Duration)> {
+    pub fn store_with(&self, len: usize, fill: &mut Fill<'_>) -> Result<(Cached, Duration)> {
         let (mut cached, waited) = self.take(len)?;
         let mut left = len;
         let mut slices: Vec<&mut [u8]> = cached
@@ -214,9 +237,10 @@ impl HostCache {
                 &mut s.bytes_mut()[..n]
             })
             .collect();
-        fill(&mut slices)?;
+        let ready = fill(&mut slices)?;
         drop(slices);
         cached.len = len;
+        cached.gate = Mutex::new(ready);
         Ok((cached, waited))
     }
 
@@ -236,7 +260,9 @@ impl HostCache {
         }
         let at = free.len() - need;
         let segments: Vec<Segment> = free.drain(at..).collect();
-        Ok((Cached { segments, len: 0, pool: Arc::clone(&self.pool) }, t.elapsed()))
+        let cached =
+            Cached { segments, len: 0, pool: Arc::clone(&self.pool), gate: Mutex::new(None), arrived: OnceLock::new() };
+        Ok((cached, t.elapsed()))
     }
 }
 
@@ -284,7 +310,7 @@ mod tests {
                     s.copy_from_slice(&bytes[at..at + s.len()]);
                     at += s.len();
                 }
-                Ok(())
+                Ok(None)
             })
             .expect("store");
         let mut back = Vec::new();
@@ -295,5 +321,52 @@ mod tests {
         assert!(failed.is_err());
         assert_eq!(cache.in_use(), 0, "the segments went back");
         assert_eq!(cache.pinned_bytes(), 0);
+    }
+
+    #[test]
+    fn a_file_still_being_copied_in_is_waited_for_before_reads_and_before_its_segments_go_back() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let cache = HostCache::new(2 * SEGMENT_BYTES as u64).expect("cache");
+        let waits = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&waits);
+        let (c, _) = cache
+            .store_with(100, &mut |_| {
+                let counted = Arc::clone(&counted);
+                Ok(Some(Box::new(move || {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                })))
+            })
+            .expect("store");
+        assert_eq!(waits.load(Ordering::SeqCst), 0, "nothing waits before a reader");
+        c.ready().expect("ready");
+        c.ready().expect("ready again");
+        assert_eq!(waits.load(Ordering::SeqCst), 1, "the wait runs once");
+        drop(c);
+        // Dropped unread: the wait runs before the segments are lent again.
+        let counted = Arc::clone(&waits);
+        let (c, _) = cache
+            .store_with(100, &mut |_| {
+                let counted = Arc::clone(&counted);
+                Ok(Some(Box::new(move || {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    Err(Error::Gpu("copy failed".into()))
+                })))
+            })
+            .expect("store");
+        assert!(c.ready().is_err() && c.ready().is_err(), "a failed copy stays failed");
+        drop(c);
+        let (c, _) = cache
+            .store_with(100, &mut |_| {
+                let counted = Arc::clone(&waits);
+                Ok(Some(Box::new(move || {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                })))
+            })
+            .expect("store");
+        drop(c);
+        assert_eq!(waits.load(Ordering::SeqCst), 3);
+        assert_eq!(cache.in_use(), 0, "the segments went back");
     }
 }

@@ -295,6 +295,8 @@ impl Worker {
         let mut retained = None;
         let entry: VersionEntry = match &job.source {
             Source::Cache(c) => {
+                // A device may still be copying the file in.
+                c.ready()?;
                 // The file to write: the cached bytes, rewritten where regions
                 // were given away (a sealed file), then compressed if asked.
                 let rewritten = match &job.rewrite {

@@ -703,7 +703,7 @@ impl crate::backend::FileSink for CacheSink<'_> {
         Ok(())
     }
 
-    fn fill(&mut self, len: usize, sealed: bool, fill: &mut dyn FnMut(&mut [&mut [u8]]) -> Result<()>) -> Result<()> {
+    fn fill(&mut self, len: usize, sealed: bool, fill: &mut crate::backend::Fill<'_>) -> Result<()> {
         crate::failpoint::hit("checkpoint.deduplicated");
         let t1 = Instant::now();
         let (cached, waited) = self.cache.store_with(len, fill)?;

@@ -110,6 +110,9 @@ impl Overlay {
 
 /// The trailer of an in-flight file (computed if it was handed over unsealed).
 fn trailer_of(f: &InFlight) -> Result<[u8; 32]> {
+    // A device may still be copying the file in; every read of it from the
+    // overlay comes after this.
+    f.cached.ready()?;
     if f.sealed {
         return f.cached.trailer().ok_or_else(|| Error::Internal("a cached file shorter than its trailer".into()));
     }

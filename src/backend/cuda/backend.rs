@@ -3,7 +3,6 @@
 //! single-rank path), or is copied to host memory for the collective step,
 //! which reads its FIRST bytes and may rewrite it.
 
-use super::pipeline::Dest;
 use super::{GpuDedup, StoredRun, cuda_err};
 use crate::backend::{Backend, BackendKind, Deduplicated, DiffBytes, PendingVersion, Sink, foreign};
 use crate::diff::Diff;
@@ -239,8 +238,9 @@ impl Backend for CudaBackend {
         let dev = &mut self.dev;
         let handed = sink.fill(len, false, &mut |bufs| {
             let p = slot.take().ok_or_else(|| Error::Internal("a file was filled twice".into()))?;
-            timings = Some(dev.finish(p, Dest::Buffers(bufs))?.timings);
-            Ok(())
+            let (computed, ready) = dev.finish_async(p, bufs)?;
+            timings = Some(computed.timings);
+            Ok(ready)
         });
         if let Err(e) = handed {
             self.dev.rollback()?;

@@ -314,6 +314,9 @@ pub struct GpuDedup {
     pending_bounds: BoundsHit,
     bounds_hit: BoundsHit,
     table_entries: u64,
+    /// `table_entries` predates a commit whose count is still on the
+    /// device (commit does not wait for the stream).
+    entries_stale: bool,
 }
 
 impl GpuDedup {
@@ -404,6 +407,7 @@ impl GpuDedup {
             pending_bounds: BoundsHit::default(),
             bounds_hit: BoundsHit::default(),
             table_entries: 0,
+            entries_stale: false,
             level_off,
             level_len,
             gpu,
@@ -425,9 +429,13 @@ impl GpuDedup {
         &self.gpu
     }
 
-    /// Entries in the device record.
+    /// Entries in the device record (after a commit, read off the device:
+    /// this waits for the stream).
     pub fn record_entries(&self) -> u64 {
-        self.table_entries
+        match self.entries_stale.then(|| self.gpu.stream.clone_dtoh(&self.table.stats)) {
+            Some(Ok(stats)) => stats[0],
+            _ => self.table_entries,
+        }
     }
 
     /// Bytes of device memory the record table occupies.
@@ -478,7 +486,7 @@ impl GpuDedup {
         // The upload buffer was for the restored bytes; applications that
         // checkpoint device buffers never need it.
         self.staging = None;
-        if !self.method.uses_record() || self.table_entries == 0 {
+        if !self.method.uses_record() || self.record_entries() == 0 {
             return Ok(());
         }
         self.locate_entries(latest, runs)
@@ -523,6 +531,7 @@ impl GpuDedup {
     fn read_table_stats(&mut self) -> Result<(u64, bool)> {
         let stats = self.gpu.stream.clone_dtoh(&self.table.stats).map_err(cuda_err)?;
         self.table_entries = stats[0];
+        self.entries_stale = false;
         Ok((stats[0], stats[1] as u32 != 0))
     }
 
@@ -812,6 +821,46 @@ impl GpuDedup {
         })
     }
 
+    /// [`GpuDedup::finish`] into host buffers without waiting for the copy,
+    /// when the file lies in dckpt's own device memory (the output buffer):
+    /// waits for the kernels (the input may change once this returns),
+    /// starts the D2H and returns the wait for it, which must run before the
+    /// buffers are read or reused (the stream's next launches follow the
+    /// copy). A file that reads the input (a version stored whole) is copied
+    /// before this returns (`None`).
+    pub(crate) fn finish_async(
+        &mut self,
+        p: Prepared,
+        bufs: &mut [&mut [u8]],
+    ) -> Result<(Computed, Option<crate::backend::Ready>)> {
+        let out = ptr(&self.out, &self.gpu);
+        if p.pieces.iter().any(|piece| !matches!(piece, Piece::Device(at, _) if *at == out)) {
+            return Ok((self.finish(p, Dest::Buffers(bufs))?, None));
+        }
+        let st = self.gpu.stream.clone();
+        let [e0, e1, e2] = &p.events;
+        e2.synchronize().map_err(cuda_err)?;
+        let started = emit(&st, &p.pieces, bufs).and_then(|()| {
+            st.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC)).map_err(cuda_err)
+        });
+        let done = match started {
+            Ok(done) => done,
+            Err(e) => {
+                // Nothing may still write into buffers the caller takes back.
+                let _ = st.synchronize();
+                return Err(e);
+            }
+        };
+        let computed = Computed {
+            prefix_len: p.prefix_len,
+            data_start: p.data_start,
+            data_len: p.data_len,
+            // The D2H overlaps the application: not part of the call.
+            timings: timings(e0, e1, e2, e2)?,
+        };
+        Ok((computed, Some(Box::new(move || done.synchronize().map_err(cuda_err)))))
+    }
+
     /// Forgets all history (a new method or a fresh start).
     pub fn reset(&mut self, method: Method) -> Result<()> {
         self.pending = None;
@@ -825,6 +874,7 @@ impl GpuDedup {
         st.memset_zeros(&mut self.table.slots).map_err(cuda_err)?;
         st.memset_zeros(&mut self.table.stats).map_err(cuda_err)?;
         self.table_entries = 0;
+        self.entries_stale = false;
         Ok(())
     }
 
@@ -839,6 +889,7 @@ impl GpuDedup {
         stats[1] = 0;
         self.gpu.stream.memcpy_htod(&stats, &mut self.table.stats).map_err(cuda_err)?;
         self.table_entries = stats[0];
+        self.entries_stale = false;
         Ok(())
     }
 
@@ -910,7 +961,10 @@ impl GpuDedup {
         // SAFETY: kernel signature matches; buffers are owned by self.
         unsafe { b.launch(self.grid_stride()) }.map_err(cuda_err)?;
         self.has_prev = true;
-        self.read_table_stats()?;
+        // The count is read when asked for (record_entries) or by the next
+        // version: the application does not wait for the stream here (a
+        // file may still be on its way to the host).
+        self.entries_stale = true;
         Ok(())
     }
 
@@ -1040,6 +1094,7 @@ impl GpuDedup {
         let limits = self.plan.limits();
         let stats = st.clone_dtoh(&self.table.stats).map_err(cuda_err)?;
         self.table_entries = stats[0];
+        self.entries_stale = false;
         if stats[1] as u32 != 0 || limits.record_overflows(stats[0]) {
             return Ok(Run::Overflow);
         }
