@@ -38,3 +38,7 @@ scripts/heat-restart.sh 4 target/release/examples/heat
 # The C and Fortran heat examples through the C ABI: killed, restarted, same plate.
 echo "restart tests: the heat example in C and Fortran, 2 ranks"
 scripts/c-fortran-restart.sh 2
+
+# The replicated-data example: the table stored once for all ranks; killed, restarted, same data.
+echo "restart tests: the replicated-data example, 3 ranks"
+scripts/replicated-restart.sh 3 target/release/examples/replicated

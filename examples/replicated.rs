@@ -1,0 +1,167 @@
+//! A replicated-data application: every rank holds the same large table
+//! (think of a lookup table, a mesh or a dictionary every process keeps a
+//! copy of) beside a small state of its own, and checkpoints both through
+//! the runtime. The collective step stores each of the table's regions once
+//! for all ranks (one owner; the others reference it), so the job stores
+//! about one table, not one per rank.
+//!
+//! ```text
+//! mpirun -np 4 target/release/examples/replicated [--steps 60] [--every 10] [--table 4M]
+//!        [--local 64K] [--dir target/replicated] [--crash-at STEP]
+//! ```
+//!
+//! Every step changes a few KiB of the table (the same change on every
+//! rank) and of each rank's own state; every `every` steps the runtime
+//! checkpoints the table, the state and the step counter. At start the run
+//! restarts from the newest checkpoint every rank has. Rank 0 prints what
+//! the checkpoints stored against what they protected, and a digest of the
+//! final data: a run killed with `--crash-at` (rank `size - 1` aborts at that
+//! step) and started again prints the digest of a run never interrupted.
+// Protecting memory by address is `unsafe`: the runtime reads and writes the
+// regions during its calls.
+#![allow(unsafe_code)]
+
+use dckpt::config::{Bytes, Config};
+use dckpt::runtime::{Region, Runtime};
+use mpi::traits::*;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Command-line settings.
+struct Args {
+    steps: u64,
+    every: u64,
+    table: usize,
+    local: usize,
+    dir: PathBuf,
+    crash_at: Option<u64>,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut a =
+        Args { steps: 60, every: 10, table: 4 << 20, local: 64 << 10, dir: "target/replicated".into(), crash_at: None };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let num = || value.parse::<u64>().map_err(|_| format!("{flag}: '{value}' is not a number"));
+        let size = || dckpt::generate::parse_size(&value).map(|n| n as usize).map_err(|e| format!("{flag}: {e}"));
+        match flag.as_str() {
+            "--steps" => a.steps = num()?,
+            "--every" => a.every = num()?.max(1),
+            "--table" => a.table = size()?.max(4096),
+            "--local" => a.local = size()?.max(4096),
+            "--dir" => a.dir = PathBuf::from(&value),
+            "--crash-at" => a.crash_at = Some(num()?),
+            _ => return Err(format!("unknown option {flag}")),
+        }
+    }
+    Ok(a)
+}
+
+fn main() -> ExitCode {
+    let Some(universe) = mpi::initialize() else {
+        eprintln!("replicated: MPI could not be initialized");
+        return ExitCode::FAILURE;
+    };
+    let world = universe.world();
+    let code = match parse().map_err(dckpt::Error::InvalidOption).and_then(|a| run(&world, &a)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("replicated: rank {}: {e}", world.rank());
+            ExitCode::FAILURE
+        }
+    };
+    drop(universe);
+    code
+}
+
+/// xorshift64*: the same bytes on every machine.
+fn fill(buf: &mut [u8], seed: u64) {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    for chunk in buf.chunks_mut(8) {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        let v = x.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes();
+        chunk.copy_from_slice(&v[..chunk.len()]);
+    }
+}
+
+/// Step `step`'s change: 4 KiB of `buf` at a place that depends on the step and `salt`.
+fn change(buf: &mut [u8], step: u64, salt: u64) {
+    let span = 4096.min(buf.len());
+    let at = ((step.wrapping_mul(7919).wrapping_add(salt * 104_729)) as usize % (buf.len() / span)) * span;
+    fill(&mut buf[at..at + span], step * 1000 + salt);
+}
+
+fn run(world: &impl Communicator, a: &Args) -> dckpt::Result<()> {
+    let (rank, size) = (world.rank(), world.size());
+    let config = Config {
+        scratch: Some(a.dir.join("scratch")),
+        persistent: Some(a.dir.join("persistent")),
+        host_cache_size: Bytes(64 << 20),
+        max_chain: Some(8),
+        ..Config::default()
+    }
+    .with_env()?;
+    let mut table = vec![0u8; a.table];
+    fill(&mut table, 1); // the same on every rank
+    let mut local = vec![0u8; a.local];
+    fill(&mut local, 1000 + rank as u64);
+    let mut step = [0u64; 1];
+    let mut rt = Runtime::init(world, config);
+    // SAFETY: the three buffers outlive every runtime call, are never
+    // reallocated, and nothing touches them while one runs.
+    unsafe {
+        rt.protect(0, Region::host(&mut table))?;
+        rt.protect(1, Region::host(&mut local))?;
+        rt.protect(2, Region::Host { ptr: step.as_mut_ptr().cast(), len: 8 })?;
+    }
+    if let Some(v) = rt.latest("replicated")? {
+        rt.restart("replicated", v)?;
+        if rank == 0 {
+            println!("replicated: restarted from the checkpoint of step {}", step[0]);
+        }
+    }
+    let (mut stored, mut protected, mut referenced) = (0u64, 0u64, 0u64);
+    while step[0] < a.steps {
+        if a.crash_at == Some(step[0]) && rank == size - 1 {
+            std::process::abort(); // what SIGKILL leaves
+        }
+        change(&mut table, step[0], 0);
+        change(&mut local, step[0], 1 + rank as u64);
+        step[0] += 1;
+        if step[0] % a.every == 0 {
+            let r = rt.checkpoint("replicated", step[0])?;
+            stored += r.checkpoint.file_bytes;
+            referenced += r.bytes_referenced;
+            protected += (table.len() + local.len() + 8) as u64;
+        }
+    }
+    rt.finalize()?;
+    let mine = [stored, protected, referenced];
+    let mut sums = [0u64; 3];
+    world.all_reduce_into(&mine[..], &mut sums[..], mpi::collective::SystemOperation::sum());
+    // The digest: the table (the same everywhere, checked) and every rank's state.
+    let digest = *blake3::hash(&[table.as_slice(), local.as_slice()].concat()).as_bytes();
+    let mut all = vec![0u8; 32 * size as usize];
+    world.all_gather_into(&digest[..], &mut all[..]);
+    let table_digest = blake3::hash(&table);
+    let mut tables = vec![0u8; 32 * size as usize];
+    world.all_gather_into(table_digest.as_bytes(), &mut tables[..]);
+    if tables.chunks(32).any(|d| d != table_digest.as_bytes()) {
+        return Err(dckpt::Error::Internal("the ranks' tables differ".into()));
+    }
+    if rank == 0 {
+        let [stored, protected, referenced] = sums;
+        println!(
+            "replicated: {size} ranks, table {} B + state {} B each; this run's checkpoints stored {stored} of \
+             {protected} protected bytes ({:.3}), {referenced} bytes referenced across ranks instead of stored",
+            a.table,
+            a.local,
+            stored as f64 / protected.max(1) as f64
+        );
+        println!("replicated: {size} ranks, {} steps, digest {}", a.steps, blake3::hash(&all).to_hex());
+    }
+    Ok(())
+}
