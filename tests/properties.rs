@@ -263,23 +263,29 @@ proptest! {
     }
 }
 
-/// The bounds' two answers, each hit on purpose: a record that would
-/// overfill restarts (the version still de-duplicates against itself), and
-/// a version whose own entries exceed the bound is stored whole.
-#[test]
-fn a_full_record_restarts_and_an_oversized_version_is_stored_whole() {
+/// Three versions of 64 chunks of 64 B (version 2 rewrites 8 chunks,
+/// version 3 rewrites 8 others) and a state whose record has room for one
+/// incremental version's entries (8 leaves + 7 inner nodes of Tree) but not
+/// for two, nor for a baseline's 127.
+fn bounded_versions() -> (usize, [Vec<u8>; 3], DedupState) {
     let cs = 64;
     let v1 = noise(64 * cs, 1);
-    // Version 2 rewrites 8 chunks; version 3 rewrites 8 others.
     let mut v2 = v1.clone();
     v2[..8 * cs].copy_from_slice(&noise(8 * cs, 2));
     let mut v3 = v2.clone();
     v3[32 * cs..40 * cs].copy_from_slice(&noise(8 * cs, 3));
     let layout = Layout::new(v1.len() as u64, cs as u32).unwrap();
-    // Room for one incremental version's entries (8 leaves + 7 inner
-    // nodes of Tree) but not for two, nor for a baseline's 127.
     let limits = dckpt::dedup::Limits { record_entries: 20, ..dckpt::dedup::Limits::UNLIMITED };
-    let mut state = DedupState::new(layout, HashAlgo::Murmur3, 0).with_limits(limits);
+    (cs, [v1, v2, v3], DedupState::new(layout, HashAlgo::Murmur3, 0).with_limits(limits))
+}
+
+/// The bounds' two answers, each hit on purpose: a record that would
+/// overfill restarts (the version still de-duplicates against itself), and
+/// a version whose own entries exceed the bound is stored whole.
+#[test]
+fn a_full_record_restarts_and_an_oversized_version_is_stored_whole() {
+    let (cs, [v1, v2, v3], state) = bounded_versions();
+    let mut state = state;
     let mut kinds = Vec::new();
     for (i, v) in [&v1, &v2, &v3].into_iter().enumerate() {
         let input = DedupInput { data: v, version: i as u64 + 1, baseline: i == 0 };
@@ -302,15 +308,7 @@ fn a_full_record_restarts_and_an_oversized_version_is_stored_whole() {
 fn a_dropped_record_restart_forgets_the_record() {
     use dckpt::backend::Backend;
     use dckpt::memory::Protected;
-    let cs = 64;
-    let v1 = noise(64 * cs, 1);
-    let mut v2 = v1.clone();
-    v2[..8 * cs].copy_from_slice(&noise(8 * cs, 2));
-    let mut v3 = v2.clone();
-    v3[32 * cs..40 * cs].copy_from_slice(&noise(8 * cs, 3));
-    let layout = Layout::new(v1.len() as u64, cs as u32).unwrap();
-    let limits = dckpt::dedup::Limits { record_entries: 20, ..dckpt::dedup::Limits::UNLIMITED };
-    let state = DedupState::new(layout, HashAlgo::Murmur3, 0).with_limits(limits);
+    let (cs, [v1, v2, v3], state) = bounded_versions();
     let mut cpu = dckpt::backend::cpu::CpuBackend::new(state, Method::Tree);
     for (i, v) in [(1u64, &v1), (2, &v2)] {
         let d = cpu.deduplicate(i, Protected::Host(v), i == 1, false).unwrap();

@@ -323,49 +323,38 @@ mod tests {
         assert_eq!(cache.pinned_bytes(), 0);
     }
 
+    /// A 100-byte file whose copy "is still running": its wait counts in
+    /// `waits` and fails when `fails`.
+    fn gated(cache: &HostCache, waits: &Arc<std::sync::atomic::AtomicUsize>, fails: bool) -> Cached {
+        let (c, _) = cache
+            .store_with(100, &mut |_| {
+                let waits = Arc::clone(waits);
+                Ok(Some(Box::new(move || {
+                    waits.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    if fails { Err(Error::Gpu("copy failed".into())) } else { Ok(()) }
+                })))
+            })
+            .expect("store");
+        c
+    }
+
     #[test]
     fn a_file_still_being_copied_in_is_waited_for_before_reads_and_before_its_segments_go_back() {
         use std::sync::atomic::{AtomicUsize, Ordering};
         let cache = HostCache::new(2 * SEGMENT_BYTES as u64).expect("cache");
         let waits = Arc::new(AtomicUsize::new(0));
-        let counted = Arc::clone(&waits);
-        let (c, _) = cache
-            .store_with(100, &mut |_| {
-                let counted = Arc::clone(&counted);
-                Ok(Some(Box::new(move || {
-                    counted.fetch_add(1, Ordering::SeqCst);
-                    Ok(())
-                })))
-            })
-            .expect("store");
+        let c = gated(&cache, &waits, false);
         assert_eq!(waits.load(Ordering::SeqCst), 0, "nothing waits before a reader");
         c.ready().expect("ready");
         c.ready().expect("ready again");
         assert_eq!(waits.load(Ordering::SeqCst), 1, "the wait runs once");
         drop(c);
-        // Dropped unread: the wait runs before the segments are lent again.
-        let counted = Arc::clone(&waits);
-        let (c, _) = cache
-            .store_with(100, &mut |_| {
-                let counted = Arc::clone(&counted);
-                Ok(Some(Box::new(move || {
-                    counted.fetch_add(1, Ordering::SeqCst);
-                    Err(Error::Gpu("copy failed".into()))
-                })))
-            })
-            .expect("store");
+        // A failed copy stays failed.
+        let c = gated(&cache, &waits, true);
         assert!(c.ready().is_err() && c.ready().is_err(), "a failed copy stays failed");
         drop(c);
-        let (c, _) = cache
-            .store_with(100, &mut |_| {
-                let counted = Arc::clone(&waits);
-                Ok(Some(Box::new(move || {
-                    counted.fetch_add(1, Ordering::SeqCst);
-                    Ok(())
-                })))
-            })
-            .expect("store");
-        drop(c);
+        // Dropped unread: the wait runs before the segments are lent again.
+        drop(gated(&cache, &waits, false));
         assert_eq!(waits.load(Ordering::SeqCst), 3);
         assert_eq!(cache.in_use(), 0, "the segments went back");
     }
