@@ -10,6 +10,8 @@
 # TIERED=6G also runs every workload through the asynchronous tiers (host
 # cache of that size, local + shared directories beside the store) in the
 # same process and prints what the application waits for either way.
+# GPU_MEMORY (default 1.5x) and GPU_CACHE (the GPU cache tier's share of it:
+# auto, 0 or a size) set the CUDA backend's device budget.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 size=${1:-4G}
@@ -32,6 +34,7 @@ for spec in ${RUNS:-cuda:scattered:0.01 cuda:clustered:0.01 cuda:scattered:0.10 
     rm -rf "$work"
     .device/dckpt bench --e2e "$work" --backend "$backend" --synthetic "$workload" --size "$size" \
         --versions 10 --method tree --chunk-size 128 ${TIERED:+--tiered "$TIERED"} \
+        --gpu-memory "${GPU_MEMORY:-1.5x}" ${TIERED:+--gpu-cache "${GPU_CACHE:-auto}"} \
         --json "$out/$name.json" 2>&1 | tee "$out/$name.txt" || true
     rm -rf "$work" "$work.tiered"
 done

@@ -46,6 +46,8 @@ pub struct E2eOptions {
     pub tiered_cache_bytes: Option<u64>,
     /// With the tiers: compress each file on its way to the first tier.
     pub compression: Option<crate::format::Compression>,
+    /// With the tiers (CUDA): the GPU cache tier's share of the budget.
+    pub gpu_cache: crate::backend::budget::GpuCache,
 }
 
 /// The same versions through the asynchronous tiers ([`crate::tiers`]).
@@ -53,6 +55,10 @@ pub struct E2eOptions {
 pub struct E2eTiered {
     /// Host cache bytes.
     pub host_cache_bytes: u64,
+    /// Bytes of the GPU cache tier's arena (CUDA; 0: none).
+    pub gpu_cache_bytes: u64,
+    /// Versions whose diff waited in the GPU cache for room in the host cache.
+    pub held_on_gpu: usize,
     /// Per version: what the application waited (call to return), ms.
     pub checkpoint_ms: Vec<f64>,
     /// Medians over the incremental versions: the call, the backend's
@@ -335,11 +341,13 @@ fn run_tiered(
         shared: Some(base.join("shared")),
         host_cache_bytes: cache,
         compression: o.compression,
+        gpu_cache: o.gpu_cache,
         ..TierOptions::default()
     };
     let mut w = Workload::new(o.size, o.change, o.shape, o.seed)?.with_granule(o.granule)?;
     buf.load(w.current())?;
     let mut e = TieredEngine::open(0, o.size as u64, &o.store, &tiers, backend)?;
+    let gpu_cache_bytes = e.device_plan().map_or(0, |p| p.cache_bytes);
     let mut reports = Vec::new();
     let start = Instant::now();
     for v in 1..=u64::from(o.versions) {
@@ -366,6 +374,8 @@ fn run_tiered(
     let median_checkpoint_ms = median(inc().map(|r| r.total_seconds * 1e3).collect());
     Ok(E2eTiered {
         host_cache_bytes: cache,
+        gpu_cache_bytes,
+        held_on_gpu: reports.iter().filter(|r| r.held_on_gpu).count(),
         checkpoint_ms: reports.iter().map(|r| r.total_seconds * 1e3).collect(),
         median_checkpoint_ms,
         median_dedup_ms: median(inc().map(|r| r.dedup_seconds * 1e3).collect()),

@@ -20,13 +20,14 @@
 //! compression = "zstd:1"         # none | lz4 | zstd | zstd:N
 //! backend = "auto"               # auto | cpu | cuda
 //! gpu_memory = "1.5x"            # CUDA: device memory per rank (a multiple of the buffer, or a size)
+//! gpu_cache_size = "auto"        # CUDA: the GPU cache tier, within gpu_memory (auto: what is spare; 0: none)
 //! ```
 //!
 //! An unknown key, a bad value or a bad override is an error naming the key
 //! and where it came from (the file, or the variable).
 
 use crate::backend::BackendKind;
-use crate::backend::budget::GpuMemory;
+use crate::backend::budget::{GpuCache, GpuMemory};
 use crate::collective::CollectiveOptions;
 use crate::format::Compression;
 use crate::generate::{IntOrText, parse_size};
@@ -124,6 +125,8 @@ pub struct Config {
     pub backend: BackendKind,
     /// The CUDA backend's device-memory budget per rank.
     pub gpu_memory: GpuMemory,
+    /// The GPU cache tier's share of that budget.
+    pub gpu_cache_size: GpuCache,
 }
 
 impl Default for Config {
@@ -148,6 +151,7 @@ impl Default for Config {
             compression: None,
             backend: collective.backend,
             gpu_memory: store.gpu_memory,
+            gpu_cache_size: tiers.gpu_cache,
         }
     }
 }
@@ -170,6 +174,7 @@ pub const KEYS: &[&str] = &[
     "compression",
     "backend",
     "gpu_memory",
+    "gpu_cache_size",
 ];
 
 impl Config {
@@ -263,6 +268,7 @@ impl Config {
             keep_shared: self.max_versions,
             prefetch_cache_bytes: self.prefetch_cache_size.0,
             eviction: self.eviction,
+            gpu_cache: self.gpu_cache_size,
         }
     }
 
@@ -325,6 +331,7 @@ mod tests {
             compression = "zstd:3"
             backend = "cpu"
             gpu_memory = "2.25x"
+            gpu_cache_size = "512M"
             "#,
             &[],
         )
@@ -339,6 +346,7 @@ mod tests {
         assert_eq!((t.host_cache_bytes, t.prefetch_cache_bytes), (2 << 30, 1 << 20));
         assert_eq!((t.keep_local, t.keep_shared, t.eviction), (Some(3), Some(3), Policy::Lru));
         assert_eq!(t.compression, Some(Compression::Zstd { level: 3 }));
+        assert_eq!(t.gpu_cache, GpuCache::Bytes(512 << 20));
         let k = c.collective_options();
         assert_eq!((k.threshold, k.region_bytes, k.backend), (1024, 64 << 10, BackendKind::Cpu));
         // What --check prints reads back to the same configuration.
@@ -372,6 +380,7 @@ mod tests {
             ("persistent = \"/a\"\nmax_versions = 0\n", &[], "max_versions"),
             ("persistent = \"/a\"\n", &[("DCKPT_EVICTION", "random")], "DCKPT_EVICTION"),
             ("persistent = \"/a\"\ngpu_memory = \"lots\"\n", &[], "gpu_memory"),
+            ("persistent = \"/a\"\ngpu_cache_size = \"lots\"\n", &[], "gpu_cache_size"),
             ("persistent = \"/a\"\n", &[("DCKPT_GPU_MEMORY", "-2x")], "DCKPT_GPU_MEMORY"),
             ("persistent = [\n", &[], "dckpt.toml"),
         ];

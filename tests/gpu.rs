@@ -13,7 +13,7 @@
 mod common;
 
 use common::noise;
-use dckpt::backend::budget::{DevicePlan, GpuMemory};
+use dckpt::backend::budget::{DevicePlan, GpuCache, GpuMemory};
 use dckpt::backend::cuda::{self, Gpu, GpuDedup};
 use dckpt::backend::{Backend, BackendKind};
 use dckpt::dedup::{DedupInput, DedupState};
@@ -108,7 +108,7 @@ fn gpu_writes_the_cpu_bytes_on_random_sequences() {
         } else {
             GpuMemory::default()
         };
-        let mut dev = GpuDedup::with_budget(gpu.clone(), layout, hash, method, 3, budget).unwrap();
+        let mut dev = GpuDedup::with_budget(gpu.clone(), layout, hash, method, 3, budget, GpuCache::NONE).unwrap();
         let mut cpu = DedupState::new(layout, hash, 3).with_limits(dev.limits());
         for (i, v) in versions.iter().enumerate() {
             let version = i as u64 + 1;
@@ -159,7 +159,8 @@ fn a_full_device_record_restarts_like_the_cpu_record() {
     v4.copy_within(512 * cs..576 * cs, 256 * cs); // shifted: found in the restarted record
     let layout = Layout::new(v1.len() as u64, cs as u32).unwrap();
     let budget = GpuMemory::Bytes(DevicePlan::least_bytes(layout) + 12_000);
-    let mut dev = GpuDedup::with_budget(gpu, layout, HashAlgo::Murmur3, Method::Tree, 0, budget).unwrap();
+    let mut dev =
+        GpuDedup::with_budget(gpu, layout, HashAlgo::Murmur3, Method::Tree, 0, budget, GpuCache::NONE).unwrap();
     assert_eq!(dev.plan().record_slots, 256, "{:?}", dev.plan());
     let state = DedupState::new(layout, HashAlgo::Murmur3, 0).with_limits(dev.limits());
     let mut cpu = dckpt::backend::cpu::CpuBackend::new(state, Method::Tree);
@@ -464,5 +465,66 @@ fn tiered_gpu_checkpoints_write_the_cpu_files_on_every_tier() {
             let got = dckpt::restore::restore_version(&t.path().join("gpu").join(tier), 0, 6).unwrap();
             assert!(got == data, "{how:?} {tier}: version 6 restores");
         }
+    }
+}
+
+#[test]
+fn the_gpu_cache_tier_holds_diffs_while_the_host_cache_is_full() {
+    use dckpt::tiers::{TierOptions, TieredEngine};
+    use std::time::Duration;
+    let Some(gpu) = gpu() else { return };
+    let t = tempfile::tempdir().unwrap();
+    let len = 2 << 20;
+    let o = StoreOptions {
+        chunk_size: 128,
+        method: Method::Tree,
+        max_chain: Some(4),
+        gpu_memory: GpuMemory::Bytes(256 << 20),
+        ..StoreOptions::default()
+    };
+    // One 4 MiB host segment: while a file is being flushed (slowed down
+    // below), the next one has no room there and waits in the GPU cache.
+    let tiers = |name: &str| TierOptions {
+        local: Some(t.path().join(name).join("local")),
+        shared: Some(t.path().join(name).join("shared")),
+        host_cache_bytes: 4 << 20,
+        gpu_cache: GpuCache::Bytes(64 << 20),
+        ..TierOptions::default()
+    };
+    let mut g = TieredEngine::open(0, len as u64, &o, &tiers("gpu"), BackendKind::Cuda).unwrap();
+    let mut c = TieredEngine::open(0, len as u64, &o, &tiers("cpu"), BackendKind::Cpu).unwrap();
+    let mut data = noise(len, 31);
+    let mut held = 0;
+    dckpt::failpoint::delay("store.temp_written", Duration::from_millis(60));
+    for v in 1..=8u64 {
+        for k in 0..30 {
+            let at = (v as usize * 7919 + k * 40_503) % (len - 200);
+            data[at..at + 200].copy_from_slice(&noise(200, v * 100 + k as u64));
+        }
+        let dev = cuda::upload(&gpu, &data).unwrap();
+        let r = g.checkpoint(v, DeviceRegion::of(&dev).unwrap()).unwrap();
+        held += usize::from(r.held_on_gpu);
+        c.checkpoint(v, &data).unwrap();
+        if v % 3 == 0 {
+            // Right away: from the host cache, or after its flush if the
+            // file is still only on the GPU.
+            let mut back = cuda::upload(&gpu, &vec![0u8; len]).unwrap();
+            g.restore_into(v, ProtectedMut::Device(DeviceRegion::of_mut(&mut back).unwrap())).unwrap();
+            assert!(gpu.stream_clone_dtoh(&back).unwrap() == data, "version {v} restored right after it");
+        }
+    }
+    dckpt::failpoint::delay("store.temp_written", Duration::ZERO);
+    g.finalize().unwrap();
+    c.finalize().unwrap();
+    assert!(held >= 2, "{held} of 8 versions waited in the GPU cache");
+    for tier in ["local", "shared"] {
+        for v in 1..=8u64 {
+            let f = |b: &str| {
+                std::fs::read(t.path().join(b).join(tier).join(format!("rank-00000/v{v:012}.dckpt"))).unwrap()
+            };
+            assert!(f("gpu") == f("cpu"), "{tier} version {v}: the GPU's file differs from the CPU's");
+        }
+        let got = dckpt::restore::restore_version(&t.path().join("gpu").join(tier), 0, 8).unwrap();
+        assert!(got == data, "{tier}: version 8 restores");
     }
 }

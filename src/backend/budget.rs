@@ -2,7 +2,9 @@
 //! rank's de-duplication may hold ([`GpuMemory`], 1.5× the protected buffer
 //! by default), and where it goes ([`DevicePlan`]): the per-chunk state
 //! every checkpoint needs, then the record table, the output buffer and the
-//! per-region scratch, each bounded. The bounds become [`Limits`], which
+//! per-region scratch, each bounded, and the GPU cache tier's arena
+//! ([`GpuCache`]: a size taken first, or what the rest leaves spare). The
+//! bounds become [`Limits`], which
 //! the GPU pipeline and the CPU engine apply the same way
 //! (`crate::dedup::limits`): a bound costs de-duplication, never bytes.
 //!
@@ -93,6 +95,65 @@ impl<'de> Deserialize<'de> for GpuMemory {
     }
 }
 
+/// How much of the budget the GPU cache tier's arena gets (the asynchronous
+/// tiers' `gpu_cache_size`): diff files wait there between the pipeline's
+/// output buffer and the host cache (`crate::backend::cuda::DeviceCache`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum GpuCache {
+    /// What the budget leaves spare once every other part has what it can
+    /// use (none below [`MIN_GPU_CACHE`]).
+    #[default]
+    Auto,
+    /// This many bytes, taken before the other parts share the rest
+    /// (0: no GPU cache).
+    Bytes(u64),
+}
+
+/// The smallest GPU cache arena worth allocating.
+pub const MIN_GPU_CACHE: u64 = 16 << 20;
+
+impl GpuCache {
+    /// No GPU cache (the synchronous path).
+    pub const NONE: GpuCache = GpuCache::Bytes(0);
+}
+
+impl fmt::Display for GpuCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GpuCache::Auto => f.write_str("auto"),
+            GpuCache::Bytes(b) => write!(f, "{b}"),
+        }
+    }
+}
+
+impl FromStr for GpuCache {
+    type Err = Error;
+    /// `"auto"` or a size (`"512M"`, `"0"`).
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim() {
+            "auto" => Ok(GpuCache::Auto),
+            t => crate::generate::parse_size(t).map(GpuCache::Bytes).map_err(|_| {
+                Error::InvalidOption(format!("bad GPU cache size '{s}' (auto, 0, or a size such as 512M)"))
+            }),
+        }
+    }
+}
+
+impl Serialize for GpuCache {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for GpuCache {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        match crate::generate::IntOrText::deserialize(d)? {
+            crate::generate::IntOrText::Int(n) => Ok(GpuCache::Bytes(n)),
+            crate::generate::IntOrText::Text(s) => s.parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
+
 /// Bytes per tree node: label (1), digest (16), source version (4), source node (8).
 pub const NODE_BYTES: u64 = 29;
 /// Bytes per chunk outside the tree: previous leaf digest (16), changed index (8), root flag (1).
@@ -121,6 +182,8 @@ pub struct DevicePlan {
     pub root_cap: u64,
     /// Bytes of the output buffer (a version's file up to its trailer).
     pub out_bytes: u64,
+    /// Bytes of the GPU cache tier's arena (0: none).
+    pub cache_bytes: u64,
 }
 
 /// Nodes of `layout`'s tree, all levels.
@@ -149,13 +212,15 @@ fn fixed_bytes(layout: Layout) -> u64 {
 
 impl DevicePlan {
     /// Splits `budget` bytes for `layout`: the fixed state, then the least
-    /// record, scratch and output a version needs, then what is left: 35%
+    /// record, scratch and output a version needs, then an explicit GPU
+    /// cache (`cache`; refused if it does not fit), then what is left: 35%
     /// to the record (rounded down to a power of two of slots), then 5/8 of
     /// the rest to the output buffer and 3/8 to the per-region scratch, each
     /// at most what the buffer can ever use; the remainder is spare. A full
     /// record costs least (it restarts; the output and the scratch, when
-    /// short, store a version whole), hence the smallest share.
-    pub fn new(layout: Layout, budget: u64) -> Result<DevicePlan> {
+    /// short, store a version whole), hence the smallest share. An `Auto`
+    /// cache gets the remainder.
+    pub fn new(layout: Layout, budget: u64, cache: GpuCache) -> Result<DevicePlan> {
         let n = layout.chunks().max(1);
         let fixed = fixed_bytes(layout);
         let max_slots = (6 * n.max(MIN_SLOTS)).next_power_of_two();
@@ -170,7 +235,18 @@ impl DevicePlan {
                 fixed / n
             )));
         }
-        let extra = budget - least;
+        let asked = match cache {
+            GpuCache::Bytes(b) => b,
+            GpuCache::Auto => 0,
+        };
+        let extra = (budget - least).checked_sub(asked).ok_or_else(|| {
+            Error::InvalidOption(format!(
+                "gpu_cache_size: {asked} bytes do not fit the {budget}-byte gpu_memory budget, which leaves {} \
+                 bytes beyond the {least} the de-duplication needs at least; raise gpu_memory or lower \
+                 gpu_cache_size",
+                budget - least
+            ))
+        })?;
         let want = (MIN_SLOTS * SLOT_BYTES + extra / 20 * 7) / SLOT_BYTES;
         let record_slots = prev_power_of_two(want).clamp(MIN_SLOTS, max_slots);
         let mut left = extra - (record_slots - MIN_SLOTS) * SLOT_BYTES;
@@ -180,7 +256,12 @@ impl DevicePlan {
         left -= (root_cap - min_roots) * ROOT_BYTES;
         // What the scratch could not use goes to the output buffer.
         let out_bytes = (out_bytes + left).min(max_out);
-        Ok(DevicePlan { budget, fixed_bytes: fixed, record_slots, root_cap, out_bytes })
+        let mut plan = DevicePlan { budget, fixed_bytes: fixed, record_slots, root_cap, out_bytes, cache_bytes: asked };
+        if cache == GpuCache::Auto {
+            let spare = budget - plan.device_bytes();
+            plan.cache_bytes = if spare >= MIN_GPU_CACHE { spare } else { 0 };
+        }
+        Ok(plan)
     }
 
     /// The smallest budget a plan for `layout` accepts: the fixed state, a
@@ -193,7 +274,11 @@ impl DevicePlan {
 
     /// Device memory the plan allocates.
     pub fn device_bytes(&self) -> u64 {
-        self.fixed_bytes + self.record_slots * SLOT_BYTES + self.root_cap * ROOT_BYTES + self.out_bytes
+        self.fixed_bytes
+            + self.record_slots * SLOT_BYTES
+            + self.root_cap * ROOT_BYTES
+            + self.out_bytes
+            + self.cache_bytes
     }
 
     /// The bounds a version is checked against.
@@ -227,8 +312,9 @@ mod tests {
         let l = layout(4 << 30, 128);
         let budget = GpuMemory::default().bytes_for(l.data_len());
         assert_eq!(budget, 6 << 30);
-        let p = DevicePlan::new(l, budget).unwrap();
+        let p = DevicePlan::new(l, budget, GpuCache::Auto).unwrap();
         assert!(p.device_bytes() <= budget, "{p:?}");
+        assert_eq!(p.cache_bytes, 0, "nothing is spare at the reference point: {p:?}");
         assert!(p.device_bytes() > budget / 10 * 9, "most of the budget is used: {p:?}");
         let lim = p.limits();
         // A 10% change of scattered 8-byte granules fits (measured on the
@@ -242,7 +328,7 @@ mod tests {
     #[test]
     fn a_large_budget_gives_each_part_what_it_can_use_and_no_more() {
         let l = layout(1 << 20, 4096);
-        let p = DevicePlan::new(l, 1 << 30).unwrap();
+        let p = DevicePlan::new(l, 1 << 30, GpuCache::NONE).unwrap();
         assert_eq!(p.record_slots, (6 * 256u64).next_power_of_two());
         assert_eq!(p.root_cap, l.chunks());
         assert_eq!(p.out_bytes, max_file_prefix(l));
@@ -253,17 +339,49 @@ mod tests {
     fn every_plan_stays_within_its_budget() {
         for (len, cs) in [(1u64 << 16, 32u32), (1 << 24, 128), (12345, 64), (1 << 26, 512), (1 << 22, 65536)] {
             let l = layout(len, cs);
-            let refused = DevicePlan::new(l, DevicePlan::least_bytes(l) - 1).unwrap_err();
+            let refused = DevicePlan::new(l, DevicePlan::least_bytes(l) - 1, GpuCache::NONE).unwrap_err();
             assert!(refused.to_string().contains("gpu_memory"), "{refused}");
-            assert!(DevicePlan::new(l, DevicePlan::least_bytes(l)).is_ok());
+            assert!(DevicePlan::new(l, DevicePlan::least_bytes(l), GpuCache::NONE).is_ok());
             for budget in [1u64 << 20, 3 << 20, 64 << 20, len * 2, len * 7, 1 << 34] {
-                if let Ok(p) = DevicePlan::new(l, budget) {
-                    assert!(p.device_bytes() <= budget, "{len} {cs} {budget}: {p:?}");
+                for cache in [GpuCache::NONE, GpuCache::Auto, GpuCache::Bytes(budget / 4)] {
+                    let Ok(p) = DevicePlan::new(l, budget, cache) else { continue };
+                    assert!(p.device_bytes() <= budget, "{len} {cs} {budget} {cache}: {p:?}");
+                    match cache {
+                        GpuCache::Bytes(b) => assert_eq!(p.cache_bytes, b),
+                        GpuCache::Auto => assert!(p.cache_bytes == 0 || p.cache_bytes >= MIN_GPU_CACHE),
+                    }
                     assert!(p.record_slots.is_power_of_two() && p.root_cap >= 1 && p.out_bytes > 0);
                     assert!(p.root_cap <= l.chunks() && p.out_bytes <= max_file_prefix(l));
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_gpu_cache_takes_an_explicit_size_first_or_what_the_rest_leaves_spare() {
+        // Large chunks need little tree and record: most of half a buffer is spare.
+        let l = layout(1 << 30, 4096);
+        let budget = GpuMemory::default().bytes_for(l.data_len());
+        let auto = DevicePlan::new(l, budget, GpuCache::Auto).unwrap();
+        assert!(auto.cache_bytes > (1 << 30) / 4, "{auto:?}");
+        assert!(auto.device_bytes() <= budget && budget - auto.device_bytes() < MIN_GPU_CACHE, "{auto:?}");
+        let none = DevicePlan::new(l, budget, GpuCache::NONE).unwrap();
+        assert_eq!(none.cache_bytes, 0);
+        assert_eq!(
+            (none.record_slots, none.root_cap, none.out_bytes),
+            (auto.record_slots, auto.root_cap, auto.out_bytes)
+        );
+        // An explicit size comes off the top; too much is refused, naming the key.
+        let asked = DevicePlan::new(l, budget, GpuCache::Bytes(256 << 20)).unwrap();
+        assert_eq!(asked.cache_bytes, 256 << 20);
+        let refused = DevicePlan::new(l, budget, GpuCache::Bytes(budget)).unwrap_err().to_string();
+        assert!(refused.contains("gpu_cache_size") && refused.contains("gpu_memory"), "{refused}");
+        for (text, want) in [("auto", GpuCache::Auto), ("0", GpuCache::NONE), ("512M", GpuCache::Bytes(512 << 20))] {
+            let got: GpuCache = text.parse().unwrap();
+            assert_eq!(got, want, "{text}");
+            assert_eq!(got.to_string().parse::<GpuCache>().unwrap(), got);
+        }
+        assert!("lots".parse::<GpuCache>().is_err());
     }
 
     #[test]

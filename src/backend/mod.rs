@@ -16,6 +16,7 @@
 pub mod budget;
 pub mod cpu;
 pub mod cuda;
+pub mod ring;
 
 use crate::diff::Diff;
 use crate::layout::Layout;
@@ -239,7 +240,29 @@ pub trait FileSink {
     /// then returns the [`Ready`] wait, which the sink runs before anything
     /// reads or reuses the buffers.
     fn fill(&mut self, len: usize, sealed: bool, fill: &mut Fill<'_>) -> Result<()>;
+
+    /// Whether a file of `len` bytes would be taken now, without waiting
+    /// for room in the sink's buffers.
+    fn has_room(&self, len: usize) -> bool {
+        let _ = len;
+        true
+    }
+
+    /// Takes a file of `len` bytes that the caller holds elsewhere for now
+    /// (the GPU cache tier): `fill` writes it into the sink's buffers later,
+    /// on whichever thread first needs its bytes, once the sink has room.
+    /// By default the sink fills it now.
+    fn defer(&mut self, len: usize, sealed: bool, fill: Deferred) -> Result<()> {
+        let mut once = Some(fill);
+        self.fill(len, sealed, &mut |bufs| {
+            once.take().ok_or_else(|| Error::Internal("a deferred file was filled twice".into()))?(bufs)
+        })
+    }
 }
+
+/// A [`FileSink::defer`]red fill: writes (or starts writing) the file into
+/// the buffers it is given, later and possibly on another thread.
+pub type Deferred = Box<dyn FnOnce(&mut [&mut [u8]]) -> Result<Option<Ready>> + Send>;
 
 /// Waits until the bytes a [`FileSink::fill`] started writing are there.
 pub type Ready = Box<dyn FnOnce() -> Result<()> + Send>;

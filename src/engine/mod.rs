@@ -9,6 +9,7 @@ mod staged;
 pub use rebuild::{Rebuilt, rebuild_state};
 pub use staged::{LocalCheckpoint, StagedCheckpoint};
 
+use crate::backend::budget::GpuCache;
 use crate::backend::cpu::CpuBackend;
 use crate::backend::cuda::{CudaBackend, Gpu, GpuDedup, GpuTimings};
 use crate::backend::{Backend, BackendKind};
@@ -117,6 +118,21 @@ impl Engine {
         backend: BackendKind,
         device: usize,
     ) -> Result<Self> {
+        Self::open_with_cache(root, rank, data_len, opts, backend, device, GpuCache::NONE)
+    }
+
+    /// As [`Engine::open_on_device`], giving the CUDA backend a GPU cache
+    /// tier's arena as `gpu_cache` says (within the same budget; the
+    /// asynchronous tiers use it).
+    pub(crate) fn open_with_cache(
+        root: &Path,
+        rank: u32,
+        data_len: u64,
+        opts: &StoreOptions,
+        backend: BackendKind,
+        device: usize,
+        gpu_cache: GpuCache,
+    ) -> Result<Self> {
         let t0 = Instant::now();
         let (store, notes) = Store::open_writer(root, rank, data_len, opts)?;
         let OpenNotes { removed, rolled_forward, damaged_records, .. } = notes;
@@ -146,7 +162,8 @@ impl Engine {
         let backend: Box<dyn Backend> = match resolved {
             BackendKind::Cuda => {
                 let gpu = Gpu::open(device)?;
-                let mut dev = GpuDedup::with_budget(gpu, layout, opts.hash, opts.method, rank, opts.gpu_memory)?;
+                let mut dev =
+                    GpuDedup::with_budget(gpu, layout, opts.hash, opts.method, rank, opts.gpu_memory, gpu_cache)?;
                 if let Some(v) = latest.filter(|_| opts.method.uses_previous()) {
                     match rebuild::restore_latest(store.root(), rank, v) {
                         Ok(restored) => {

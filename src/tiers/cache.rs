@@ -9,9 +9,11 @@
 //! application thread and the flusher never share a byte. On the CUDA
 //! backend the segments are page-locked ([`crate::memory::SegmentMemory`]):
 //! the device copies each diff into them directly ([`HostCache::store_with`]),
-//! with no host copy after the D2H.
+//! with no host copy after the D2H. A file the GPU cache tier holds while
+//! every segment is lent ([`HostCache::defer`]) takes its segments later,
+//! when the flusher first needs its bytes: the application does not wait.
 
-use crate::backend::{Fill, Ready};
+use crate::backend::{Deferred, Fill, Ready};
 use crate::memory::{HeapSegment, Segment, SegmentAlloc};
 use crate::{Error, Result};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
@@ -36,6 +38,17 @@ struct Pool {
 }
 
 impl Pool {
+    /// Takes `need` segments, waiting until that many are free.
+    fn take(&self, need: usize) -> (Vec<Segment>, Duration) {
+        let t = Instant::now();
+        let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
+        while free.len() < need {
+            free = self.returned.wait(free).unwrap_or_else(PoisonError::into_inner);
+        }
+        let at = free.len() - need;
+        (free.drain(at..).collect(), t.elapsed())
+    }
+
     fn put(&self, segments: Vec<Segment>) {
         if segments.is_empty() {
             return;
@@ -48,43 +61,115 @@ impl Pool {
 /// A diff file held in cache segments; its segments go back to the cache
 /// when it is dropped. A file a device is still copying in carries the
 /// wait for it ([`Cached::ready`]): every reader waits first, and so does
-/// the drop, before the segments can be lent again.
+/// the drop, before the segments can be lent again. A deferred file
+/// ([`HostCache::defer`]) has no segments until its first reader takes
+/// them and has the device copy the file in.
 pub struct Cached {
-    segments: Vec<Segment>,
+    segments: OnceLock<Vec<Segment>>,
     len: usize,
     pool: Arc<Pool>,
-    gate: Mutex<Option<Ready>>,
+    gate: Mutex<Gate>,
     arrived: OnceLock<std::result::Result<(), String>>,
+}
+
+/// What must happen before a cached file's bytes may be read.
+enum Gate {
+    /// Nothing: the bytes are there (or the outcome is in `arrived`).
+    Open,
+    /// A copy into the segments is running: wait for it.
+    Copying(Ready),
+    /// The bytes are elsewhere (the GPU cache tier): take segments, then
+    /// copy them in.
+    Deferred(Deferred),
 }
 
 impl std::fmt::Debug for Cached {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cached").field("len", &self.len).field("segments", &self.segments.len()).finish()
+        let segments = self.segments.get().map_or(0, Vec::len);
+        f.debug_struct("Cached").field("len", &self.len).field("segments", &segments).finish()
     }
 }
 
 impl Drop for Cached {
     fn drop(&mut self) {
-        // A copy still running must end before the segments are lent again.
-        let _ = self.ready();
-        self.pool.put(std::mem::take(&mut self.segments));
+        let gate = std::mem::replace(self.gate.get_mut().unwrap_or_else(PoisonError::into_inner), Gate::Open);
+        // A copy still running must end before the segments are lent again;
+        // a deferred file never took any (dropping it frees its GPU copy).
+        if let Gate::Copying(wait) = gate {
+            let _ = wait();
+        }
+        if let Some(segments) = self.segments.take() {
+            self.pool.put(segments);
+        }
     }
 }
 
 impl Cached {
+    fn new(pool: &Arc<Pool>, segments: Option<Vec<Segment>>, len: usize, gate: Gate) -> Cached {
+        let cell = OnceLock::new();
+        if let Some(segments) = segments {
+            let _ = cell.set(segments);
+        }
+        Cached { segments: cell, len, pool: Arc::clone(pool), gate: Mutex::new(gate), arrived: OnceLock::new() }
+    }
+
     /// Waits until the file's bytes are all there (at once for a file
     /// copied in on the host); an error if the copy failed (every call
-    /// after says so too). Call before reading.
+    /// after says so too). Call before reading. A deferred file takes its
+    /// segments now (waiting for room) and has its bytes copied in.
     pub fn ready(&self) -> Result<()> {
-        let gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner).take();
-        if let Some(wait) = gate {
-            let outcome = wait().map_err(|e| e.to_string());
-            let _ = self.arrived.set(outcome);
+        // Held while waiting: a second reader waits for the same outcome.
+        let mut gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
+        match std::mem::replace(&mut *gate, Gate::Open) {
+            Gate::Open => {}
+            Gate::Copying(wait) => {
+                let _ = self.arrived.set(wait().map_err(|e| e.to_string()));
+            }
+            Gate::Deferred(fill) => {
+                let _ = self.arrived.set(self.arrive(fill).map_err(|e| e.to_string()));
+            }
         }
+        drop(gate);
         match self.arrived.get() {
             Some(Err(e)) => Err(Error::Gpu(format!("the copy of a diff into the host cache failed: {e}"))),
             _ => Ok(()),
         }
+    }
+
+    /// Takes segments for a deferred file and has `fill` copy it in.
+    fn arrive(&self, fill: Deferred) -> Result<()> {
+        let (mut segments, _) = self.pool.take(self.len.div_ceil(SEGMENT_BYTES).max(1));
+        let mut left = self.len;
+        let mut slices: Vec<&mut [u8]> = segments
+            .iter_mut()
+            .map(|s| {
+                let n = left.min(SEGMENT_BYTES);
+                left -= n;
+                &mut s.bytes_mut()[..n]
+            })
+            .collect();
+        let copied = fill(&mut slices).and_then(|ready| ready.map_or(Ok(()), |wait| wait()));
+        drop(slices);
+        match copied {
+            Ok(()) => {
+                let _ = self.segments.set(segments);
+                Ok(())
+            }
+            Err(e) => {
+                self.pool.put(segments);
+                Err(e)
+            }
+        }
+    }
+
+    /// Whether the file's bytes are not in host memory yet (held by the GPU
+    /// cache tier until a reader calls [`Cached::ready`]).
+    pub fn deferred(&self) -> bool {
+        matches!(*self.gate.lock().unwrap_or_else(PoisonError::into_inner), Gate::Deferred(_))
+    }
+
+    fn segments(&self) -> &[Segment] {
+        self.segments.get().map_or(&[], Vec::as_slice)
     }
 
     /// The file's length.
@@ -100,7 +185,7 @@ impl Cached {
     /// The file's bytes, segment by segment.
     pub fn pieces(&self) -> impl Iterator<Item = &[u8]> {
         let mut left = self.len;
-        self.segments.iter().map(move |s| {
+        self.segments().iter().map(move |s| {
             let s = s.bytes();
             let n = left.min(s.len());
             left -= n;
@@ -124,7 +209,7 @@ impl Cached {
         let mut rest: &mut [u8] = buf;
         let mut at = offset;
         while !rest.is_empty() {
-            let seg = self.segments.get(at / SEGMENT_BYTES)?.bytes();
+            let seg = self.segments().get(at / SEGMENT_BYTES)?.bytes();
             let from = at % SEGMENT_BYTES;
             let n = rest.len().min(seg.len().checked_sub(from)?);
             if n == 0 {
@@ -146,7 +231,7 @@ impl Cached {
         let mut t = [0u8; 32];
         for (k, b) in t.iter_mut().enumerate() {
             let at = start + k;
-            *b = *self.segments.get(at / SEGMENT_BYTES)?.bytes().get(at % SEGMENT_BYTES)?;
+            *b = *self.segments().get(at / SEGMENT_BYTES)?.bytes().get(at % SEGMENT_BYTES)?;
         }
         Some(t)
     }
@@ -203,8 +288,8 @@ impl HostCache {
     pub fn store_parts(&self, parts: &[&[u8]]) -> Result<(Cached, Duration)> {
         use rayon::prelude::*;
         let len: usize = parts.iter().map(|p| p.len()).sum();
-        let (mut cached, waited) = self.take(len)?;
-        cached.segments.par_iter_mut().enumerate().for_each(|(i, seg)| {
+        let (mut segments, waited) = self.take(len)?;
+        segments.par_iter_mut().enumerate().for_each(|(i, seg)| {
             let seg = seg.bytes_mut();
             let (lo, hi) = (i * SEGMENT_BYTES, ((i + 1) * SEGMENT_BYTES).min(len));
             let mut at = 0; // start of the current part in the file
@@ -217,8 +302,7 @@ impl HostCache {
                 }
             }
         });
-        cached.len = len;
-        Ok((cached, waited))
+        Ok((Cached::new(&self.pool, Some(segments), len, Gate::Open), waited))
     }
 
     /// A file of `len` bytes that `fill` writes straight into cache
@@ -226,10 +310,9 @@ impl HostCache {
     /// while the cache is full. The cached file and the time spent waiting;
     /// on an error the segments go back.
     pub fn store_with(&self, len: usize, fill: &mut Fill<'_>) -> Result<(Cached, Duration)> {
-        let (mut cached, waited) = self.take(len)?;
+        let (mut segments, waited) = self.take(len)?;
         let mut left = len;
-        let mut slices: Vec<&mut [u8]> = cached
-            .segments
+        let mut slices: Vec<&mut [u8]> = segments
             .iter_mut()
             .map(|s| {
                 let n = left.min(SEGMENT_BYTES);
@@ -237,15 +320,38 @@ impl HostCache {
                 &mut s.bytes_mut()[..n]
             })
             .collect();
-        let ready = fill(&mut slices)?;
+        let ready = match fill(&mut slices) {
+            Ok(ready) => ready,
+            Err(e) => {
+                drop(slices);
+                self.pool.put(segments);
+                return Err(e);
+            }
+        };
         drop(slices);
-        cached.len = len;
-        cached.gate = Mutex::new(ready);
-        Ok((cached, waited))
+        let gate = ready.map_or(Gate::Open, Gate::Copying);
+        Ok((Cached::new(&self.pool, Some(segments), len, gate), waited))
     }
 
-    /// Lends enough segments for `len` bytes, waiting for room.
-    fn take(&self, len: usize) -> Result<(Cached, Duration)> {
+    /// A file of `len` bytes held elsewhere for now (the GPU cache tier):
+    /// it takes no segments until its first reader ([`Cached::ready`],
+    /// the flusher) waits for room and has `fill` copy it in. Returns at
+    /// once; an error only if the file could never fit.
+    pub fn defer(&self, len: usize, fill: Deferred) -> Result<Cached> {
+        self.segments_for(len)?;
+        Ok(Cached::new(&self.pool, None, len, Gate::Deferred(fill)))
+    }
+
+    /// Whether a file of `len` bytes would get its segments now, without
+    /// waiting (only the flusher gives segments back, so a single taker
+    /// that sees room gets it).
+    pub fn has_room(&self, len: usize) -> bool {
+        let need = len.div_ceil(SEGMENT_BYTES).max(1);
+        self.pool.free.lock().unwrap_or_else(PoisonError::into_inner).len() >= need
+    }
+
+    /// The segments a file of `len` bytes needs; an error if more than the cache has.
+    fn segments_for(&self, len: usize) -> Result<usize> {
         let need = len.div_ceil(SEGMENT_BYTES).max(1);
         if need > self.segments {
             return Err(Error::InvalidOption(format!(
@@ -253,16 +359,13 @@ impl HostCache {
                 self.capacity()
             )));
         }
-        let t = Instant::now();
-        let mut free = self.pool.free.lock().unwrap_or_else(PoisonError::into_inner);
-        while free.len() < need {
-            free = self.pool.returned.wait(free).unwrap_or_else(PoisonError::into_inner);
-        }
-        let at = free.len() - need;
-        let segments: Vec<Segment> = free.drain(at..).collect();
-        let cached =
-            Cached { segments, len: 0, pool: Arc::clone(&self.pool), gate: Mutex::new(None), arrived: OnceLock::new() };
-        Ok((cached, t.elapsed()))
+        Ok(need)
+    }
+
+    /// Lends enough segments for `len` bytes, waiting for room.
+    fn take(&self, len: usize) -> Result<(Vec<Segment>, Duration)> {
+        let need = self.segments_for(len)?;
+        Ok(self.pool.take(need))
     }
 }
 
@@ -357,5 +460,43 @@ mod tests {
         drop(gated(&cache, &waits, false));
         assert_eq!(waits.load(Ordering::SeqCst), 3);
         assert_eq!(cache.in_use(), 0, "the segments went back");
+    }
+
+    #[test]
+    fn a_deferred_file_takes_its_segments_when_first_read_and_a_dropped_one_never_does() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let cache = Arc::new(HostCache::new(SEGMENT_BYTES as u64).expect("cache"));
+        let (held, _) = cache.store_parts(&[&[7u8; 100]]).expect("store");
+        assert!(!cache.has_room(10), "the one segment is lent");
+        let fills = Arc::new(AtomicUsize::new(0));
+        let deferred = |byte: u8| -> crate::backend::Deferred {
+            let fills = Arc::clone(&fills);
+            Box::new(move |bufs: &mut [&mut [u8]]| {
+                fills.fetch_add(1, Ordering::SeqCst);
+                bufs.iter_mut().for_each(|b| b.fill(byte));
+                Ok(None)
+            })
+        };
+        // Taken at once, although the cache is full.
+        let d = cache.defer(50, deferred(9)).expect("defer");
+        assert!(d.deferred() && d.pieces().next().is_none());
+        // Its first reader waits for room; the held file goes back meanwhile.
+        let reader = {
+            let d = Arc::new(d);
+            let r = Arc::clone(&d);
+            (std::thread::spawn(move || r.ready().map(|()| r.pieces().flatten().copied().collect::<Vec<u8>>())), d)
+        };
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(fills.load(Ordering::SeqCst), 0, "no room yet");
+        drop(held);
+        assert_eq!(reader.0.join().expect("join").expect("ready"), vec![9u8; 50]);
+        assert!(!reader.1.deferred());
+        assert_eq!(cache.in_use(), SEGMENT_BYTES as u64);
+        drop(reader.1);
+        // Dropped unread: it never takes segments nor runs its fill.
+        drop(cache.defer(50, deferred(1)).expect("defer"));
+        assert_eq!((fills.load(Ordering::SeqCst), cache.in_use()), (1, 0));
+        // One that could never fit is refused at once.
+        assert!(cache.defer(2 * SEGMENT_BYTES, deferred(2)).is_err());
     }
 }

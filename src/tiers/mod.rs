@@ -30,6 +30,7 @@ pub mod state;
 mod writeback;
 
 use crate::backend::Deduplicated;
+use crate::backend::budget::GpuCache;
 use crate::backend::{Backend, BackendKind};
 use crate::engine::LocalCheckpoint;
 use crate::engine::{Engine, OpenReport};
@@ -76,6 +77,11 @@ pub struct TierOptions {
     pub prefetch_cache_bytes: u64,
     /// What the prefetch cache evicts first.
     pub eviction: arena::Policy,
+    /// The GPU cache tier (CUDA backend): device memory for diff files on
+    /// their way to the host cache, part of `gpu_memory`'s budget
+    /// (`crate::backend::budget::GpuCache`: `Auto` takes what the budget
+    /// leaves spare, a size is taken first, 0 is none).
+    pub gpu_cache: GpuCache,
 }
 
 impl Default for TierOptions {
@@ -89,6 +95,7 @@ impl Default for TierOptions {
             keep_shared: None,
             prefetch_cache_bytes: 0,
             eviction: arena::Policy::GapAware,
+            gpu_cache: GpuCache::Auto,
         }
     }
 }
@@ -136,6 +143,9 @@ pub struct TieredReport {
     pub backpressure_seconds: f64,
     /// Seconds from the call to its return: what the application waited.
     pub total_seconds: f64,
+    /// Whether the diff waits in the GPU cache tier (the host cache was
+    /// full): the flusher copies it to the host when it has room.
+    pub held_on_gpu: bool,
     /// Device-side times (CUDA backend).
     pub gpu: Option<crate::backend::cuda::GpuTimings>,
 }
@@ -230,7 +240,7 @@ impl TieredEngine {
             |root: &PathBuf| Store::open(root, rank).ok().and_then(|s| s.manifest().latest().map(|v| v.version));
         let latests: Vec<Option<u64>> = disks.iter().map(|(_, p)| latest_of(p)).collect();
         let newest = (0..disks.len()).max_by_key(|&i| (latests[i], std::cmp::Reverse(i))).unwrap_or(0);
-        let engine = Engine::open_on_device(&disks[newest].1, rank, data_len, opts, backend, device)?;
+        let engine = Engine::open_with_cache(&disks[newest].1, rank, data_len, opts, backend, device, tiers.gpu_cache)?;
         let parts = engine.into_parts();
         let mut stores: Vec<(String, Store)> = Vec::with_capacity(disks.len());
         let mut base = Some(parts.store);
@@ -292,6 +302,12 @@ impl TieredEngine {
         self.device
     }
 
+    /// Where the CUDA backend's device budget went (the GPU cache tier's
+    /// arena included); `None` on the CPU.
+    pub fn device_plan(&self) -> Option<crate::backend::budget::DevicePlan> {
+        self.backend.device_plan()
+    }
+
     /// The backend in use.
     pub fn backend(&self) -> BackendKind {
         self.backend.kind()
@@ -331,8 +347,11 @@ impl TieredEngine {
         let (cached, waited, t1, copied, sealed) =
             sink.handed.ok_or_else(|| Error::Internal("the backend handed no file over".into()))?;
         let file_bytes = cached.len() as u64;
+        let held_on_gpu = cached.deferred();
         self.enqueue(version, baseline, cached, sealed, None)?;
-        Ok(report_of(version, baseline, file_bytes, t0, t1, copied, waited, gpu))
+        let mut report = report_of(version, baseline, file_bytes, t0, t1, copied, waited, gpu);
+        report.held_on_gpu = held_on_gpu;
+        Ok(report)
     }
 
     /// Queues a version the backend has committed, whose file is in the
@@ -710,6 +729,18 @@ impl crate::backend::FileSink for CacheSink<'_> {
         self.handed = Some((cached, waited, t1, t1.elapsed(), sealed));
         Ok(())
     }
+
+    fn has_room(&self, len: usize) -> bool {
+        self.cache.has_room(len)
+    }
+
+    fn defer(&mut self, len: usize, sealed: bool, fill: crate::backend::Deferred) -> Result<()> {
+        crate::failpoint::hit("checkpoint.deduplicated");
+        let t1 = Instant::now();
+        let cached = self.cache.defer(len, fill)?;
+        self.handed = Some((cached, Duration::ZERO, t1, t1.elapsed(), sealed));
+        Ok(())
+    }
 }
 
 /// The report of a version queued after de-duplicating from `t0` and
@@ -734,6 +765,7 @@ fn report_of(
         cache_seconds: copied.saturating_sub(waited).as_secs_f64(),
         backpressure_seconds: waited.as_secs_f64(),
         total_seconds: t0.elapsed().as_secs_f64(),
+        held_on_gpu: false,
         gpu,
     }
 }

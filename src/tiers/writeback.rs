@@ -68,6 +68,13 @@ impl Overlay {
         let landed = loop {
             let Some(v) = at else { break None };
             let Some(f) = flying.get(&v) else { break Some(v) };
+            if f.cached.deferred() {
+                // Still only in the GPU cache, waiting for room in the host
+                // cache that the flusher frees: the restore waits for the
+                // flush instead of taking segments itself (it would hold the
+                // chain's other files while it waits for room).
+                return Ok(None);
+            }
             chain.push((v, f));
             if f.baseline {
                 break None;

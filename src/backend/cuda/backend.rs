@@ -223,7 +223,10 @@ impl Backend for CudaBackend {
 
     /// Hands the file over unsealed (no decoding of its tables and no
     /// trailer on the host before it returns), copied by the device
-    /// straight into the sink's buffers (the tiers' page-locked cache).
+    /// straight into the sink's buffers (the tiers' page-locked cache):
+    /// through the GPU cache tier's arena where there is one with room (the
+    /// copy to the host on its own stream, deferred while the sink is
+    /// full), otherwise from the output buffer.
     fn checkpoint_into(
         &mut self,
         version: u64,
@@ -233,15 +236,34 @@ impl Backend for CudaBackend {
     ) -> Result<Option<super::GpuTimings>> {
         let prepared = self.dev.prepare(version, input, baseline)?;
         let len = prepared.prefix_len + 32; // the trailer, zero until sealed
-        let mut slot = Some(prepared);
         let mut timings = None;
-        let dev = &mut self.dev;
-        let handed = sink.fill(len, false, &mut |bufs| {
-            let p = slot.take().ok_or_else(|| Error::Internal("a file was filled twice".into()))?;
-            let (computed, ready) = dev.finish_async(p, bufs)?;
-            timings = Some(computed.timings);
-            Ok(ready)
-        });
+        let handed = match self.dev.stage(prepared) {
+            Err(e) => Err(e),
+            // In the GPU cache: copied out now if the host cache has room,
+            // otherwise when the flusher needs the bytes.
+            Ok(Ok((computed, staged))) => {
+                timings = Some(computed.timings);
+                if sink.has_room(len) {
+                    let mut slot = Some(staged);
+                    sink.fill(len, false, &mut |bufs| {
+                        let staged = slot.take().ok_or_else(|| Error::Internal("a file was filled twice".into()))?;
+                        staged.copy_out(bufs).map(Some)
+                    })
+                } else {
+                    sink.defer(len, false, Box::new(move |bufs| staged.copy_out(bufs).map(Some)))
+                }
+            }
+            Ok(Err(prepared)) => {
+                let mut slot = Some(prepared);
+                let dev = &mut self.dev;
+                sink.fill(len, false, &mut |bufs| {
+                    let p = slot.take().ok_or_else(|| Error::Internal("a file was filled twice".into()))?;
+                    let (computed, ready) = dev.finish_async(p, bufs)?;
+                    timings = Some(computed.timings);
+                    Ok(ready)
+                })
+            }
+        };
         if let Err(e) = handed {
             self.dev.rollback()?;
             return Err(e);

@@ -4,6 +4,7 @@
 //! process as ceilings.
 
 use super::{Gpu, GpuDedup, cuda_err};
+use crate::backend::budget::GpuCache;
 use crate::layout::Layout;
 use crate::memory::{DeviceRegion, Protected};
 use crate::{HashAlgo, Method, Result};
@@ -86,7 +87,7 @@ pub fn run(
     let layout = Layout::new(len as u64, chunk_size)?;
     let st = gpu.stream.clone();
     let mut data: CudaSlice<u8> = st.alloc_zeros(len).map_err(cuda_err)?;
-    let mut dev = GpuDedup::with_budget(gpu.clone(), layout, hash, Method::Tree, 0, budget)?;
+    let mut dev = GpuDedup::with_budget(gpu.clone(), layout, hash, Method::Tree, 0, budget, GpuCache::NONE)?;
     let mut rows = Vec::new();
     for &method in methods {
         dev.reset(method)?;

@@ -11,11 +11,13 @@
 
 mod backend;
 pub mod bench;
+mod device_cache;
 mod pipeline;
 mod restore;
 mod staging;
 
 pub use backend::CudaBackend;
+pub use device_cache::DeviceCache;
 pub use pipeline::{GpuCheckpoint, GpuDedup, GpuTimings, StoredRun};
 pub use restore::{GpuRestoreTimings, restore_on_gpu};
 pub use staging::DeviceStaging;

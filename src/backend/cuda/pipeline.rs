@@ -1,8 +1,9 @@
 //! One rank's de-duplication state on the GPU and the launch sequence of a
 //! checkpoint (kernels/dedup.cu explains each stage).
 
+use super::device_cache::{DeviceCache, Staged};
 use super::{Gpu, LevelArgs, TableArgs, cuda_err};
-use crate::backend::budget::{DevicePlan, GpuMemory, max_file_prefix};
+use crate::backend::budget::{DevicePlan, GpuCache, GpuMemory, max_file_prefix};
 use crate::dedup::{BoundsHit, Limits};
 use crate::diff::{Diff, FirstRun, RegionEncoding};
 use crate::format::{decode_body, encode_meta, trailer_of};
@@ -317,17 +318,21 @@ pub struct GpuDedup {
     /// `table_entries` predates a commit whose count is still on the
     /// device (commit does not wait for the stream).
     entries_stale: bool,
+    /// The GPU cache tier's arena, if the plan gives it room.
+    cache: Option<Arc<DeviceCache>>,
 }
 
 impl GpuDedup {
     /// Allocates the state for a buffer of `layout` on `gpu` within the
     /// default budget.
     pub fn new(gpu: Arc<Gpu>, layout: Layout, hash: HashAlgo, method: Method, rank: u32) -> Result<Self> {
-        Self::with_budget(gpu, layout, hash, method, rank, GpuMemory::default())
+        Self::with_budget(gpu, layout, hash, method, rank, GpuMemory::default(), GpuCache::NONE)
     }
 
     /// Allocates the state for a buffer of `layout` on `gpu` within `budget`
-    /// (all of it at once: a checkpoint allocates no device memory).
+    /// (all of it at once: a checkpoint allocates no device memory), with a
+    /// GPU cache tier's arena as `cache` says (the asynchronous tiers use
+    /// it, [`GpuDedup::stage`]; `GpuCache::NONE` for the synchronous path).
     pub fn with_budget(
         gpu: Arc<Gpu>,
         layout: Layout,
@@ -335,9 +340,10 @@ impl GpuDedup {
         method: Method,
         rank: u32,
         budget: GpuMemory,
+        cache: GpuCache,
     ) -> Result<Self> {
         algo_code(hash)?;
-        let plan = DevicePlan::new(layout, budget.bytes_for(layout.data_len()))?;
+        let plan = DevicePlan::new(layout, budget.bytes_for(layout.data_len()), cache)?;
         let n = layout.chunks();
         let r = plan.root_cap;
         if n >> OWNER_SHIFT != 0 {
@@ -381,7 +387,12 @@ impl GpuDedup {
         let max_body = max_file_prefix(layout);
         let table = DeviceTable::new(&gpu, plan.record_slots as usize)?;
         let level_off_dev = st.clone_htod(&level_off).map_err(cuda_err)?;
+        let cache = match plan.cache_bytes {
+            0 => None,
+            bytes => Some(DeviceCache::new(&gpu, bytes)?),
+        };
         Ok(GpuDedup {
+            cache,
             layout,
             hash,
             method,
@@ -859,6 +870,37 @@ impl GpuDedup {
             timings: timings(e0, e1, e2, e2)?,
         };
         Ok((computed, Some(Box::new(move || done.synchronize().map_err(cuda_err)))))
+    }
+
+    /// Moves a prepared file into the GPU cache tier's arena (one
+    /// device-to-device copy, in the stream's order after the kernels) once
+    /// the kernels are done, so that the application's buffer may change
+    /// again and the next version may reuse the output buffer at once; its
+    /// copy to the host is then [`Staged::copy_out`], on the arena's own
+    /// stream. Gives `p` back where there is no arena, no room in it, or the
+    /// file is not all in the output buffer (a version stored whole).
+    pub(crate) fn stage(&mut self, p: Prepared) -> Result<std::result::Result<(Computed, Staged), Prepared>> {
+        let out = ptr(&self.out, &self.gpu);
+        let (Some(cache), [Piece::Device(at, len)]) = (&self.cache, p.pieces.as_slice()) else { return Ok(Err(p)) };
+        if *at != out || *len as u64 > cache.capacity() {
+            return Ok(Err(p));
+        }
+        let [e0, e1, e2] = &p.events;
+        e2.synchronize().map_err(cuda_err)?;
+        let Some(staged) = cache.stage(&self.gpu.stream, out, *len)? else { return Ok(Err(p)) };
+        let computed = Computed {
+            prefix_len: p.prefix_len,
+            data_start: p.data_start,
+            data_len: p.data_len,
+            // The device copy runs after the call returns; the copy to the host overlaps the application.
+            timings: timings(e0, e1, e2, e2)?,
+        };
+        Ok(Ok((computed, staged)))
+    }
+
+    /// The GPU cache tier's arena: its capacity and the bytes it holds now.
+    pub fn device_cache_usage(&self) -> Option<(u64, u64)> {
+        self.cache.as_ref().map(|c| (c.capacity(), c.in_use()))
     }
 
     /// Forgets all history (a new method or a fresh start).

@@ -75,6 +75,10 @@ pub struct BenchArgs {
     /// the first tier (lz4, zstd or zstd:LEVEL).
     #[arg(long, requires = "tiered")]
     compress: Option<dckpt::format::Compression>,
+    /// With --tiered, CUDA: the GPU cache tier's share of --gpu-memory
+    /// (auto: what the budget leaves spare; 0: none; or a size).
+    #[arg(long, default_value = "auto", requires = "tiered")]
+    gpu_cache: dckpt::backend::budget::GpuCache,
     /// Successive versions of one rank's buffer (same length).
     #[arg(required_unless_present = "synthetic")]
     files: Vec<PathBuf>,
@@ -360,11 +364,18 @@ fn bench_e2e(a: &BenchArgs, dir: &std::path::Path) -> Result<ExitCode> {
         change: change.parse().map_err(|_| Error::InvalidOption(format!("bad change fraction '{change}'")))?,
         granule: a.granule,
         seed: a.seed,
-        store: dckpt::StoreOptions { chunk_size: a.chunk_size, method, hash: a.hash, ..Default::default() },
+        store: dckpt::StoreOptions {
+            chunk_size: a.chunk_size,
+            method,
+            hash: a.hash,
+            gpu_memory: a.gpu_memory,
+            ..Default::default()
+        },
         backend: a.backend,
         dir: dir.to_path_buf(),
         tiered_cache_bytes: a.tiered.as_deref().map(parse_size).transpose()?,
         compression: a.compress,
+        gpu_cache: a.gpu_cache,
     };
     let tiered_steps = if opts.tiered_cache_bytes.is_some() { opts.versions as usize } else { 0 };
     let pb = bar(opts.versions as usize + 2 + tiered_steps, "e2e");
@@ -420,15 +431,18 @@ fn bench_e2e(a: &BenchArgs, dir: &std::path::Path) -> Result<ExitCode> {
     if let Some(t) = &r.tiered {
         let calls: Vec<String> = t.checkpoint_ms.iter().map(|m| format!("{m:.1}")).collect();
         println!(
-            "tiered (host cache {} B, local + shared): calls [{}] ms; median incremental {:.1} ms = dedup {:.1} + \
-             cache copy {:.1} + waiting for room {:.1}; {:.3}x the synchronous call; durable everywhere {:.1} ms after \
-             the last call; all versions {:.1} ms vs {:.1} ms of synchronous calls",
+            "tiered (host cache {} B, GPU cache {} B, local + shared): calls [{}] ms; median incremental {:.1} ms = \
+             dedup {:.1} + cache copy {:.1} + waiting for room {:.1}; {} held on the GPU; {:.3}x the synchronous \
+             call; durable everywhere {:.1} ms after the last call; all versions {:.1} ms vs {:.1} ms of synchronous \
+             calls",
             t.host_cache_bytes,
+            t.gpu_cache_bytes,
             calls.join(" "),
             t.median_checkpoint_ms,
             t.median_dedup_ms,
             t.median_cache_ms,
             t.median_backpressure_ms,
+            t.held_on_gpu,
             t.ratio_to_sync,
             t.drain_ms,
             t.total_ms,
