@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job, on local directories (CPU backend unless a GPU is found):
-#  0. four ranks under mpirun: the heat example (examples/heat.rs) checkpoints
+#  0. four ranks under mpirun: the heat example (examples/heat/) checkpoints
 #     through the runtime; one rank is killed mid-run, the job restarts from
 #     its newest checkpoint and ends with the same plate, bit for bit;
 #  1. one rank: checkpoint ten versions of an evolving synthetic buffer,

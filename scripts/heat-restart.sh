@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The heat example (examples/heat.rs) under mpirun: an uninterrupted run,
+# The heat example (examples/heat/) under mpirun: an uninterrupted run,
 # then runs where one rank dies (abort, what SIGKILL leaves) at a step
 # between checkpoints and the job is started again; each restarted run must
 # end with the same plate, bit for bit (the digest rank 0 prints, the same
@@ -7,6 +7,9 @@
 # restarted on 3 and on 2 ranks (each reading its rows out of the 4 old
 # ranks' regions).
 #   scripts/heat-restart.sh [RANKS] [EXAMPLE_BIN]   (default 4, target/release/examples/heat)
+# DEVICE=gpu keeps the plate in GPU memory (default auto: the GPU where there
+# is one); with DEVICE=gpu the GPU's plate must also equal the CPU's, and a
+# job killed on the GPU must restart on the CPU (--device cpu) with it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ranks=${1:-4}
@@ -14,8 +17,22 @@ bin=$(realpath "${2:-target/release/examples/heat}")
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-heat() { timeout 300 mpirun --oversubscribe -np "$ranks" "$bin" --steps 200 --every 20 --rows 128 --cols 512 "$@"; }
-want=$(heat --dir "$work/clean" | grep -o 'digest [0-9a-f]*')
+device=${DEVICE:-auto}
+heat() { timeout 300 mpirun --oversubscribe -np "$ranks" "$bin" --steps 200 --every 20 --rows 128 --cols 512 --device "$device" "$@"; }
+want=$(heat --dir "$work/clean" | tee "$work/log" | grep -o 'digest [0-9a-f]*')
+grep -o 'the plate is in [A-Za-z]* memory' "$work/log"
+if [ "$device" = gpu ]; then
+    cpu=$(heat --dir "$work/clean-cpu" --device cpu | grep -o 'digest [0-9a-f]*')
+    [ "$cpu" = "$want" ] || { echo "FAILED: the GPU's plate ($want) differs from the CPU's ($cpu)"; exit 1; }
+    echo "heat: the GPU's plate equals the CPU's"
+    dir="$work/gpu-to-cpu"
+    heat --dir "$dir" --crash-at 130 >/dev/null 2>&1 && { echo "FAILED: the GPU run meant to die finished"; exit 1; }
+    got=$(heat --dir "$dir" --device cpu | tee "$work/log" | grep -o 'digest [0-9a-f]*')
+    grep -q "the plate is in host memory" "$work/log" && grep -q "from the checkpoint of step 120" "$work/log" ||
+        { echo "FAILED: no restart on the host"; cat "$work/log"; exit 1; }
+    [ "$got" = "$want" ] || { echo "FAILED: killed on the GPU, restarted on the CPU: $got, uninterrupted: $want"; exit 1; }
+    echo "heat: killed on the GPU at step 130, restarted in host memory from step 120: same plate"
+fi
 for crash in 7 45 130 199; do
     dir="$work/crash-$crash"
     if heat --dir "$dir" --crash-at "$crash" >/dev/null 2>&1; then
@@ -28,7 +45,7 @@ done
 
 if [ "$ranks" = 4 ]; then
     # The same plate (384 rows) on 4, 3 and 2 ranks.
-    plate() { timeout 300 mpirun --oversubscribe -np "$1" "$bin" --steps 200 --every 20 --rows $((384 / $1)) --cols 512 "${@:2}"; }
+    plate() { timeout 300 mpirun --oversubscribe -np "$1" "$bin" --steps 200 --every 20 --rows $((384 / $1)) --cols 512 --device "$device" "${@:2}"; }
     want=$(plate 4 --dir "$work/p4" | grep -o 'digest [0-9a-f]*')
     for m in 3 2; do
         dir="$work/resize-$m"

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Strong and weak scaling of whole checkpointing runs of the heat example
-# (examples/heat.rs: a checkpoint every EVERY steps through the runtime, the
+# (examples/heat/: a checkpoint every EVERY steps through the runtime, the
 # asynchronous tiers on local directories), on the CPUs of this machine
 # (ranks oversubscribed), with a CSV and PNG plots in OUT:
 #   strong: a fixed plate of TOTAL_ROWS x COLS split over P ranks;
 #   weak:   ROWS_PER_RANK x COLS per rank.
 #   scripts/scaling-study.sh [OUT]      (default docs/bench/scaling)
 # Environment: RANKS ("1 2 4 8"), TOTAL_ROWS (2048), ROWS_PER_RANK (512),
-# COLS (2048), STEPS (100), EVERY (10), NAME (devbox-cpu), HEAT_BIN.
+# COLS (2048), STEPS (100), EVERY (10), NAME (devbox-cpu), HEAT_BIN, DEVICE
+# (auto | cpu | gpu: where each rank's plate lives; ranks share a node's GPUs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-docs/bench/scaling}
@@ -33,7 +34,7 @@ for kind in strong weak; do
         printf '%s scaling: %s ranks, %s x %s per rank ... ' "$kind" "$p" "$rows" "$cols" >&2
         rm -rf "$work/run"
         timeout 600 mpirun --oversubscribe -np "$p" "$bin" --steps "$steps" --every "$every" --rows "$rows" \
-            --cols "$cols" --dir "$work/run" --report "$csv" >/dev/null
+            --cols "$cols" --dir "$work/run" --report "$csv" ${DEVICE:+--device "$DEVICE"} >/dev/null
         tail -1 "$csv" | awk -F, '{printf "checkpoint %.2f ms/step, stored %.1fx less than Full\n", $12, $13}' >&2
     done
 done

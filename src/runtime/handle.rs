@@ -281,11 +281,14 @@ fn table_of(rank: u32, shapes: &[Shape]) -> RegionTable {
     RegionTable { rank, regions }
 }
 
-/// Refuses `table` where `root` holds this rank's table of other regions.
+/// Refuses `table` where `root` holds this rank's table of other regions
+/// (other ids or lengths; where each lives may change between runs: a
+/// checkpoint of device memory restarts into host memory and back).
 fn check_table(root: &std::path::Path, table: &RegionTable, name: &str) -> Result<()> {
     let Ok(old) = super::table::tables(root) else { return Ok(()) }; // none yet
+    let layout = |t: &RegionTable| t.regions.iter().map(|e| (e.id, e.len, e.offset)).collect::<Vec<_>>();
     match old.iter().find(|t| t.rank == table.rank) {
-        Some(t) if t != table => Err(Error::InvalidOption(format!(
+        Some(t) if layout(t) != layout(table) => Err(Error::InvalidOption(format!(
             "checkpoint '{name}' was taken with regions {:?} on rank {}, but {:?} are protected now (protect the \
              same ids with the same lengths, or use a new name)",
             t.regions.iter().map(|e| (e.id, e.len)).collect::<Vec<_>>(),

@@ -1,15 +1,18 @@
 //! A 2-D heat (Jacobi) simulation that checkpoints through the runtime and
-//! restarts from its newest checkpoint after a crash (CPU; the GPU version
-//! is issue #10's next example).
+//! restarts from its newest checkpoint after a crash, with its plate in
+//! device memory (a CUDA kernel through NVRTC, [`gpu`]) or in host memory.
 //!
 //! ```text
 //! mpirun -np 4 target/release/examples/heat [--steps 200] [--every 20] [--rows 256] [--cols 1024]
-//!        [--config dckpt.toml] [--dir target/heat] [--crash-at STEP] [--report FILE]
+//!        [--device auto|cpu|gpu] [--config dckpt.toml] [--dir target/heat] [--crash-at STEP] [--report FILE]
 //! ```
 //!
 //! Each rank owns `rows` rows of a `cols`-wide plate (the rows above and
 //! below are exchanged with its neighbours every step); the top edge of the
-//! plate is held at 100. Every `every` steps the runtime checkpoints the
+//! plate is held at 100. `--device auto` (the default) keeps the plate on
+//! the rank's GPU where there is one (ranks of a node spread over its GPUs,
+//! as the runtime does) and on the host otherwise; both give the same plate,
+//! bit for bit. Every `every` steps the runtime checkpoints the
 //! plate and the step counter (two protected regions) as one collective
 //! checkpoint, asynchronously through the tiers. At start, the run restarts
 //! from the newest checkpoint every rank has, if any. `--crash-at STEP`
@@ -19,12 +22,15 @@
 //! `--report FILE`: rank 0 appends one CSV line of what the run cost (the
 //! scaling studies, `scripts/scaling-study.sh`).
 // Protecting memory by address is `unsafe`: the runtime reads and writes the
-// plate and the counter during its calls.
+// plate and the counter during its calls. The GPU sweep is a kernel launch.
 #![allow(unsafe_code)]
+
+mod gpu;
 
 use dckpt::config::{Bytes, Config};
 use dckpt::runtime::{Region, Runtime};
 use mpi::point_to_point as p2p;
+use mpi::topology::Process;
 use mpi::traits::*;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -39,6 +45,16 @@ struct Args {
     dir: PathBuf,
     crash_at: Option<u64>,
     report: Option<PathBuf>,
+    device: Device,
+}
+
+/// Where the plate lives.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Device {
+    /// The GPU where there is one, else the host.
+    Auto,
+    Cpu,
+    Gpu,
 }
 
 fn parse() -> Result<Args, String> {
@@ -51,6 +67,7 @@ fn parse() -> Result<Args, String> {
         dir: PathBuf::from("target/heat"),
         crash_at: None,
         report: None,
+        device: Device::Auto,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -65,6 +82,14 @@ fn parse() -> Result<Args, String> {
             "--dir" => a.dir = PathBuf::from(&value),
             "--crash-at" => a.crash_at = Some(num()?),
             "--report" => a.report = Some(PathBuf::from(&value)),
+            "--device" => {
+                a.device = match value.as_str() {
+                    "auto" => Device::Auto,
+                    "cpu" => Device::Cpu,
+                    "gpu" => Device::Gpu,
+                    _ => return Err(format!("--device: '{value}' is not auto, cpu or gpu")),
+                }
+            }
             _ => return Err(format!("unknown option {flag}")),
         }
     }
@@ -105,23 +130,142 @@ fn config(a: &Args) -> dckpt::Result<Config> {
     }
 }
 
+/// A rank's plate (`rows` real rows between a ghost row above and below,
+/// `cols` wide), where it lives.
+enum Plate {
+    Host { plate: Vec<f64>, next: Vec<f64> },
+    Device(gpu::DevicePlate),
+}
+
+impl Plate {
+    fn new(world: &impl Communicator, a: &Args) -> dckpt::Result<Plate> {
+        let gpus = if a.device == Device::Cpu { 0 } else { dckpt::backend::cuda::device_count() };
+        let on_gpu = match a.device {
+            Device::Cpu => false,
+            Device::Gpu if gpus == 0 => return Err(dckpt::Error::Gpu("--device gpu: no usable CUDA device".into())),
+            Device::Gpu => true,
+            Device::Auto => gpus > 0 && dckpt::backend::cuda::available(),
+        };
+        if on_gpu {
+            // The runtime's rule: ranks of a node spread over its GPUs.
+            let local = world.split_shared(0).rank().max(0) as usize;
+            return Ok(Plate::Device(gpu::DevicePlate::new(local % gpus, a.rows, a.cols)?));
+        }
+        let plate = vec![0f64; (a.rows + 2) * a.cols];
+        Ok(Plate::Host { next: plate.clone(), plate })
+    }
+
+    /// The region the runtime protects.
+    fn region(&mut self) -> Region {
+        match self {
+            Plate::Host { plate, .. } => Region::Host { ptr: plate.as_mut_ptr().cast(), len: plate.len() * 8 },
+            Plate::Device(d) => {
+                let (ptr, len) = d.region();
+                Region::Device { ptr, len }
+            }
+        }
+    }
+
+    /// One step: the halo exchange (first real row up, last real row down;
+    /// the top edge of the whole plate held at 100), then one Jacobi sweep
+    /// over the real rows (the side columns stay fixed).
+    fn step(
+        &mut self,
+        up: Option<&Process<'_>>,
+        down: Option<&Process<'_>>,
+        rows: usize,
+        cols: usize,
+    ) -> dckpt::Result<()> {
+        match self {
+            Plate::Host { plate, next } => {
+                let (top, rest) = plate.split_at_mut(cols);
+                let (body, bottom) = rest.split_at_mut(rows * cols);
+                match up {
+                    Some(p) => {
+                        p2p::send_receive_into(&body[..cols], p, top, p);
+                    }
+                    None => top.fill(100.0), // the hot edge
+                }
+                if let Some(p) = down {
+                    p2p::send_receive_into(&body[(rows - 1) * cols..], p, bottom, p);
+                }
+                for i in 1..=rows {
+                    for j in 1..cols - 1 {
+                        let at = i * cols + j;
+                        next[at] = 0.25 * (plate[at - cols] + plate[at + cols] + plate[at - 1] + plate[at + 1]);
+                    }
+                }
+                for i in 1..=rows {
+                    let r = i * cols + 1..(i + 1) * cols - 1;
+                    plate[r.clone()].copy_from_slice(&next[r]);
+                }
+                Ok(())
+            }
+            Plate::Device(d) => {
+                // The exchange runs on the host: two rows cross the bus each way.
+                let (first, last) = d.edge_rows()?;
+                let mut ghost = vec![100f64; cols];
+                if let Some(p) = up {
+                    p2p::send_receive_into(&first[..], p, &mut ghost[..], p);
+                }
+                d.set_rows(0, &ghost)?;
+                if let Some(p) = down {
+                    p2p::send_receive_into(&last[..], p, &mut ghost[..], p);
+                    d.set_rows(rows + 1, &ghost)?;
+                }
+                d.sweep()
+            }
+        }
+    }
+
+    /// Waits for the device (before the runtime reads or writes the plate).
+    fn settle(&self) -> dckpt::Result<()> {
+        match self {
+            Plate::Host { .. } => Ok(()),
+            Plate::Device(d) => d.synchronize(),
+        }
+    }
+
+    /// The real rows, on the host.
+    fn real_rows(&self, rows: usize, cols: usize) -> dckpt::Result<Vec<f64>> {
+        match self {
+            Plate::Host { plate, .. } => Ok(plate[cols..(rows + 1) * cols].to_vec()),
+            Plate::Device(d) => d.real_rows(),
+        }
+    }
+
+    /// Writes `values` into the plate from row `row` on (row 0 is the top ghost row).
+    fn set_rows(&mut self, row: usize, cols: usize, values: &[f64]) -> dckpt::Result<()> {
+        match self {
+            Plate::Host { plate, .. } => {
+                plate[row * cols..row * cols + values.len()].copy_from_slice(values);
+                Ok(())
+            }
+            Plate::Device(d) => d.set_rows(row, values),
+        }
+    }
+
+    fn on_gpu(&self) -> bool {
+        matches!(self, Plate::Device(_))
+    }
+}
+
 fn run(world: &impl Communicator, a: &Args) -> dckpt::Result<()> {
     let (rank, size) = (world.rank(), world.size());
     let (rows, cols) = (a.rows, a.cols);
-    // The plate with one ghost row above and below.
-    let mut plate = vec![0f64; (rows + 2) * cols];
-    let mut next = plate.clone();
+    let mut plate = Plate::new(world, a)?;
     let mut step = [0u64; 1];
     let mut rt = Runtime::init(world, config(a)?);
-    let protect = |rt: &mut Runtime, plate: &mut Vec<f64>, step: &mut [u64; 1]| -> dckpt::Result<()> {
-        // SAFETY: the plate and the counter outlive every runtime call and
-        // nothing touches them while one runs (this loop is single-threaded).
-        unsafe {
-            rt.protect(0, Region::Host { ptr: plate.as_mut_ptr().cast(), len: plate.len() * 8 })?;
-            rt.protect(1, Region::Host { ptr: step.as_mut_ptr().cast(), len: 8 })
-        }
-    };
-    protect(&mut rt, &mut plate, &mut step)?;
+    // SAFETY: the plate (host or device memory) and the counter outlive
+    // every runtime call, and nothing touches them while one runs: this loop
+    // is single-threaded and waits for the device before each call.
+    unsafe {
+        rt.protect(0, plate.region())?;
+        rt.protect(1, Region::Host { ptr: step.as_mut_ptr().cast(), len: 8 })?;
+    }
+    if rank == 0 {
+        println!("heat: the plate is in {} memory", if plate.on_gpu() { "GPU" } else { "host" });
+    }
     // The checkpoints of a job of this size are "heat" (or "heat-P" when a
     // job of another size wrote "heat" first).
     let old = rt.old_regions("heat").unwrap_or_default();
@@ -156,31 +300,14 @@ fn run(world: &impl Communicator, a: &Args) -> dckpt::Result<()> {
             std::process::abort(); // what SIGKILL leaves
         }
         let started = std::time::Instant::now();
-        // Halo exchange: first real row up, last real row down.
-        let (top, rest) = plate.split_at_mut(cols);
-        let (body, bottom) = rest.split_at_mut(rows * cols);
-        if let Some(p) = &up {
-            p2p::send_receive_into(&body[..cols], p, top, p);
-        } else {
-            top.fill(100.0); // the hot edge
-        }
-        if let Some(p) = &down {
-            p2p::send_receive_into(&body[(rows - 1) * cols..], p, bottom, p);
-        }
-        // One Jacobi sweep over the real rows (the side columns stay fixed).
-        for i in 1..=rows {
-            for j in 1..cols - 1 {
-                let at = i * cols + j;
-                next[at] = 0.25 * (plate[at - cols] + plate[at + cols] + plate[at - 1] + plate[at + 1]);
-            }
-        }
-        for i in 1..=rows {
-            let r = i * cols + 1..(i + 1) * cols - 1;
-            plate[r.clone()].copy_from_slice(&next[r]);
-        }
+        plate.step(up.as_ref(), down.as_ref(), rows, cols)?;
         step[0] += 1;
+        let checkpoint_now = step[0] % a.every == 0;
+        if checkpoint_now {
+            plate.settle()?;
+        }
         compute += started.elapsed().as_secs_f64();
-        if step[0] % a.every == 0 {
+        if checkpoint_now {
             let t = std::time::Instant::now();
             let r = rt.checkpoint(&name, step[0])?;
             in_checkpoints += t.elapsed().as_secs_f64();
@@ -188,15 +315,18 @@ fn run(world: &impl Communicator, a: &Args) -> dckpt::Result<()> {
             taken += 1;
         }
     }
+    plate.settle()?;
     let t = std::time::Instant::now();
     rt.finalize()?;
     let drain = t.elapsed().as_secs_f64();
     if let Some(file) = &a.report {
         report(world, a, file, [compute, in_checkpoints, drain], stored, taken)?;
     }
-    // The plate's digest, the same however it is split over ranks: the
-    // digests of its rows, in global order, hashed on rank 0.
-    let mine: Vec<u8> = plate[cols..(rows + 1) * cols]
+    // The plate's digest, the same however it is split over ranks (and
+    // wherever it lives): the digests of its rows, in global order, hashed
+    // on rank 0.
+    let mine: Vec<u8> = plate
+        .real_rows(rows, cols)?
         .chunks(cols)
         .flat_map(|row| *blake3::hash(&row.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()).as_bytes())
         .collect();
@@ -267,7 +397,7 @@ fn redistribute(
     rank: usize,
     rows: usize,
     cols: usize,
-    plate: &mut [f64],
+    plate: &mut Plate,
     step: &mut [u64; 1],
 ) -> dckpt::Result<()> {
     let row_bytes = (cols * 8) as u64;
@@ -287,11 +417,9 @@ fn redistribute(
         let from = (at + 1) * row_bytes; // past the owner's top ghost row
         let bytes =
             rt.read_region("heat", owner as u32, 0, version, from..from + (upto - global) as u64 * row_bytes)?;
-        let local = global - first;
-        let dst = &mut plate[(local + 1) * cols..(local + 1 + upto - global) * cols];
-        for (x, b) in dst.iter_mut().zip(bytes.chunks_exact(8)) {
-            *x = f64::from_le_bytes(b.try_into().unwrap_or_default());
-        }
+        let values: Vec<f64> =
+            bytes.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().unwrap_or_default())).collect();
+        plate.set_rows(global - first + 1, cols, &values)?;
         global = upto;
     }
     let counter = rt.read_region("heat", 0, 1, version, 0..8)?;
