@@ -322,3 +322,23 @@ fn scatter_host(regions: &BTreeMap<u32, Region>, buf: &[u8]) {
         at += len;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_checkpoint_of_device_memory_restarts_into_host_memory_but_not_into_other_regions() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let shapes =
+            |device: bool, len: usize| vec![Shape { id: 0, len, device }, Shape { id: 1, len: 8, device: false }];
+        table_of(2, &shapes(true, 4096)).write(dir.path()).expect("write");
+        // The same ids and lengths, now in host memory: accepted.
+        check_table(dir.path(), &table_of(2, &shapes(false, 4096)), "heat").expect("host after device");
+        // Another length: refused, naming the checkpoint.
+        let refused = check_table(dir.path(), &table_of(2, &shapes(false, 2048)), "heat").expect_err("other length");
+        assert!(refused.to_string().contains("'heat'"), "{refused}");
+        // Another rank's table is not this rank's business.
+        check_table(dir.path(), &table_of(3, &shapes(false, 2048)), "heat").expect("other rank");
+    }
+}
