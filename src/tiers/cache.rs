@@ -58,6 +58,19 @@ impl Pool {
     }
 }
 
+/// The first `len` bytes of `segments`, as consecutive slices (one per segment).
+fn slices_of(segments: &mut [Segment], len: usize) -> Vec<&mut [u8]> {
+    let mut left = len;
+    segments
+        .iter_mut()
+        .map(|s| {
+            let n = left.min(SEGMENT_BYTES);
+            left -= n;
+            &mut s.bytes_mut()[..n]
+        })
+        .collect()
+}
+
 /// A diff file held in cache segments; its segments go back to the cache
 /// when it is dropped. A file a device is still copying in carries the
 /// wait for it ([`Cached::ready`]): every reader waits first, and so does
@@ -139,15 +152,7 @@ impl Cached {
     /// Takes segments for a deferred file and has `fill` copy it in.
     fn arrive(&self, fill: Deferred) -> Result<()> {
         let (mut segments, _) = self.pool.take(self.len.div_ceil(SEGMENT_BYTES).max(1));
-        let mut left = self.len;
-        let mut slices: Vec<&mut [u8]> = segments
-            .iter_mut()
-            .map(|s| {
-                let n = left.min(SEGMENT_BYTES);
-                left -= n;
-                &mut s.bytes_mut()[..n]
-            })
-            .collect();
+        let mut slices = slices_of(&mut segments, self.len);
         let copied = fill(&mut slices).and_then(|ready| ready.map_or(Ok(()), |wait| wait()));
         drop(slices);
         match copied {
@@ -311,15 +316,7 @@ impl HostCache {
     /// on an error the segments go back.
     pub fn store_with(&self, len: usize, fill: &mut Fill<'_>) -> Result<(Cached, Duration)> {
         let (mut segments, waited) = self.take(len)?;
-        let mut left = len;
-        let mut slices: Vec<&mut [u8]> = segments
-            .iter_mut()
-            .map(|s| {
-                let n = left.min(SEGMENT_BYTES);
-                left -= n;
-                &mut s.bytes_mut()[..n]
-            })
-            .collect();
+        let mut slices = slices_of(&mut segments, len);
         let ready = match fill(&mut slices) {
             Ok(ready) => ready,
             Err(e) => {
