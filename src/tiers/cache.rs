@@ -30,30 +30,61 @@ pub struct HostCache {
     pinned: usize,
 }
 
-/// The segments not lent out.
+/// The segments not lent out, and the deferred files still waiting for
+/// theirs. Segments are lent in the order files came: while a deferred file
+/// waits, no later file takes any (it is deferred too, or waits), so every
+/// file holding segments is older than every deferred one, and the flusher,
+/// which serves files in order, always finds the segments it waits for
+/// coming back.
 #[derive(Debug)]
 struct Pool {
-    free: Mutex<Vec<Segment>>,
+    state: Mutex<PoolState>,
     returned: Condvar,
 }
 
+#[derive(Debug)]
+struct PoolState {
+    free: Vec<Segment>,
+    /// Deferred files that have taken no segments yet.
+    deferred: usize,
+}
+
 impl Pool {
-    /// Takes `need` segments, waiting until that many are free.
-    fn take(&self, need: usize) -> (Vec<Segment>, Duration) {
+    fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes `need` segments, waiting until that many are free (and, for a
+    /// file that was not deferred, until no deferred file waits before it).
+    fn take(&self, need: usize, deferred: bool) -> (Vec<Segment>, Duration) {
         let t = Instant::now();
-        let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
-        while free.len() < need {
-            free = self.returned.wait(free).unwrap_or_else(PoisonError::into_inner);
+        let mut st = self.lock();
+        while st.free.len() < need || (!deferred && st.deferred > 0) {
+            st = self.returned.wait(st).unwrap_or_else(PoisonError::into_inner);
         }
-        let at = free.len() - need;
-        (free.drain(at..).collect(), t.elapsed())
+        if deferred {
+            st.deferred -= 1;
+        }
+        let at = st.free.len() - need;
+        let taken = st.free.drain(at..).collect();
+        drop(st);
+        self.returned.notify_all();
+        (taken, t.elapsed())
+    }
+
+    /// A deferred file that will never take segments (dropped unread).
+    fn forget_deferred(&self) {
+        let mut st = self.lock();
+        st.deferred = st.deferred.saturating_sub(1);
+        drop(st);
+        self.returned.notify_all();
     }
 
     fn put(&self, segments: Vec<Segment>) {
         if segments.is_empty() {
             return;
         }
-        self.free.lock().unwrap_or_else(PoisonError::into_inner).extend(segments);
+        self.lock().free.extend(segments);
         self.returned.notify_all();
     }
 }
@@ -82,6 +113,9 @@ pub struct Cached {
     len: usize,
     pool: Arc<Pool>,
     gate: Mutex<Gate>,
+    /// Whether the gate is still `Deferred` (read without its lock, which a
+    /// reader holds while it waits for room).
+    waiting: std::sync::atomic::AtomicBool,
     arrived: OnceLock<std::result::Result<(), String>>,
 }
 
@@ -108,8 +142,12 @@ impl Drop for Cached {
         let gate = std::mem::replace(self.gate.get_mut().unwrap_or_else(PoisonError::into_inner), Gate::Open);
         // A copy still running must end before the segments are lent again;
         // a deferred file never took any (dropping it frees its GPU copy).
-        if let Gate::Copying(wait) = gate {
-            let _ = wait();
+        match gate {
+            Gate::Copying(wait) => {
+                let _ = wait();
+            }
+            Gate::Deferred(_) => self.pool.forget_deferred(),
+            Gate::Open => {}
         }
         if let Some(segments) = self.segments.take() {
             self.pool.put(segments);
@@ -123,7 +161,15 @@ impl Cached {
         if let Some(segments) = segments {
             let _ = cell.set(segments);
         }
-        Cached { segments: cell, len, pool: Arc::clone(pool), gate: Mutex::new(gate), arrived: OnceLock::new() }
+        let waiting = std::sync::atomic::AtomicBool::new(matches!(gate, Gate::Deferred(_)));
+        Cached {
+            segments: cell,
+            len,
+            pool: Arc::clone(pool),
+            gate: Mutex::new(gate),
+            waiting,
+            arrived: OnceLock::new(),
+        }
     }
 
     /// Waits until the file's bytes are all there (at once for a file
@@ -140,6 +186,7 @@ impl Cached {
             }
             Gate::Deferred(fill) => {
                 let _ = self.arrived.set(self.arrive(fill).map_err(|e| e.to_string()));
+                self.waiting.store(false, std::sync::atomic::Ordering::SeqCst);
             }
         }
         drop(gate);
@@ -151,7 +198,7 @@ impl Cached {
 
     /// Takes segments for a deferred file and has `fill` copy it in.
     fn arrive(&self, fill: Deferred) -> Result<()> {
-        let (mut segments, _) = self.pool.take(self.len.div_ceil(SEGMENT_BYTES).max(1));
+        let (mut segments, _) = self.pool.take(self.len.div_ceil(SEGMENT_BYTES).max(1), true);
         let mut slices = slices_of(&mut segments, self.len);
         let copied = fill(&mut slices).and_then(|ready| ready.map_or(Ok(()), |wait| wait()));
         drop(slices);
@@ -168,9 +215,10 @@ impl Cached {
     }
 
     /// Whether the file's bytes are not in host memory yet (held by the GPU
-    /// cache tier until a reader calls [`Cached::ready`]).
+    /// cache tier until a reader's [`Cached::ready`] has copied them in).
+    /// Never waits.
     pub fn deferred(&self) -> bool {
-        matches!(*self.gate.lock().unwrap_or_else(PoisonError::into_inner), Gate::Deferred(_))
+        self.waiting.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     fn segments(&self) -> &[Segment] {
@@ -268,7 +316,8 @@ impl HostCache {
             free.push(made.unwrap_or_else(|| Box::new(HeapSegment::new(SEGMENT_BYTES))));
         }
         let pinned = free.iter().filter(|s| s.pinned()).count();
-        Ok(HostCache { pool: Arc::new(Pool { free: Mutex::new(free), returned: Condvar::new() }), segments, pinned })
+        let pool = Pool { state: Mutex::new(PoolState { free, deferred: 0 }), returned: Condvar::new() };
+        Ok(HostCache { pool: Arc::new(pool), segments, pinned })
     }
 
     /// Bytes of page-locked segments.
@@ -283,7 +332,7 @@ impl HostCache {
 
     /// Bytes lent out now.
     pub fn in_use(&self) -> u64 {
-        let free = self.pool.free.lock().unwrap_or_else(PoisonError::into_inner).len();
+        let free = self.pool.lock().free.len();
         ((self.segments - free) * SEGMENT_BYTES) as u64
     }
 
@@ -336,15 +385,18 @@ impl HostCache {
     /// once; an error only if the file could never fit.
     pub fn defer(&self, len: usize, fill: Deferred) -> Result<Cached> {
         self.segments_for(len)?;
+        self.pool.lock().deferred += 1;
         Ok(Cached::new(&self.pool, None, len, Gate::Deferred(fill)))
     }
 
     /// Whether a file of `len` bytes would get its segments now, without
-    /// waiting (only the flusher gives segments back, so a single taker
-    /// that sees room gets it).
+    /// waiting: enough are free and no deferred file waits for its own
+    /// (segments go in the order files came). Only the checkpointing thread
+    /// takes segments for new files, so the answer holds for its next take.
     pub fn has_room(&self, len: usize) -> bool {
         let need = len.div_ceil(SEGMENT_BYTES).max(1);
-        self.pool.free.lock().unwrap_or_else(PoisonError::into_inner).len() >= need
+        let st = self.pool.lock();
+        st.free.len() >= need && st.deferred == 0
     }
 
     /// The segments a file of `len` bytes needs; an error if more than the cache has.
@@ -362,7 +414,7 @@ impl HostCache {
     /// Lends enough segments for `len` bytes, waiting for room.
     fn take(&self, len: usize) -> Result<(Vec<Segment>, Duration)> {
         let need = self.segments_for(len)?;
-        Ok(self.pool.take(need))
+        Ok(self.pool.take(need, false))
     }
 }
 
@@ -495,5 +547,38 @@ mod tests {
         assert_eq!((fills.load(Ordering::SeqCst), cache.in_use()), (1, 0));
         // One that could never fit is refused at once.
         assert!(cache.defer(2 * SEGMENT_BYTES, deferred(2)).is_err());
+    }
+
+    #[test]
+    fn no_later_file_takes_segments_while_a_deferred_one_waits_for_its_own() {
+        let cache = Arc::new(HostCache::new(2 * SEGMENT_BYTES as u64).expect("cache"));
+        let (a, _) = cache.store_parts(&[&[1u8; 10]]).expect("store");
+        let b = cache
+            .defer(
+                10,
+                Box::new(|bufs: &mut [&mut [u8]]| {
+                    bufs.iter_mut().for_each(|x| x.fill(2));
+                    Ok(None)
+                }),
+            )
+            .expect("defer");
+        // One segment is free, but it is the deferred file's turn.
+        assert!(!cache.has_room(10));
+        let later = {
+            let cache = Arc::clone(&cache);
+            std::thread::spawn(move || cache.store_parts(&[&[3u8; 10]]).expect("store"))
+        };
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(!later.is_finished(), "a later file waits behind the deferred one");
+        b.ready().expect("the deferred file gets the free segment");
+        assert_eq!(b.pieces().flatten().copied().collect::<Vec<u8>>(), vec![2u8; 10]);
+        drop(a);
+        let (c, waited) = later.join().expect("join");
+        assert!(waited >= Duration::from_millis(25));
+        assert_eq!(c.pieces().flatten().copied().collect::<Vec<u8>>(), vec![3u8; 10]);
+        drop((b, c));
+        // A deferred file dropped unread no longer holds the line.
+        drop(cache.defer(10, Box::new(|_: &mut [&mut [u8]]| Ok(None))).expect("defer"));
+        assert!(cache.has_room(10));
     }
 }

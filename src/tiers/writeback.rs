@@ -55,31 +55,31 @@ impl Overlay {
     pub fn of(inflight: &InFlightMap, root: &Path, rank: u32, version: u64) -> Result<Option<Overlay>> {
         // In-flight versions first: one that lands meanwhile is listed on
         // the tier before it leaves the map, so it is in one or the other.
-        let flying: BTreeMap<u64, InFlight> = {
+        // Only the chain's files are held (clones of their `Arc`s): holding
+        // others would keep their segments from the flusher.
+        let mut chain = Vec::new();
+        let landed = {
             let map = inflight.lock().unwrap_or_else(PoisonError::into_inner);
             if !map.contains_key(&version) {
                 return Ok(None);
             }
-            map.range(..=version).map(|(v, f)| (*v, f.clone())).collect()
-        };
-        // The chain back through the versions in flight.
-        let mut chain = Vec::new();
-        let mut at = Some(version);
-        let landed = loop {
-            let Some(v) = at else { break None };
-            let Some(f) = flying.get(&v) else { break Some(v) };
-            if f.cached.deferred() {
-                // Still only in the GPU cache, waiting for room in the host
-                // cache that the flusher frees: the restore waits for the
-                // flush instead of taking segments itself (it would hold the
-                // chain's other files while it waits for room).
-                return Ok(None);
+            // The chain back through the versions in flight.
+            let mut at = Some(version);
+            loop {
+                let Some(v) = at else { break None };
+                let Some(f) = map.get(&v) else { break Some(v) };
+                if f.cached.deferred() {
+                    // Still only in the GPU cache, waiting for room in the
+                    // host cache that the flusher frees: the restore waits
+                    // for the flush instead of taking segments itself.
+                    return Ok(None);
+                }
+                chain.push((v, f.clone()));
+                if f.baseline {
+                    break None;
+                }
+                at = f.prev;
             }
-            chain.push((v, f));
-            if f.baseline {
-                break None;
-            }
-            at = f.prev;
         };
         let mut manifest = Store::open(root, rank)?.manifest().clone();
         match landed {
@@ -91,7 +91,7 @@ impl Overlay {
         let rel = rank_rel(rank);
         let mut files = HashMap::new();
         for (v, f) in chain.into_iter().rev() {
-            let trailer = trailer_of(f)?;
+            let trailer = trailer_of(&f)?;
             manifest.versions.push(VersionEntry {
                 version: v,
                 baseline: f.baseline,
