@@ -45,6 +45,13 @@ fn retention_keeps_the_newest_versions_of_each_tier_and_what_their_chains_need()
     e.wait_all().unwrap();
     // Local keeps version 11 and its chain (9-11); shared the newest 5 (7-11) and their chains (5-11).
     for (root, kept, tier) in [(&local, 9..=11u64, 0usize), (&shared, 5..=11, 1)] {
+        // The last retention pass runs in the background once every tier has settled.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while (1..*kept.start()).any(|v| e.states(v).unwrap()[tier] != TierState::Retired)
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         let store = dckpt::store::Store::open(root, 0).unwrap();
         let listed: Vec<u64> = store.manifest().versions.iter().map(|e| e.version).collect();
         assert_eq!(listed, kept.clone().collect::<Vec<_>>(), "{}", root.display());

@@ -403,8 +403,10 @@ impl Worker {
                 let Some(oldest) = m.versions.len().checked_sub(keep).map(|i| m.versions[i].version) else {
                     return Ok(Vec::new());
                 };
-                let start = m.chain(oldest).and_then(|c| c.first()).map_or(0, |e| e.version);
-                (m.versions.iter().map(|e| e.version).filter(|&v| v < start).collect::<Vec<_>>(), None)
+                let start_of = |v: u64| m.chain(v).and_then(|c| c.first()).map_or(0, |e| e.version);
+                let start = start_of(oldest);
+                let doomed = m.versions.iter().map(|e| e.version).filter(|&v| v < start).collect::<Vec<_>>();
+                (settled_prefix(doomed, &self.copied(), start_of), None)
             }
             Listing::Part { rank, ranks } => {
                 let log = CommitLog::load_from(self.store.storage().as_ref())?;
@@ -450,17 +452,43 @@ impl Worker {
                     .collect();
                 doomed.sort_unstable();
                 doomed.dedup();
-                (doomed, Some(rank))
+                let start_of = |v: u64| {
+                    let mut s = v;
+                    loop {
+                        let next = (0..ranks).map(|r| chain_start(r, s)).min().unwrap_or(0);
+                        if next == s {
+                            break s;
+                        }
+                        s = next;
+                    }
+                };
+                (settled_prefix(doomed, &self.copied(), start_of), Some(rank))
             }
         };
-        // A version a later tier has not settled yet is still copied from
-        // this tier's file: it stays until the next pass.
-        let copied = |v: &u64| {
-            self.shared.progress.states(*v).is_none_or(|st| st.iter().skip(self.tier + 1).all(TierState::settled))
-        };
-        let doomed: Vec<u64> = doomed.into_iter().filter(copied).collect();
         self.store.retire(&doomed, part_of)?;
         Ok(doomed)
+    }
+
+    /// Whether every later tier has settled version `v` (a version a later
+    /// tier has not settled yet is still copied from this tier's file).
+    fn copied(&self) -> impl Fn(u64) -> bool + '_ {
+        move |v| self.shared.progress.states(v).is_none_or(|st| st.iter().skip(self.tier + 1).all(TierState::settled))
+    }
+}
+
+/// The versions of `doomed` (ascending) that retention may delete now: all
+/// of them if every later tier has copied them; otherwise only those older
+/// than the chain start (`start_of`) of the first one not yet copied, so
+/// that what stays listed still begins with a baseline (deleting only the
+/// copied ones could leave an incremental version first, and a tier whose
+/// oldest listed version is not a baseline does not open).
+fn settled_prefix(doomed: Vec<u64>, copied: &impl Fn(u64) -> bool, start_of: impl Fn(u64) -> u64) -> Vec<u64> {
+    match doomed.iter().copied().find(|&v| !copied(v)) {
+        None => doomed,
+        Some(first_kept) => {
+            let start = start_of(first_kept);
+            doomed.into_iter().filter(|&v| v < start).collect()
+        }
     }
 }
 
@@ -514,4 +542,19 @@ fn read_trailer(path: &std::path::Path, len: u64) -> Result<[u8; 32]> {
     let at = len.checked_sub(32).ok_or_else(|| Error::corrupt(path, "shorter than a trailer"))?;
     f.read_exact_at(&mut t, at).map_err(|e| Error::io(path, e))?;
     Ok(t)
+}
+
+#[cfg(test)]
+mod retention_tests {
+    use super::settled_prefix;
+
+    #[test]
+    fn retention_never_leaves_an_incremental_version_first() {
+        // Chains 1-4 and 5-8 doomed; a later tier has copied all but 6.
+        let start_of = |v: u64| if v < 5 { 1 } else { 5 };
+        let doomed: Vec<u64> = (1..=8).collect();
+        assert_eq!(settled_prefix(doomed.clone(), &|v| v != 6, start_of), vec![1, 2, 3, 4]);
+        assert_eq!(settled_prefix(doomed.clone(), &|_| true, start_of), doomed);
+        assert!(settled_prefix(doomed, &|v| v != 2, start_of).is_empty());
+    }
 }

@@ -490,9 +490,13 @@ impl TieredEngine {
     }
 
     /// Blocks until every version taken so far is settled on every tier;
-    /// the first failure, if any.
+    /// the first failure, if any. Then asks for a retention pass (in the
+    /// background), which may now delete what a slower tier was still
+    /// copying during the last one.
     pub fn wait_all(&self) -> Result<()> {
-        self.shared.progress.wait_all()
+        let result = self.shared.progress.wait_all();
+        self.flusher.retire();
+        result
     }
 
     /// Whether `version` is durable on tier `tier` (its name) now: listed
