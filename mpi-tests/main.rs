@@ -390,6 +390,57 @@ fn tiered(w: &World, root: &Path) {
 /// every rank deletes only its own older files and parts, every version
 /// still committed restores on every rank, the deleted ones are gone, and
 /// `verify` passes.
+/// Local-only (`local_only`, the config's `collective = false`) through the
+/// tiers, Tree and Full: no reduction, so no rank references another's
+/// bytes; identical data is stored once per rank (Tree: what rank 0 alone
+/// stores); every version restores byte-exactly. A job whose ranks
+/// disagree on the setting is refused at open on every rank.
+fn local_only(w: &World, root: &Path) {
+    use dckpt::collective::TieredCollective;
+    let opts = CollectiveOptions { backend: test_backend(), local_only: true, ..CollectiveOptions::default() };
+    let mut per_method = Vec::new();
+    for method in [Method::Tree, Method::Full] {
+        let dir = root.join(method.to_string());
+        let tiers = two_tiers(&dir, (None, None));
+        let store = StoreOptions { method, ..store_opts() };
+        let mut c = TieredCollective::open(w.comm, &tiers, len() as u64, &store, &opts).expect("open local-only");
+        let mut stored = 0u64;
+        for v in 1..=VERSIONS {
+            let data = buffer(Scenario::Identical, w.rank, v);
+            let r = c.checkpoint(v, &data).expect("local-only checkpoint");
+            w.check(r.regions_referenced == 0 && r.bytes_referenced == 0, "local-only: a region crossed ranks");
+            stored += r.checkpoint.file_bytes;
+        }
+        c.wait(VERSIONS).expect("wait");
+        for v in 1..=VERSIONS {
+            let mut got = vec![0u8; len()];
+            let restored = c.restore_into(v, dckpt::memory::ProtectedMut::Host(&mut got));
+            w.check(
+                restored.is_ok() && got == buffer(Scenario::Identical, w.rank, v),
+                &format!("local-only {method}: restore of version {v}: {:?}", restored.err()),
+            );
+        }
+        // Every rank stored the same bytes: each its own copy.
+        w.check(w.max(stored) == stored && w.sum(stored) == stored * w.size as u64, "local-only: unequal ranks");
+        if method == Method::Full {
+            w.check(stored >= VERSIONS * len() as u64, &format!("local-only full stored {stored} bytes"));
+        }
+        per_method.push(stored);
+        c.finalize().expect("finalize");
+    }
+    w.check(per_method[0] < per_method[1], &format!("local-only: tree stored no less than full: {per_method:?}"));
+    // A rank that asks for the reduction among ranks that do not: refused everywhere.
+    if w.size > 1 {
+        let mixed = CollectiveOptions { local_only: w.rank != 0, ..opts.clone() };
+        let tiers = two_tiers(&root.join("mixed"), (None, None));
+        let opened = TieredCollective::open(w.comm, &tiers, len() as u64, &store_opts(), &mixed);
+        w.check(
+            opened.as_ref().err().is_some_and(|e| e.to_string().contains("local-only")),
+            &format!("mixed local-only settings: {:?}", opened.err()),
+        );
+    }
+}
+
 fn retention(w: &World, root: &Path) {
     use dckpt::collective::TieredCollective;
     use dckpt::store::commits::CommitLog;
@@ -588,7 +639,7 @@ fn main() {
     if w.rank == 0 {
         println!("mpi-tests: backend auto (set DCKPT_MPI_TEST_BACKEND=cpu|cuda to choose)");
     }
-    let tests: [(&str, Test); 9] = [
+    let tests: [(&str, Test); 10] = [
         ("identical", |w, r| {
             identical(w, r);
             temporal(w, r);
@@ -599,6 +650,7 @@ fn main() {
         ("small-threshold", small_threshold),
         ("disagreement", disagreement),
         ("tiered", tiered),
+        ("local-only", local_only),
         ("retention", retention),
         ("tier-faults", tier_faults),
         ("runtime", runtime::runtime),

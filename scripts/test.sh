@@ -42,3 +42,10 @@ scripts/c-fortran-restart.sh 2
 # The replicated-data example: the table stored once for all ranks; killed, restarted, same data.
 echo "restart tests: the replicated-data example, 3 ranks"
 scripts/replicated-restart.sh 3 target/release/examples/replicated
+
+# Label propagation (sparse per-vertex updates): killed, restarted, same
+# vertices; also local-only (no reduction) and Full, through the runtime.
+echo "restart tests: the label-propagation example, 4 ranks; local-only and full, 2 ranks"
+scripts/kill-restart.sh target/release/examples/labels 4 135 130 --steps 200
+DCKPT_COLLECTIVE=false scripts/kill-restart.sh target/release/examples/labels 2 135 130 --steps 200
+DCKPT_COLLECTIVE=false DCKPT_METHOD=full scripts/kill-restart.sh target/release/examples/labels 2 95 90 --steps 100

@@ -11,6 +11,7 @@
 //! hash = "murmur3"               # murmur3 | xxh3 | blake3 | sha1 (not on the GPU)
 //! method = "tree"                # tree | list | basic | full
 //! max_chain = 8                  # a baseline every 8 versions
+//! collective = true              # false: local-only (no reduction across ranks; method full allowed)
 //! threshold = 131072             # K of the collective step
 //! region_bytes = 0               # largest region offered (0: automatic)
 //! host_cache_size = "4G"         # bytes, or a size with K, M, G, T
@@ -106,6 +107,9 @@ pub struct Config {
     pub method: Method,
     /// A baseline once a chain holds this many versions.
     pub max_chain: Option<u64>,
+    /// Whether the collective step runs (false: local-only, each rank
+    /// de-duplicates against its own history; method `full` allowed).
+    pub collective: bool,
     /// K of the collective step: the most tuples a partial result keeps.
     pub threshold: usize,
     /// Largest region offered to the collective step (0: automatic).
@@ -142,6 +146,7 @@ impl Default for Config {
             hash: store.hash,
             method: store.method,
             max_chain: store.max_chain,
+            collective: !collective.local_only,
             threshold: collective.threshold,
             region_bytes: Bytes(collective.region_bytes),
             host_cache_size: Bytes(tiers.host_cache_bytes),
@@ -165,6 +170,7 @@ pub const KEYS: &[&str] = &[
     "hash",
     "method",
     "max_chain",
+    "collective",
     "threshold",
     "region_bytes",
     "host_cache_size",
@@ -233,6 +239,12 @@ impl Config {
                 crate::collective::merge::MAX_THRESHOLD
             ));
         }
+        if self.collective && !self.method.uses_record() {
+            return Err(format!(
+                "method: {} keeps no record, and the collective step needs one (tree or list; or collective = false)",
+                self.method
+            ));
+        }
         if self.scratch.is_none() && self.persistent.is_none() {
             return Err("scratch, persistent: set at least one directory".into());
         }
@@ -274,7 +286,12 @@ impl Config {
 
     /// The collective step's options.
     pub fn collective_options(&self) -> CollectiveOptions {
-        CollectiveOptions { threshold: self.threshold, region_bytes: self.region_bytes.0, backend: self.backend }
+        CollectiveOptions {
+            threshold: self.threshold,
+            region_bytes: self.region_bytes.0,
+            backend: self.backend,
+            local_only: !self.collective,
+        }
     }
 
     /// The configuration as TOML (what `dckpt config --check` prints).
@@ -322,6 +339,7 @@ mod tests {
             hash = "xxh3"
             method = "list"
             max_chain = 8
+            collective = false
             threshold = 1024
             region_bytes = "64K"
             host_cache_size = "2G"
@@ -348,7 +366,7 @@ mod tests {
         assert_eq!(t.compression, Some(Compression::Zstd { level: 3 }));
         assert_eq!(t.gpu_cache, GpuCache::Bytes(512 << 20));
         let k = c.collective_options();
-        assert_eq!((k.threshold, k.region_bytes, k.backend), (1024, 64 << 10, BackendKind::Cpu));
+        assert_eq!((k.threshold, k.region_bytes, k.backend, k.local_only), (1024, 64 << 10, BackendKind::Cpu, true));
         // What --check prints reads back to the same configuration.
         let again = load(&c.to_toml().expect("toml"), &[]).expect("reparse");
         assert_eq!(again, c);
@@ -363,6 +381,9 @@ mod tests {
         .expect("config");
         assert_eq!((c.chunk_size, c.persistent.as_deref()), (512, Some(Path::new("/b/c"))));
         assert_eq!(c.compression, Some(Compression::Lz4));
+        // Local-only allows a method without a record.
+        let full = load("persistent = \"/a\"\nmethod = \"full\"\n", &[("DCKPT_COLLECTIVE", "false")]).expect("full");
+        assert!(full.collective_options().local_only && full.method == Method::Full);
     }
 
     #[test]
@@ -376,6 +397,7 @@ mod tests {
             ("persistent = \"/a\"\nhost_cache_size = \"lots\"\n", &[], "host_cache_size"),
             ("persistent = \"/a\"\ncompression = \"gzip\"\n", &[], "compression"),
             ("persistent = \"/a\"\nthreshold = 0\n", &[], "threshold"),
+            ("persistent = \"/a\"\nmethod = \"full\"\n", &[], "method"),
             ("chunk_size = 128\n", &[], "persistent"),
             ("persistent = \"/a\"\nmax_versions = 0\n", &[], "max_versions"),
             ("persistent = \"/a\"\n", &[("DCKPT_EVICTION", "random")], "DCKPT_EVICTION"),

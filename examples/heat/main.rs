@@ -19,8 +19,8 @@
 //! aborts rank `size - 1` at that step (what SIGKILL leaves); the next run
 //! continues from the last checkpoint and ends with the same plate, bit for
 //! bit, as a run never interrupted: rank 0 prints its BLAKE3 digest.
-//! `--report FILE`: rank 0 appends one CSV line of what the run cost (the
-//! scaling studies, `scripts/scaling-study.sh`).
+//! `--report FILE`: rank 0 appends one CSV line of what the run cost
+//! (`dckpt::runtime::study`, for `scripts/scaling-study.sh`).
 // Protecting memory by address is `unsafe`: the runtime reads and writes the
 // plate and the counter during its calls. The GPU sweep is a kernel launch.
 #![allow(unsafe_code)]
@@ -28,6 +28,7 @@
 mod gpu;
 
 use dckpt::config::{Bytes, Config};
+use dckpt::runtime::study::{StudyRun, append_study_line};
 use dckpt::runtime::{Region, Runtime};
 use mpi::point_to_point as p2p;
 use mpi::topology::Process;
@@ -290,9 +291,9 @@ fn run(world: &impl Communicator, a: &Args) -> dckpt::Result<()> {
             }
         }
     }
-    // What the run cost this rank: seconds computing (halo exchange
-    // included), seconds in checkpoint calls, bytes stored, checkpoints.
-    let (mut compute, mut in_checkpoints, mut stored, mut taken) = (0f64, 0f64, 0u64, 0u64);
+    // Seconds this rank computed (halo exchange included); the runtime
+    // keeps what its checkpoint calls cost.
+    let mut compute = 0f64;
     let up = (rank > 0).then(|| world.process_at_rank(rank - 1));
     let down = (rank + 1 < size).then(|| world.process_at_rank(rank + 1));
     while step[0] < a.steps {
@@ -308,19 +309,22 @@ fn run(world: &impl Communicator, a: &Args) -> dckpt::Result<()> {
         }
         compute += started.elapsed().as_secs_f64();
         if checkpoint_now {
-            let t = std::time::Instant::now();
-            let r = rt.checkpoint(&name, step[0])?;
-            in_checkpoints += t.elapsed().as_secs_f64();
-            stored += r.checkpoint.file_bytes;
-            taken += 1;
+            rt.checkpoint(&name, step[0])?;
         }
     }
     plate.settle()?;
+    let (stats, config) = (rt.stats(), rt.config().clone());
     let t = std::time::Instant::now();
     rt.finalize()?;
-    let drain = t.elapsed().as_secs_f64();
     if let Some(file) = &a.report {
-        report(world, a, file, [compute, in_checkpoints, drain], stored, taken)?;
+        let run = StudyRun {
+            example: "heat",
+            steps: a.steps,
+            every: a.every,
+            compute_seconds: compute,
+            drain_seconds: t.elapsed().as_secs_f64(),
+        };
+        append_study_line(world, file, &run, &stats, &config)?;
     }
     // The plate's digest, the same however it is split over ranks (and
     // wherever it lives): the digests of its rows, in global order, hashed
@@ -334,53 +338,6 @@ fn run(world: &impl Communicator, a: &Args) -> dckpt::Result<()> {
     world.all_gather_into(&mine[..], &mut all[..]);
     if rank == 0 {
         println!("heat: {size} ranks, {} steps, plate digest {}", a.steps, blake3::hash(&all).to_hex());
-    }
-    Ok(())
-}
-
-/// Rank 0 appends one CSV line: ranks, plate, steps, checkpoints, the
-/// slowest rank's compute, checkpoint-call and drain seconds, bytes stored
-/// and bytes protected over all ranks and checkpoints.
-fn report(
-    world: &impl Communicator,
-    a: &Args,
-    file: &std::path::Path,
-    seconds: [f64; 3],
-    stored: u64,
-    taken: u64,
-) -> dckpt::Result<()> {
-    use mpi::collective::SystemOperation;
-    let mut slowest = [0f64; 3];
-    world.all_reduce_into(&seconds[..], &mut slowest[..], SystemOperation::max());
-    let logical = taken * ((a.rows + 2) * a.cols * 8 + 8) as u64;
-    let mut sums = [0u64; 2];
-    world.all_reduce_into(&[stored, logical][..], &mut sums[..], SystemOperation::sum());
-    if world.rank() == 0 {
-        use std::io::Write;
-        let new = !file.exists();
-        let mut f =
-            std::fs::OpenOptions::new().create(true).append(true).open(file).map_err(|e| dckpt::Error::io(file, e))?;
-        let mut line = String::new();
-        if new {
-            line.push_str("ranks,rows_per_rank,cols,steps,every,checkpoints,compute_s,checkpoint_s,drain_s,stored_bytes,protected_bytes,overhead_per_step_ms,ratio_to_full\n");
-        }
-        line.push_str(&format!(
-            "{},{},{},{},{},{},{:.4},{:.4},{:.4},{},{},{:.3},{:.2}\n",
-            world.size(),
-            a.rows,
-            a.cols,
-            a.steps,
-            a.every,
-            taken,
-            slowest[0],
-            slowest[1],
-            slowest[2],
-            sums[0],
-            sums[1],
-            slowest[1] * 1e3 / a.steps.max(1) as f64,
-            sums[1] as f64 / sums[0].max(1) as f64
-        ));
-        f.write_all(line.as_bytes()).map_err(|e| dckpt::Error::io(file, e))?;
     }
     Ok(())
 }

@@ -74,10 +74,19 @@ pub struct CollectiveOptions {
     /// Where each rank de-duplicates: `auto` (CUDA when a device is usable,
     /// ranks of a node spread over its GPUs), `cpu` or `cuda`.
     pub backend: BackendKind,
+    /// Skips the reduction: each rank de-duplicates against its own history
+    /// only and stores every region itself (what the collective step is
+    /// measured against). Any method is allowed then, `full` included.
+    pub local_only: bool,
 }
 
 impl Default for CollectiveOptions {
     fn default() -> Self {
-        CollectiveOptions { threshold: DEFAULT_THRESHOLD, region_bytes: 0, backend: BackendKind::Auto }
+        CollectiveOptions {
+            threshold: DEFAULT_THRESHOLD,
+            region_bytes: 0,
+            backend: BackendKind::Auto,
+            local_only: false,
+        }
     }
 }

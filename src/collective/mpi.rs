@@ -162,7 +162,7 @@ impl<'c, C: Communicator> Collective<'c, C> {
         let t0 = Instant::now();
         let me = self.engine.store().manifest().rank;
         let (offer, merged, reduced_from, reduced_at) =
-            offer_and_reduce(self.comm, &mut self.engine, version, input, self.max_level, self.opts.threshold)?;
+            offer_and_reduce(self.comm, &mut self.engine, version, input, self.max_level, &self.opts)?;
         let (offer_seconds, offered) = (offer.regions_seconds, offer.regions.len());
         let host = input.host_bytes();
         let settled = step::settle(&mut self.engine, offer, &merged, &self.layouts, host);
@@ -291,12 +291,19 @@ pub(crate) fn offer_and_reduce<C: Communicator, E: LocalSide + ?Sized>(
     version: u64,
     input: Protected<'_>,
     max_level: u32,
-    threshold: usize,
+    opts: &CollectiveOptions,
 ) -> Result<(step::Offer, Vec<HashFreq>, Instant, Instant)> {
-    let offer = step::offer(engine, version, input, max_level, threshold);
+    let offer = match opts.local_only {
+        // No regions offered, nothing merged: every region stays this rank's.
+        true => engine.deduplicate_local(version, input).map(|local| step::offer_of(local, Vec::new(), 1)),
+        false => step::offer(engine, version, input, max_level, opts.threshold),
+    };
     let offer = agree_or_abandon(comm, engine, "de-duplication", version, offer)?;
     let reduced_from = Instant::now();
-    let merged = reduce_sets(comm, &offer.set, threshold);
+    if opts.local_only {
+        return Ok((offer, Vec::new(), reduced_from, reduced_from));
+    }
+    let merged = reduce_sets(comm, &offer.set, opts.threshold);
     let merged = match merged {
         Ok(m) => m,
         Err(e) => {
@@ -319,9 +326,10 @@ pub(crate) fn open_checks<C: Communicator>(
     let rank = comm.rank().max(0) as u32;
     let local_rank = comm.split_shared(0).rank().max(0) as usize;
     let devices = crate::backend::cuda::device_count().max(1);
-    let checked = if !store.method.uses_record() {
+    let checked = if !store.method.uses_record() && !opts.local_only {
         Err(Error::InvalidOption(format!(
-            "collective checkpoints need a method with a record (tree or list), not {}",
+            "collective checkpoints need a method with a record (tree or list), not {} (or collective = false: \
+             local-only)",
             store.method
         )))
     } else if !(1..=merge::MAX_THRESHOLD).contains(&opts.threshold) {
@@ -354,13 +362,15 @@ pub(crate) fn exchange_layouts<C: Communicator>(
         u64::from(store.method.code()),
         opts.threshold as u64,
         opts.region_bytes,
+        u64::from(opts.local_only),
     ];
     let mut all = vec![0u64; mine.len() * comm.size() as usize];
     comm.all_gather_into(&mine[..], &mut all[..]);
     let params: Vec<&[u64]> = all.chunks(mine.len()).collect();
     if params.iter().any(|p| p[1..] != mine[1..]) {
         return Err(Error::InvalidOption(
-            "ranks disagree on the chunk size, hash, method, threshold or region size of a collective checkpoint"
+            "ranks disagree on the chunk size, hash, method, threshold, region size or local-only setting of a \
+             collective checkpoint"
                 .into(),
         ));
     }

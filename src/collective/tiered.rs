@@ -98,7 +98,7 @@ impl TieredCollective {
         let me = self.comm.rank().max(0) as u32;
         self.agree_on_baseline(version)?;
         let (offer, merged, reduced_from, reduced_at) =
-            offer_and_reduce(&self.comm, &mut self.engine, version, input, self.max_level, self.opts.threshold)?;
+            offer_and_reduce(&self.comm, &mut self.engine, version, input, self.max_level, &self.opts)?;
         let (offer_seconds, offered) = (offer.regions_seconds, offer.regions.len());
         let host = input.host_bytes();
         let cached = step::give_away(offer, &merged, &self.layouts)

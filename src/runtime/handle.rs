@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 
 use super::raw::{self, Region};
+use super::study::RunStats;
 use super::table::{RegionTable, TableEntry};
 
 /// A process's checkpointing runtime (see the module documentation).
@@ -22,6 +23,7 @@ pub struct Runtime {
     /// The regions protected now (`raw` adds them).
     pub(super) regions: BTreeMap<u32, Region>,
     names: HashMap<String, Named>,
+    stats: RunStats,
 }
 
 /// What a region looks like to a name's layout.
@@ -55,7 +57,23 @@ impl Runtime {
     /// A runtime over a duplicate of `comm` with `config` (checked already:
     /// [`Config::load`]). Nothing is opened until a checkpoint or restart.
     pub fn init<C: Communicator>(comm: &C, config: Config) -> Runtime {
-        Runtime { comm: comm.duplicate(), config, regions: BTreeMap::new(), names: HashMap::new() }
+        Runtime {
+            comm: comm.duplicate(),
+            config,
+            regions: BTreeMap::new(),
+            names: HashMap::new(),
+            stats: RunStats::default(),
+        }
+    }
+
+    /// The configuration the runtime runs with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// What this rank's checkpoint calls cost so far (every name).
+    pub fn stats(&self) -> RunStats {
+        self.stats
     }
 
     /// This process's rank.
@@ -120,6 +138,18 @@ impl Runtime {
     /// regions may change again (mode `async`) or once the version is
     /// durable on every tier of every rank (mode `sync`). Collective.
     pub fn checkpoint(&mut self, name: &str, version: u64) -> Result<CollectiveReport<TieredReport>> {
+        let started = std::time::Instant::now();
+        let report = self.checkpoint_untimed(name, version)?;
+        let s = &mut self.stats;
+        s.checkpoints += 1;
+        s.checkpoint_seconds += started.elapsed().as_secs_f64();
+        s.stored_bytes += report.checkpoint.file_bytes;
+        s.referenced_bytes += report.bytes_referenced;
+        s.protected_bytes += self.regions.values().map(|r| r.len() as u64).sum::<u64>();
+        Ok(report)
+    }
+
+    fn checkpoint_untimed(&mut self, name: &str, version: u64) -> Result<CollectiveReport<TieredReport>> {
         let regions = self.regions.clone();
         let sync = self.config.mode == Mode::Sync;
         let named = self.named(name)?;

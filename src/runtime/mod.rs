@@ -32,6 +32,8 @@
 mod handle;
 #[cfg(feature = "mpi")]
 mod raw;
+#[cfg(feature = "mpi")]
+pub mod study;
 pub mod table;
 
 #[cfg(feature = "mpi")]

@@ -86,7 +86,12 @@ fn with_mpi(body: impl FnOnce(&mpi::topology::SimpleCommunicator) -> Result<()>)
 /// each rank's number).
 pub fn checkpoint(a: CheckpointArgs) -> Result<ExitCode> {
     let store = a.store_options();
-    let copts = CollectiveOptions { threshold: a.threshold, region_bytes: a.region_bytes, backend: a.backend };
+    let copts = CollectiveOptions {
+        threshold: a.threshold,
+        region_bytes: a.region_bytes,
+        backend: a.backend,
+        ..CollectiveOptions::default()
+    };
     with_mpi(|world| {
         let rank = world.rank();
         let file = PathBuf::from(a.file.to_string_lossy().replace("{rank}", &rank.to_string()));
