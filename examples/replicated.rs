@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! mpirun -np 4 target/release/examples/replicated [--steps 60] [--every 10] [--table 4M]
-//!        [--local 64K] [--dir target/replicated] [--crash-at STEP]
+//!        [--local 64K] [--dir target/replicated] [--crash-at STEP] [--report FILE]
 //! ```
 //!
 //! Every step changes a few KiB of the table (the same change on every
@@ -17,11 +17,14 @@
 //! the checkpoints stored against what they protected, and a digest of the
 //! final data: a run killed with `--crash-at` (rank `size - 1` aborts at that
 //! step) and started again prints the digest of a run never interrupted.
+//! `--report FILE`: rank 0 appends a CSV line of what the run cost
+//! (`dckpt::runtime::study`).
 // Protecting memory by address is `unsafe`: the runtime reads and writes the
 // regions during its calls.
 #![allow(unsafe_code)]
 
 use dckpt::config::{Bytes, Config};
+use dckpt::runtime::study::{StudyRun, append_study_line};
 use dckpt::runtime::{Region, Runtime};
 use mpi::traits::*;
 use std::path::PathBuf;
@@ -35,11 +38,19 @@ struct Args {
     local: usize,
     dir: PathBuf,
     crash_at: Option<u64>,
+    report: Option<PathBuf>,
 }
 
 fn parse() -> Result<Args, String> {
-    let mut a =
-        Args { steps: 60, every: 10, table: 4 << 20, local: 64 << 10, dir: "target/replicated".into(), crash_at: None };
+    let mut a = Args {
+        steps: 60,
+        every: 10,
+        table: 4 << 20,
+        local: 64 << 10,
+        dir: "target/replicated".into(),
+        crash_at: None,
+        report: None,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -52,6 +63,7 @@ fn parse() -> Result<Args, String> {
             "--local" => a.local = size()?.max(4096),
             "--dir" => a.dir = PathBuf::from(&value),
             "--crash-at" => a.crash_at = Some(num()?),
+            "--report" => a.report = Some(PathBuf::from(&value)),
             _ => return Err(format!("unknown option {flag}")),
         }
     }
@@ -123,23 +135,34 @@ fn run(world: &impl Communicator, a: &Args) -> dckpt::Result<()> {
             println!("replicated: restarted from the checkpoint of step {}", step[0]);
         }
     }
-    let (mut stored, mut protected, mut referenced) = (0u64, 0u64, 0u64);
+    let mut compute = 0f64;
     while step[0] < a.steps {
         if a.crash_at == Some(step[0]) && rank == size - 1 {
             std::process::abort(); // what SIGKILL leaves
         }
+        let started = std::time::Instant::now();
         change(&mut table, step[0], 0);
         change(&mut local, step[0], 1 + rank as u64);
         step[0] += 1;
+        compute += started.elapsed().as_secs_f64();
         if step[0] % a.every == 0 {
-            let r = rt.checkpoint("replicated", step[0])?;
-            stored += r.checkpoint.file_bytes;
-            referenced += r.bytes_referenced;
-            protected += (table.len() + local.len() + 8) as u64;
+            rt.checkpoint("replicated", step[0])?;
         }
     }
+    let (stats, config) = (rt.stats(), rt.config().clone());
+    let t = std::time::Instant::now();
     rt.finalize()?;
-    let mine = [stored, protected, referenced];
+    if let Some(file) = &a.report {
+        let run = StudyRun {
+            example: "replicated",
+            steps: a.steps,
+            every: a.every,
+            compute_seconds: compute,
+            drain_seconds: t.elapsed().as_secs_f64(),
+        };
+        append_study_line(world, file, &run, &stats, &config)?;
+    }
+    let mine = [stats.stored_bytes, stats.protected_bytes, stats.referenced_bytes];
     let mut sums = [0u64; 3];
     world.all_reduce_into(&mine[..], &mut sums[..], mpi::collective::SystemOperation::sum());
     // The digest: the table (the same everywhere, checked) and every rank's state.

@@ -119,13 +119,44 @@ pub fn runtime(w: &World, root: &Path) {
     w.check(wrong.latest("sim").is_err(), "a restart with other regions is refused");
     drop(wrong);
     // Another name, synchronous: a checkpoint returns durable everywhere.
-    let mut sync = Runtime::init(w.comm, Config { mode: Mode::Sync, ..config });
+    let mut sync = Runtime::init(w.comm, Config { mode: Mode::Sync, ..config.clone() });
     protect_all(&mut sync, &mut bufs);
     sync.checkpoint("sync", 1).expect("sync checkpoint");
     w.check(sync.latest("sync").expect("latest") == Some(1), "sync latest");
     w.check(matches!(sync.latest("Bad/name"), Err(e) if e.kind() == dckpt::ErrorKind::InvalidOption), "bad name");
     sync.finalize().expect("finalize sync");
     rt.finalize().expect("finalize restart");
+    in_flight_restart(w, &config);
+}
+
+/// A restart of versions still in flight: every rank holds the same
+/// region (so ranks reference rank 0's files) while rank 0's flushes lag;
+/// restoring right after the checkpoint must wait for what the references
+/// need, not fail, and return the right bytes on every rank.
+fn in_flight_restart(w: &World, config: &Config) {
+    let mut bufs = vec![vec![0u8; 1 << 20]];
+    let mut rt = Runtime::init(w.comm, config.clone());
+    protect_all(&mut rt, &mut bufs);
+    let lagging = w.rank == 0 && w.size > 1;
+    if lagging {
+        dckpt::failpoint::delay("store.file_durable", std::time::Duration::from_millis(300));
+    }
+    for v in 1..=2u64 {
+        bufs[0].copy_from_slice(&content(0, 9, 1 << 20, v)); // the same on every rank
+        rt.checkpoint("inflight", v).expect("checkpoint");
+    }
+    for v in [2u64, 1] {
+        bufs[0].fill(0);
+        let restored = rt.restart("inflight", v);
+        w.check(
+            restored.is_ok() && bufs[0] == content(0, 9, 1 << 20, v),
+            &format!("restart of in-flight version {v}: {:?}", restored.err()),
+        );
+    }
+    if lagging {
+        dckpt::failpoint::delay("store.file_durable", std::time::Duration::ZERO);
+    }
+    rt.finalize().expect("finalize in-flight");
 }
 
 /// With the CUDA backend: a host region and a device region under one name,

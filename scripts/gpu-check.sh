@@ -23,7 +23,7 @@ if [ "${1:-}" = "--prepare" ]; then
     strip -o .device/gpu-test "$test_bin"
     strip -o .device/mpi-test "$mpi_bin"
     strip -o .device/collective_sim target/release/examples/collective_sim
-    strip -o .device/heat target/release/examples/heat
+    for ex in heat labels replicated adjoint; do strip -o ".device/$ex" "target/release/examples/$ex"; done
     echo "prepared .device/: $(ls .device | tr '\n' ' ')"
     exit 0
 fi

@@ -1,66 +1,174 @@
 #!/usr/bin/env bash
-# Strong and weak scaling of whole checkpointing runs of the heat example
-# (examples/heat/: a checkpoint every EVERY steps through the runtime, the
-# asynchronous tiers on local directories), on the CPUs of this machine
-# (ranks oversubscribed), with a CSV and PNG plots in OUT:
-#   strong: a fixed plate of TOTAL_ROWS x COLS split over P ranks;
-#   weak:   ROWS_PER_RANK x COLS per rank.
+# Scaling studies of whole checkpointing runs of the examples (each rank
+# checkpoints through the runtime every EVERY steps, the asynchronous tiers
+# on local directories), each run in three modes: collective (the default),
+# local-only (DCKPT_COLLECTIVE=false) and Full (local-only, DCKPT_METHOD=full).
+#   strong: heat and labels with a fixed state of TOTAL_ROWS x COLS split over P ranks;
+#   weak:   ROWS_PER_RANK x COLS per rank (replicated: TABLE + LOCAL per rank);
+#   chunk:  chunk sizes CHUNKS at SWEEP_RANKS ranks (weak sizes);
+#   every:  checkpoint intervals EVERYS at SWEEP_RANKS ranks (weak sizes).
+# One CSV (OUT/NAME.csv: the study, then dckpt::runtime::study's columns)
+# and one PNG per example (OUT/NAME-EXAMPLE.png: overhead per step, stored
+# bytes, ratios vs Full and vs local-only, time split, the sweeps).
 #   scripts/scaling-study.sh [OUT]      (default docs/bench/scaling)
-# Environment: RANKS ("1 2 4 8"), TOTAL_ROWS (2048), ROWS_PER_RANK (512),
-# COLS (2048), STEPS (100), EVERY (10), NAME (devbox-cpu), HEAT_BIN, DEVICE
-# (auto | cpu | gpu: where each rank's plate lives; ranks share a node's GPUs).
+# Environment: EXAMPLES ("heat labels replicated"), MODES ("collective local
+# full"), STUDIES ("strong weak chunk every"), RANKS ("1 2 4 8 16 32 64"),
+# STEPS (60), EVERY (10), TOTAL_ROWS (1024), ROWS_PER_RANK (128), COLS (1024),
+# TABLE (2M), LOCAL (256K), SWEEP_RANKS (4), CHUNKS ("64 128 512 4096"),
+# EVERYS ("1 5 10 30"), NAME (devbox-cpu), BIN_DIR (target/release/examples),
+# DEVICE (heat: auto | cpu | gpu), APPEND=1 (add to the CSV: several
+# invocations with other sizes or examples), PLOT_ONLY=1 (redraw from the CSV).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-docs/bench/scaling}
-bin=${HEAT_BIN:-}
-if [ -z "$bin" ]; then
-    cargo build --release --quiet --examples
-    bin=target/release/examples/heat
+name=${NAME:-devbox-cpu}
+csv="$out/$name.csv"
+bins=${BIN_DIR:-}
+if [ -z "$bins" ]; then
+    [ -n "${PLOT_ONLY:-}" ] || cargo build --release --quiet --examples
+    bins=target/release/examples
 fi
-bin=$(realpath "$bin")
+bins=$(realpath "$bins")
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$out"
-name=${NAME:-devbox-cpu}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cols=${COLS:-2048}
-steps=${STEPS:-100}
-every=${EVERY:-10}
-for kind in strong weak; do
-    csv="$out/$name-$kind.csv"
-    rm -f "$csv"
-    for p in ${RANKS:-1 2 4 8}; do
-        if [ "$kind" = strong ]; then rows=$(( ${TOTAL_ROWS:-2048} / p )); else rows=${ROWS_PER_RANK:-512}; fi
-        printf '%s scaling: %s ranks, %s x %s per rank ... ' "$kind" "$p" "$rows" "$cols" >&2
-        rm -rf "$work/run"
-        timeout 600 mpirun --oversubscribe -np "$p" "$bin" --steps "$steps" --every "$every" --rows "$rows" \
-            --cols "$cols" --dir "$work/run" --report "$csv" ${DEVICE:+--device "$DEVICE"} >/dev/null
-        tail -1 "$csv" | awk -F, '{printf "checkpoint %.2f ms/step, stored %.1fx less than Full\n", $12, $13}' >&2
+examples=${EXAMPLES:-heat labels replicated}
+modes=${MODES:-collective local full}
+studies=${STUDIES:-strong weak chunk every}
+ranks=${RANKS:-1 2 4 8 16 32 64}
+sweep_p=${SWEEP_RANKS:-4}
+chunks=${CHUNKS:-64 128 512 4096}
+everys=${EVERYS:-1 5 10 30}
+
+# The runs: "study example mode ranks chunk every", one per line.
+plan() {
+    for ex in $examples; do
+        for study in $studies; do
+            for mode in $modes; do
+                case $study in
+                strong) [ "$ex" = replicated ] || for p in $ranks; do echo "strong $ex $mode $p 128 ${EVERY:-10}"; done ;;
+                weak) for p in $ranks; do echo "weak $ex $mode $p 128 ${EVERY:-10}"; done ;;
+                chunk) [ "$mode" = full ] || for c in $chunks; do echo "chunk $ex $mode $sweep_p $c ${EVERY:-10}"; done ;;
+                every) for e in $everys; do echo "every $ex $mode $sweep_p 128 $e"; done ;;
+                esac
+            done
+        done
     done
-done
+}
+
+# The example's size arguments for a study at P ranks.
+sizes() {
+    local study=$1 ex=$2 p=$3
+    case $ex in
+    replicated) echo "--table ${TABLE:-2M} --local ${LOCAL:-256K}" ;;
+    *)
+        local rows=${ROWS_PER_RANK:-128}
+        [ "$study" = strong ] && rows=$(( ${TOTAL_ROWS:-1024} / p ))
+        echo "--rows $rows --cols ${COLS:-1024}"
+        ;;
+    esac
+}
+
+if [ -z "${PLOT_ONLY:-}" ]; then
+    [ -n "${APPEND:-}" ] || rm -f "$csv"
+    total=$(plan | wc -l)
+    k=0
+    while read -r study ex mode p chunk every; do
+        k=$((k + 1))
+        printf '[%3d/%d] %-6s %-10s %-10s %2s ranks, chunk %4s, every %2s ... ' "$k" "$total" "$study" "$ex" "$mode" "$p" "$chunk" "$every" >&2
+        rm -rf "$work/run" "$work/line.csv"
+        env_mode=()
+        case $mode in
+        local) env_mode=(DCKPT_COLLECTIVE=false) ;;
+        full) env_mode=(DCKPT_COLLECTIVE=false DCKPT_METHOD=full) ;;
+        esac
+        device=()
+        [ "$ex" = heat ] && [ -n "${DEVICE:-}" ] && device=(--device "$DEVICE")
+        # shellcheck disable=SC2046
+        env "${env_mode[@]}" DCKPT_CHUNK_SIZE="$chunk" timeout 900 mpirun --oversubscribe -np "$p" "$bins/$ex" \
+            --steps "${STEPS:-60}" --every "$every" $(sizes "$study" "$ex" "$p") --dir "$work/run" \
+            --report "$work/line.csv" "${device[@]}" </dev/null >/dev/null
+        [ -f "$csv" ] || echo "study,$(head -1 "$work/line.csv")" >"$csv"
+        echo "$study,$(tail -1 "$work/line.csv")" >>"$csv"
+        tail -1 "$work/line.csv" | awk -F, '{printf "%.2f ms/step, %.1fx less than Full\n", $19, $20}' >&2
+    done < <(plan)
+fi
+
 python3 -c 'import matplotlib' 2>/dev/null || pip install --quiet matplotlib >&2
-python3 - "$out" "$name" <<'PY'
+python3 - "$csv" "$out" "$name" <<'PY'
 import csv, sys
+from collections import defaultdict
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-out, name = sys.argv[1], sys.argv[2]
-fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-for kind, marker in (("strong", "o"), ("weak", "s")):
-    rows = list(csv.DictReader(open(f"{out}/{name}-{kind}.csv")))
-    p = [int(r["ranks"]) for r in rows]
-    axes[0].plot(p, [float(r["overhead_per_step_ms"]) for r in rows], marker=marker, label=kind)
-    axes[1].plot(p, [float(r["compute_s"]) for r in rows], marker=marker, label=f"{kind}: compute")
-    axes[1].plot(p, [float(r["checkpoint_s"]) for r in rows], marker=marker, linestyle="--", label=f"{kind}: checkpoint calls")
-    axes[2].plot(p, [float(r["ratio_to_full"]) for r in rows], marker=marker, label=kind)
-axes[0].set(xlabel="ranks", ylabel="ms per step", title="application-visible checkpoint overhead")
-axes[1].set(xlabel="ranks", ylabel="seconds (slowest rank)", title="time split")
-axes[2].set(xlabel="ranks", ylabel="protected / stored bytes", title="checkpoint size vs Full")
-for ax in axes:
-    ax.set_xscale("log", base=2)
-    ax.legend()
-    ax.grid(True, alpha=0.3)
-fig.tight_layout()
-fig.savefig(f"{out}/{name}.png", dpi=110)
-print(f"wrote {out}/{name}-strong.csv, {out}/{name}-weak.csv and {out}/{name}.png")
+
+path, out, name = sys.argv[1:4]
+rows = list(csv.DictReader(open(path)))
+MODES = {"collective": "o-", "local": "s--", "full": "^:"}
+
+def series(ex, study, mode, key, x="ranks"):
+    pts = sorted((int(r[x]), r) for r in rows if r["example"] == ex and r["study"] == study and r["mode"] == mode)
+    return [p for p, _ in pts], [key(r) for _, r in pts]
+
+per_ckpt = lambda r: int(r["stored_bytes"]) / max(1, int(r["checkpoints"]) * int(r["ranks"]))
+for ex in sorted({r["example"] for r in rows}):
+    fig, ax = plt.subplots(2, 3, figsize=(16, 8.5))
+    for mode, style in MODES.items():
+        for study, a in (("strong", ax[0][0]), ("weak", ax[0][1])):
+            x, y = series(ex, study, mode, lambda r: float(r["overhead_per_step_ms"]))
+            if x:
+                a.plot(x, y, style, label=mode)
+        x, y = series(ex, "weak", mode, per_ckpt)
+        if x:
+            ax[0][2].plot(x, [v / 2**20 for v in y], style, label=mode)
+        for study, a, key in (("chunk", ax[1][1], "chunk_size"), ("every", ax[1][2], "every")):
+            x, y = series(ex, study, mode, lambda r: float(r["overhead_per_step_ms"]), key)
+            if x:
+                a.plot(x, y, style, label=f"{mode}: ms/step")
+    # Ratios of the weak runs: Full's stored bytes and local-only's over collective's.
+    by = defaultdict(dict)
+    for r in rows:
+        if r["example"] == ex and r["study"] == "weak":
+            by[int(r["ranks"])][r["mode"]] = int(r["stored_bytes"])
+    ps = sorted(p for p in by if "collective" in by[p])
+    for other, style in (("full", "^-"), ("local", "s-")):
+        pts = [(p, by[p][other] / by[p]["collective"]) for p in ps if other in by[p]]
+        if pts:
+            ax[1][0].plot([p for p, _ in pts], [v for _, v in pts], style, label=f"{other} / collective")
+    # Time split of the weak collective runs (slowest rank's seconds).
+    x, split = series(ex, "weak", "collective", lambda r: r)
+    if x:
+        t = ax[1][0].twinx()
+        dedup = [float(r["dedup_s"]) for r in split]
+        reduce = [float(r["reduce_s"]) for r in split]
+        first = [float(r["first_call_s"]) for r in split]
+        rest = [max(0.0, float(r["checkpoint_s"]) - d - e - f) for r, d, e, f in zip(split, dedup, reduce, first)]
+        drain = [float(r["drain_s"]) for r in split]
+        t.stackplot(x, dedup, reduce, first, rest, drain, alpha=0.25,
+                    labels=["de-dup", "reduction", "first call", "rest of calls", "drain at finalize"])
+        t.set_ylabel("seconds (collective, slowest rank)")
+        t.legend(loc="upper right", fontsize=7)
+    ax[0][0].set(title=f"{ex}: strong scaling", xlabel="ranks", ylabel="checkpoint ms per step (app waits)")
+    ax[0][1].set(title=f"{ex}: weak scaling", xlabel="ranks", ylabel="checkpoint ms per step (app waits)")
+    ax[0][2].set(title=f"{ex}: stored per checkpoint and rank (weak)", xlabel="ranks", ylabel="MiB")
+    ax[1][0].set(title=f"{ex}: bytes stored vs collective; time split", xlabel="ranks", ylabel="stored / collective's")
+    ax[1][1].set(title=f"{ex}: chunk size ({'/'.join(sorted({r['ranks'] for r in rows if r['study'] == 'chunk'}))} ranks)",
+                 xlabel="chunk bytes", ylabel="ms per step")
+    ax[1][2].set(title=f"{ex}: checkpoint interval", xlabel="steps between checkpoints", ylabel="ms per step")
+    for a in (ax[0][0], ax[0][1], ax[0][2], ax[1][0], ax[1][1], ax[1][2]):
+        a.set_xscale("log", base=2)
+        a.grid(True, alpha=0.3)
+        a.legend(loc="upper left", fontsize=8)
+    # The chunk sweep's stored bytes on a second axis.
+    t2 = ax[1][1].twinx()
+    for mode, style in MODES.items():
+        x, y = series(ex, "chunk", mode, per_ckpt, "chunk_size")
+        if x:
+            t2.plot(x, [v / 2**20 for v in y], style, alpha=0.4, color="gray")
+    t2.set_ylabel("MiB stored per checkpoint and rank (gray)")
+    fig.tight_layout()
+    fig.savefig(f"{out}/{name}-{ex}.png", dpi=100)
+    print(f"wrote {out}/{name}-{ex}.png")
+print(f"wrote {path}")
 PY

@@ -49,3 +49,10 @@ echo "restart tests: the label-propagation example, 4 ranks; local-only and full
 scripts/kill-restart.sh target/release/examples/labels 4 135 130 --steps 200
 DCKPT_COLLECTIVE=false scripts/kill-restart.sh target/release/examples/labels 2 135 130 --steps 200
 DCKPT_COLLECTIVE=false DCKPT_METHOD=full scripts/kill-restart.sh target/release/examples/labels 2 95 90 --steps 100
+
+# The adjoint (RTM-like) example: the backward pass restores every version
+# in reverse with prefetch hints, each checked against its forward digest;
+# killed in the forward and in the backward pass, restarted, same image.
+echo "restart tests: the adjoint example, 2 ranks"
+scripts/kill-restart.sh target/release/examples/adjoint 2 95 90 --steps 200
+scripts/kill-restart.sh target/release/examples/adjoint 2 250 200 --steps 200 --hints next

@@ -5,6 +5,8 @@
 //!
 //! Tests that need one process to be slow at a point (a rank whose flush
 //! lags the others') call [`delay`]: every later hit of that point sleeps.
+//! `DCKPT_DELAY_AT=NAME:MS` does the same from the environment (a slow disk
+//! for a test in another process).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
@@ -40,6 +42,9 @@ pub fn delay(name: &str, pause: Duration) {
 /// Aborts the process if `name` is the armed point and this is its N-th hit.
 pub fn hit(name: &str) {
     let armed = ARMED.get_or_init(|| {
+        if let Some((point, ms)) = std::env::var("DCKPT_DELAY_AT").ok().as_deref().and_then(|v| v.rsplit_once(':')) {
+            delay(point, Duration::from_millis(ms.parse().unwrap_or(0)));
+        }
         let v = std::env::var("DCKPT_CRASH_AT").ok()?;
         let (n, k) = v.rsplit_once(':').map_or((v.as_str(), 1), |(n, k)| (n, k.parse().unwrap_or(1)));
         Some((n.to_string(), k))

@@ -316,6 +316,11 @@ fn run(world: &impl Communicator, a: &Args) -> dckpt::Result<()> {
     let (stats, config) = (rt.stats(), rt.config().clone());
     let t = std::time::Instant::now();
     rt.finalize()?;
+    let mut held = 0u64;
+    world.all_reduce_into(&stats.held_on_gpu, &mut held, mpi::collective::SystemOperation::sum());
+    if rank == 0 && held > 0 {
+        println!("heat: {held} checkpoint calls returned with their diff held on the GPU (the host cache was full)");
+    }
     if let Some(file) = &a.report {
         let run = StudyRun {
             example: "heat",

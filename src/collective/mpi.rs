@@ -293,14 +293,16 @@ pub(crate) fn offer_and_reduce<C: Communicator, E: LocalSide + ?Sized>(
     max_level: u32,
     opts: &CollectiveOptions,
 ) -> Result<(step::Offer, Vec<HashFreq>, Instant, Instant)> {
-    let offer = match opts.local_only {
-        // No regions offered, nothing merged: every region stays this rank's.
+    // Local-only, or one rank (no other rank to reference): no regions
+    // offered, nothing merged, every region stays this rank's.
+    let alone = opts.local_only || comm.size() == 1;
+    let offer = match alone {
         true => engine.deduplicate_local(version, input).map(|local| step::offer_of(local, Vec::new(), 1)),
         false => step::offer(engine, version, input, max_level, opts.threshold),
     };
     let offer = agree_or_abandon(comm, engine, "de-duplication", version, offer)?;
     let reduced_from = Instant::now();
-    if opts.local_only {
+    if alone {
         return Ok((offer, Vec::new(), reduced_from, reduced_from));
     }
     let merged = reduce_sets(comm, &offer.set, opts.threshold);

@@ -164,9 +164,27 @@ impl TieredCollective {
 
     /// Restores this rank's `version` into `dst` from the fastest tier where
     /// it is committed (the next tier if that copy is damaged). Not
-    /// collective.
+    /// collective; a version still in flight may reference another rank's
+    /// file that is not durable yet: call [`Self::settle_for_restore`] on
+    /// every rank first (what a restart does).
     pub fn restore_into(&self, version: u64, dst: ProtectedMut<'_>) -> Result<()> {
         self.engine.restore_into(version, dst)
+    }
+
+    /// Readies a restore of `version` on every rank (a restart): a version
+    /// not yet committed on any tier may reference files other ranks have
+    /// not made durable yet, so every rank first settles its own flushes of
+    /// it and all meet; a restore after this reads only what every rank
+    /// published (or fails with the reason). Collective; returns at once
+    /// (after one reduction) for a committed version.
+    pub fn settle_for_restore(&self, version: u64) {
+        let committed = self.engine.tiers().iter().any(|t| self.engine.is_durable(version, t));
+        let mut everywhere = 0u64;
+        self.comm.all_reduce_into(&u64::from(committed), &mut everywhere, ::mpi::collective::SystemOperation::min());
+        if everywhere == 0 {
+            let _ = self.engine.own_durable(version);
+            self.comm.barrier();
+        }
     }
 
     /// The reduction alone (the same result on every rank). Collective.

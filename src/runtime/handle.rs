@@ -40,6 +40,8 @@ struct Named {
     ckpt: TieredCollective,
     shapes: Vec<Shape>,
     staging: Staging,
+    /// Checkpoint calls of this name in this process.
+    calls: u64,
 }
 
 /// Where the regions are gathered.
@@ -128,7 +130,7 @@ impl Runtime {
             } else {
                 Staging::Host(vec![0u8; total])
             };
-            self.names.insert(name.to_string(), Named { ckpt, shapes, staging });
+            self.names.insert(name.to_string(), Named { ckpt, shapes, staging, calls: 0 });
         }
         self.names.get_mut(name).ok_or_else(|| Error::Internal("named checkpoint".into()))
     }
@@ -138,11 +140,23 @@ impl Runtime {
     /// regions may change again (mode `async`) or once the version is
     /// durable on every tier of every rank (mode `sync`). Collective.
     pub fn checkpoint(&mut self, name: &str, version: u64) -> Result<CollectiveReport<TieredReport>> {
+        let opening = self.names.get(name).is_none_or(|n| n.calls == 0);
         let started = std::time::Instant::now();
         let report = self.checkpoint_untimed(name, version)?;
+        let seconds = started.elapsed().as_secs_f64();
+        if let Some(named) = self.names.get_mut(name) {
+            named.calls += 1;
+        }
         let s = &mut self.stats;
         s.checkpoints += 1;
-        s.checkpoint_seconds += started.elapsed().as_secs_f64();
+        s.checkpoint_seconds += seconds;
+        if opening {
+            s.opening_calls += 1;
+            s.opening_seconds += seconds;
+        }
+        s.dedup_seconds += report.local_seconds;
+        s.reduce_seconds += report.reduce_seconds;
+        s.held_on_gpu += u64::from(report.checkpoint.held_on_gpu);
         s.stored_bytes += report.checkpoint.file_bytes;
         s.referenced_bytes += report.bytes_referenced;
         s.protected_bytes += self.regions.values().map(|r| r.len() as u64).sum::<u64>();
@@ -193,6 +207,7 @@ impl Runtime {
     pub fn restart(&mut self, name: &str, version: u64) -> Result<()> {
         let regions = self.regions.clone();
         let named = self.named(name)?;
+        named.ckpt.settle_for_restore(version);
         let restored = match &mut named.staging {
             Staging::Host(buf) => named.ckpt.restore_into(version, ProtectedMut::Host(buf)).map(|()| {
                 scatter_host(&regions, buf);
@@ -252,6 +267,12 @@ impl Runtime {
     pub fn prefetch_start(&mut self, name: &str) -> Result<()> {
         self.named(name)?.ckpt.engine().prefetch_start();
         Ok(())
+    }
+
+    /// What the prefetching restores of `name` did so far (`None` without a
+    /// prefetch cache, or before `name` was used).
+    pub fn prefetch_stats(&self, name: &str) -> Option<crate::tiers::prefetch::PrefetchStats> {
+        self.names.get(name).and_then(|n| n.ckpt.engine().prefetch_stats())
     }
 
     /// Waits until every checkpoint taken is durable everywhere and stops

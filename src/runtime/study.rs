@@ -24,6 +24,19 @@ pub struct RunStats {
     pub protected_bytes: u64,
     /// Bytes this rank referenced in other ranks' files instead of storing.
     pub referenced_bytes: u64,
+    /// The first checkpoint call of each name in this process (opening its
+    /// stores unless `latest` did; the first use of the caches' page-locked
+    /// memory and the GPU's buffers) …
+    pub opening_calls: u64,
+    /// … and their seconds (within `checkpoint_seconds`).
+    pub opening_seconds: f64,
+    /// Seconds of local de-duplication (within `checkpoint_seconds`).
+    pub dedup_seconds: f64,
+    /// Seconds of the collective reduction (within `checkpoint_seconds`).
+    pub reduce_seconds: f64,
+    /// Calls that returned with their diff held in the GPU cache tier (the
+    /// host cache was full).
+    pub held_on_gpu: u64,
 }
 
 /// A run's shape and the seconds the runtime does not see.
@@ -43,7 +56,8 @@ pub struct StudyRun<'a> {
 
 /// The header of the CSV [`append_study_line`] writes.
 pub const STUDY_HEADER: &str = "example,ranks,state_bytes_per_rank,steps,every,mode,chunk_size,checkpoints,\
-compute_s,checkpoint_s,drain_s,stored_bytes,protected_bytes,referenced_bytes,overhead_per_step_ms,ratio_to_full";
+compute_s,checkpoint_s,first_call_s,steady_call_ms,dedup_s,reduce_s,drain_s,stored_bytes,protected_bytes,referenced_bytes,\
+overhead_per_step_ms,ratio_to_full";
 
 /// `collective`, `local` or `full`: what the configuration compares.
 pub fn mode_of(config: &Config) -> &'static str {
@@ -55,8 +69,10 @@ pub fn mode_of(config: &Config) -> &'static str {
 }
 
 /// Appends one line to `file` (with the header if the file is new): the
-/// slowest rank's compute, checkpoint-call and drain seconds, and the bytes
-/// of all ranks. Collective; rank 0 writes.
+/// slowest rank's seconds (computing; in checkpoint calls, of which the
+/// opening calls, de-duplication and the reduction; draining at the end),
+/// the mean call after the opening ones, and the bytes of all ranks.
+/// Collective; rank 0 writes.
 pub fn append_study_line<C: Communicator>(
     comm: &C,
     file: &Path,
@@ -64,8 +80,17 @@ pub fn append_study_line<C: Communicator>(
     stats: &RunStats,
     config: &Config,
 ) -> Result<()> {
-    let seconds = [run.compute_seconds, stats.checkpoint_seconds, run.drain_seconds];
-    let mut slowest = [0f64; 3];
+    let steady_calls = stats.checkpoints.saturating_sub(stats.opening_calls).max(1) as f64;
+    let seconds = [
+        run.compute_seconds,
+        stats.checkpoint_seconds,
+        stats.opening_seconds,
+        (stats.checkpoint_seconds - stats.opening_seconds) / steady_calls,
+        stats.dedup_seconds,
+        stats.reduce_seconds,
+        run.drain_seconds,
+    ];
+    let mut slowest = [0f64; 7];
     comm.all_reduce_into(&seconds[..], &mut slowest[..], SystemOperation::max());
     let bytes = [stats.stored_bytes, stats.protected_bytes, stats.referenced_bytes, stats.checkpoints];
     let mut sums = [0u64; 4];
@@ -82,7 +107,8 @@ pub fn append_study_line<C: Communicator>(
         line.push('\n');
     }
     line.push_str(&format!(
-        "{},{ranks},{per_rank_state},{},{},{},{},{},{:.4},{:.4},{:.4},{stored},{protected},{referenced},{:.3},{:.2}\n",
+        "{},{ranks},{per_rank_state},{},{},{},{},{},{:.4},{:.4},{:.4},{:.3},{:.4},{:.4},{:.4},{stored},{protected},\
+         {referenced},{:.3},{:.2}\n",
         run.example,
         run.steps,
         run.every,
@@ -92,6 +118,10 @@ pub fn append_study_line<C: Communicator>(
         slowest[0],
         slowest[1],
         slowest[2],
+        slowest[3] * 1e3,
+        slowest[4],
+        slowest[5],
+        slowest[6],
         slowest[1] * 1e3 / run.steps.max(1) as f64,
         protected as f64 / stored.max(1) as f64
     ));
