@@ -223,7 +223,7 @@ fn run(world: &impl Communicator, a: &Args) -> dckpt::Result<()> {
         q_prev.copy_from_slice(&q);
         q.copy_from_slice(&next);
         compute += t.elapsed().as_secs_f64();
-        if time == 0 || time % a.every != 0 {
+        if time == 0 || !time.is_multiple_of(a.every) {
             continue;
         }
         let k = versions.iter().position(|&v| v == time);
@@ -239,10 +239,10 @@ fn run(world: &impl Communicator, a: &Args) -> dckpt::Result<()> {
         let t = Instant::now();
         rt.restart(NAME, time)?;
         restores.push(t.elapsed().as_secs_f64());
-        if let Some(want) = taken.get(&time) {
-            if digest(&p) != *want || step[0] != time {
-                return Err(dckpt::Error::Internal(format!("version {time} restored other bytes")));
-            }
+        if let Some(want) = taken.get(&time)
+            && (digest(&p) != *want || step[0] != time)
+        {
+            return Err(dckpt::Error::Internal(format!("version {time} restored other bytes")));
         }
         for (acc, (&s, &r)) in image.iter_mut().zip(p.iter().zip(&q)) {
             *acc += f64::from(s) * f64::from(r);
