@@ -385,11 +385,75 @@ fn tiered(w: &World, root: &Path) {
     w.comm.barrier();
 }
 
-/// Retention on collective tiers: the shared tier keeps the newest 2
-/// versions (chains of 2, so up to 3 versions stay), the local tier 1;
-/// every rank deletes only its own older files and parts, every version
-/// still committed restores on every rank, the deleted ones are gone, and
-/// `verify` passes.
+/// The collective step through the GPU cache tier (CUDA backend only): a
+/// host cache of about one file and slow flushes, so later versions wait
+/// in the device arena when the call returns, with regions given away
+/// (the rewrite applied by the flush worker). Every file equals the CPU
+/// backend's, every version restores byte-exactly, also right after it
+/// was taken.
+fn collective_gpu_cache(w: &World, root: &Path) {
+    use dckpt::backend::budget::{GpuCache, GpuMemory};
+    use dckpt::collective::TieredCollective;
+    use std::time::Duration;
+    if test_backend() != BackendKind::Cuda {
+        return;
+    }
+    let s = Scenario::Partial;
+    let store = StoreOptions { gpu_memory: GpuMemory::Bytes(256 << 20), max_chain: Some(4), ..store_opts() };
+    let tiers = |name: &str| dckpt::tiers::TierOptions {
+        host_cache_bytes: 4 << 20,
+        gpu_cache: GpuCache::Bytes(64 << 20),
+        ..two_tiers(&root.join(name), (None, None))
+    };
+    let open = |name: &str, backend| {
+        let opts = CollectiveOptions { backend, ..CollectiveOptions::default() };
+        TieredCollective::open(w.comm, &tiers(name), len() as u64, &store, &opts).expect("open")
+    };
+    let (mut g, mut c) = (open("gpu", BackendKind::Cuda), open("cpu", BackendKind::Cpu));
+    let versions = 8u64;
+    dckpt::failpoint::delay("store.temp_written", Duration::from_millis(60));
+    let mut held = 0u64;
+    for v in 1..=versions {
+        let data = buffer(s, w.rank, v);
+        held += u64::from(g.checkpoint(v, &data).expect("GPU collective checkpoint").checkpoint.held_on_gpu);
+        c.checkpoint(v, &data).expect("CPU collective checkpoint");
+        if v % 3 == 0 {
+            g.settle_for_restore(v);
+            let mut back = vec![0u8; len()];
+            let restored = g.restore_into(v, dckpt::memory::ProtectedMut::Host(&mut back));
+            w.check(restored.is_ok() && back == data, &format!("GPU cache: version {v} right after it: {restored:?}"));
+        }
+    }
+    dckpt::failpoint::delay("store.temp_written", Duration::ZERO);
+    g.finalize().expect("finalize GPU");
+    c.finalize().expect("finalize CPU");
+    let held = w.sum(held);
+    if w.rank == 0 {
+        println!(
+            "  GPU cache tier, collective: {held} of {} calls returned with the diff on the GPU",
+            versions * w.size as u64
+        );
+    }
+    w.check(held >= 1, "no collective version waited in the GPU cache");
+    for v in 1..=versions {
+        let name = format!("rank-{:05}/v{v:012}.dckpt", w.rank);
+        for tier in ["local", "shared"] {
+            let file = |b: &str| std::fs::read(root.join(b).join(tier).join(&name)).unwrap_or_default();
+            w.check(file("gpu") == file("cpu"), &format!("GPU cache: {tier} version {v} differs from the CPU's"));
+        }
+    }
+    w.comm.barrier();
+    for r in 0..w.size {
+        for v in 1..=versions {
+            let got = dckpt::restore::restore_version(&root.join("gpu").join("shared"), r as u32, v);
+            w.check(
+                got.as_ref().is_ok_and(|g| *g == buffer(s, r, v)),
+                &format!("GPU cache: restore of rank {r} version {v}: {:?}", got.err()),
+            );
+        }
+    }
+}
+
 /// Local-only (`local_only`, the config's `collective = false`) through the
 /// tiers, Tree and Full: no reduction, so no rank references another's
 /// bytes; identical data is stored once per rank (Tree: what rank 0 alone
@@ -441,6 +505,11 @@ fn local_only(w: &World, root: &Path) {
     }
 }
 
+/// Retention on collective tiers: the shared tier keeps the newest 2
+/// versions (chains of 2, so up to 3 versions stay), the local tier 1;
+/// every rank deletes only its own older files and parts, every version
+/// still committed restores on every rank, the deleted ones are gone, and
+/// `verify` passes.
 fn retention(w: &World, root: &Path) {
     use dckpt::collective::TieredCollective;
     use dckpt::store::commits::CommitLog;
@@ -639,7 +708,7 @@ fn main() {
     if w.rank == 0 {
         println!("mpi-tests: backend auto (set DCKPT_MPI_TEST_BACKEND=cpu|cuda to choose)");
     }
-    let tests: [(&str, Test); 10] = [
+    let tests: [(&str, Test); 11] = [
         ("identical", |w, r| {
             identical(w, r);
             temporal(w, r);
@@ -651,6 +720,7 @@ fn main() {
         ("disagreement", disagreement),
         ("tiered", tiered),
         ("local-only", local_only),
+        ("gpu-cache", collective_gpu_cache),
         ("retention", retention),
         ("tier-faults", tier_faults),
         ("runtime", runtime::runtime),

@@ -33,6 +33,25 @@ if [ "$device" = gpu ]; then
         { echo "FAILED: no restart on the host"; cat "$work/log"; exit 1; }
     [ "$got" = "$want" ] || { echo "FAILED: killed on the GPU, restarted on the CPU: $got, uninterrupted: $want"; exit 1; }
     echo "heat: killed on the GPU at step 130, restarted in host memory from step 120: same plate"
+    # Killed while diffs wait in the GPU cache tier: a host cache of two
+    # 4 MiB segments, a slow disk (each file durable 300 ms late), a GPU cache.
+    held() {
+        env DCKPT_HOST_CACHE_SIZE=8M DCKPT_GPU_MEMORY=256M DCKPT_GPU_CACHE_SIZE=64M \
+            DCKPT_DELAY_AT=store.file_durable:300 timeout 300 mpirun --oversubscribe -np "$ranks" "$bin" \
+            --steps 200 --every 10 --rows 512 --cols 1024 --device gpu "$@"
+    }
+    want_held=$(held --dir "$work/held-clean" | tee "$work/log" | grep -o 'digest [0-9a-f]*')
+    grep -o '[0-9]* checkpoint calls returned with their diff held on the GPU' "$work/log" ||
+        { echo "FAILED: no diff was held on the GPU"; cat "$work/log"; exit 1; }
+    # Step 100 committed first (a run that ends there), then a run that dies
+    # at step 190 with the newer diffs still on the GPU or in flight.
+    held --dir "$work/held" --steps 100 >/dev/null
+    held --dir "$work/held" --crash-at 190 >/dev/null 2>&1 && { echo "FAILED: the run meant to die finished"; exit 1; }
+    got=$(held --dir "$work/held" | tee "$work/log" | grep -o 'digest [0-9a-f]*')
+    from=$(grep -o 'from the checkpoint of step [0-9]*' "$work/log" | grep -o '[0-9]*$' || echo 0)
+    [ "$from" -ge 100 ] || { echo "FAILED: killed with diffs on the GPU: restarted from step $from, not 100 or later"; cat "$work/log"; exit 1; }
+    [ "$got" = "$want_held" ] || { echo "FAILED: killed with diffs on the GPU: $got, uninterrupted: $want_held"; cat "$work/log"; exit 1; }
+    echo "heat: killed at step 190 with diffs held on the GPU, restarted from step $from: same plate"
 fi
 for crash in 7 45 130 199; do
     dir="$work/crash-$crash"

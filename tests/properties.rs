@@ -185,6 +185,32 @@ proptest! {
 }
 
 proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// A diff read from its metadata alone (what the GPU's collective path
+    /// copies to the host while the data stays on the device) is the diff
+    /// the whole body decodes to; metadata of another length, or a wrong
+    /// data length, is refused.
+    #[test]
+    fn metadata_alone_decodes_to_the_same_diff((cs, versions) in sequence()) {
+        let layout = Layout::new(versions[0].len() as u64, cs as u32).unwrap();
+        let mut state = DedupState::new(layout, HashAlgo::Murmur3, 0);
+        for (i, v) in versions.iter().enumerate() {
+            let input = DedupInput { data: v, version: i as u64 + 1, baseline: i == 0 };
+            let out = Method::Tree.deduplicator().deduplicate(&state, &input).unwrap();
+            let body = dckpt::format::encode_body(&out.diff, v);
+            let (_, whole, data_start) = dckpt::format::decode_body(&body).unwrap();
+            let data = out.diff.data_bytes();
+            let alone = dckpt::format::decode_meta(&body[..data_start], data).unwrap();
+            prop_assert_eq!(&alone, &whole);
+            prop_assert!(dckpt::format::decode_meta(&body[..data_start - 1], data).is_err());
+            prop_assert!(dckpt::format::decode_meta(&body[..data_start], data + 1).is_err());
+            state.commit(out.pending);
+        }
+    }
+}
+
+proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
     /// Every version restores exactly, reading each stored byte at most

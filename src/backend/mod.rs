@@ -183,6 +183,16 @@ pub trait Backend: Send {
         data: &[u8],
     ) -> Result<(DiffBytes<'a>, Option<Rewrite>)>;
 
+    /// The collective step's hand-over to the asynchronous tiers: gives the
+    /// file of `version` (after regions were given away) to `sink`, and
+    /// returns the rewrite its bytes still need (the flush worker applies
+    /// it). By default the bytes of [`Backend::serialize_deferred`]; the
+    /// CUDA backend copies a file from its GPU cache tier straight into the
+    /// sink's buffers, or defers the copy while the sink is full.
+    fn hand_over(&mut self, version: &mut Deduplicated, data: &[u8], sink: Sink<'_>) -> Result<Option<Rewrite>> {
+        hand_over_bytes(self, version, data, sink)
+    }
+
     /// Makes a serialized version's state permanent (its files are durable).
     fn commit(&mut self, version: Deduplicated) -> Result<()>;
 
@@ -225,6 +235,19 @@ pub trait Backend: Send {
         self.commit(d)?;
         Ok(gpu)
     }
+}
+
+/// [`Backend::hand_over`] by bytes: [`Backend::serialize_deferred`]'s
+/// file, put into `sink` (sealed when it has its trailer).
+pub(crate) fn hand_over_bytes<B: Backend + ?Sized>(
+    backend: &mut B,
+    version: &mut Deduplicated,
+    data: &[u8],
+    sink: Sink<'_>,
+) -> Result<Option<Rewrite>> {
+    let (file, rewrite) = backend.serialize_deferred(version, data)?;
+    sink.put(&file.parts(), file.trailer().is_some())?;
+    Ok(rewrite)
 }
 
 /// Receives a diff file ([`Backend::checkpoint_into`]), and whether it is

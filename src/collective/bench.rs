@@ -129,6 +129,10 @@ pub struct MixedParams {
     pub tiered_cache_bytes: Option<u64>,
     /// With the tiers: compress each file on its way to the first tier.
     pub compression: Option<crate::format::Compression>,
+    /// CUDA: device memory per rank.
+    pub gpu_memory: crate::backend::budget::GpuMemory,
+    /// CUDA, with the tiers: the GPU cache tier's share of it.
+    pub gpu_cache: crate::backend::budget::GpuCache,
 }
 
 /// Result of one mode of [`mixed_workload`] (sums and maxima over ranks).
@@ -272,6 +276,7 @@ pub fn mixed_workload<C: Communicator>(
         let store = StoreOptions {
             chunk_size: p.chunk_size,
             method: if mode == "full" { Method::Full } else { Method::Tree },
+            gpu_memory: p.gpu_memory,
             ..StoreOptions::default()
         };
         let mut bufs = MixedBuffers::new(p, rank)?;
@@ -284,6 +289,7 @@ pub fn mixed_workload<C: Communicator>(
             shared: Some(dir.clone()),
             host_cache_bytes: cache,
             compression: p.compression,
+            gpu_cache: p.gpu_cache,
             ..TierOptions::default()
         });
         let mut runner = match (&tiers, mode == "collective") {

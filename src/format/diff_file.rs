@@ -364,6 +364,28 @@ pub fn decode_body(body: &[u8]) -> Result<(DiffHeader, Diff, usize), String> {
     Ok((header, diff, data_start))
 }
 
+/// Parses the metadata (header, tables, bitmap) of a body whose FIRST data
+/// (`data_bytes` of it) is elsewhere (still on a device): the diff it
+/// describes. Checks that `meta` is exactly what its header describes.
+pub fn decode_meta(meta: &[u8], data_bytes: u64) -> Result<Diff, String> {
+    if meta.len() < HEADER_LEN as usize {
+        return Err("metadata shorter than a header".into());
+    }
+    let header = DiffHeader::decode(&meta[..HEADER_LEN as usize])?;
+    if header.data_bytes != data_bytes {
+        return Err(format!("the header describes {} bytes of data, not {data_bytes}", header.data_bytes));
+    }
+    let meta_len = header.meta_len(meta.len() as u64)? as usize;
+    if HEADER_LEN as usize + meta_len != meta.len() {
+        return Err(format!(
+            "metadata is {} bytes, its header describes {}",
+            meta.len(),
+            HEADER_LEN as usize + meta_len
+        ));
+    }
+    decode_tables(&header, &meta[HEADER_LEN as usize..])
+}
+
 /// The trailer of a file whose metadata (header, tables, bitmap) is `meta`
 /// and whose block digests are `digests`: BLAKE3-256 of both, in that order.
 pub fn trailer_of(meta: &[u8], digests: &[u8]) -> [u8; 32] {

@@ -417,13 +417,10 @@ impl TieredEngine {
     /// protected buffer on the CPU backend.
     pub(crate) fn cache(&mut self, local: LocalCheckpoint, data: &[u8]) -> Result<CachedVersion> {
         let (mut version, started) = local.into_inner();
-        let (file, rewrite) = self.backend.serialize_deferred(&mut version, data)?;
-        crate::failpoint::hit("checkpoint.deduplicated");
-        let sealed = file.trailer().is_some();
-        let cache_started = Instant::now();
-        let (cached, waited) = self.shared.cache.store_parts(&file.parts())?;
-        let copied = cache_started.elapsed();
-        drop(file);
+        let mut sink = CacheSink { cache: &self.shared.cache, handed: None };
+        let rewrite = self.backend.hand_over(&mut version, data, &mut sink)?;
+        let (cached, waited, cache_started, copied, sealed) =
+            sink.handed.ok_or_else(|| Error::Internal("the backend handed no file over".into()))?;
         Ok(CachedVersion { version, cached, sealed, rewrite, started, cache_started, copied, waited })
     }
 
@@ -433,9 +430,12 @@ impl TieredEngine {
         let CachedVersion { version, cached, sealed, rewrite, started, cache_started, copied, waited } = c;
         let (number, baseline, gpu) = (version.diff.version, version.diff.baseline, version.gpu);
         let file_bytes = rewrite.as_ref().map_or(cached.len() as u64, Rewrite::file_len);
+        let held_on_gpu = cached.deferred();
         self.backend.commit(version)?;
         self.enqueue(number, baseline, cached, sealed, rewrite)?;
-        Ok(report_of(number, baseline, file_bytes, started, cache_started, copied, waited, gpu))
+        let mut report = report_of(number, baseline, file_bytes, started, cache_started, copied, waited, gpu);
+        report.held_on_gpu = held_on_gpu;
+        Ok(report)
     }
 
     /// Gives up a version between steps 1 and 3 (another rank failed): the

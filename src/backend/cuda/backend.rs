@@ -1,10 +1,14 @@
 //! [`CudaBackend`]: the [`Backend`] contract over a [`GpuDedup`]. The file a
 //! version produces stays in pinned memory until the store writes it (the
-//! single-rank path), or is copied to host memory for the collective step,
-//! which reads its FIRST bytes and may rewrite it.
+//! single-rank path), or, for the collective step (which may rewrite it):
+//! in the GPU cache tier's arena with only its metadata on the host, when
+//! there is an arena with room; in pinned memory when the step reads region
+//! digests off the device; else copied to host memory, where the step reads
+//! its FIRST bytes.
 
+use super::device_cache::Staged;
 use super::{GpuDedup, StoredRun, cuda_err};
-use crate::backend::{Backend, BackendKind, Deduplicated, DiffBytes, PendingVersion, Sink, foreign};
+use crate::backend::{Backend, BackendKind, Deduplicated, DiffBytes, PendingVersion, Sink, foreign, hand_over_bytes};
 use crate::diff::Diff;
 use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
@@ -23,6 +27,17 @@ impl CudaBackend {
     pub fn new(dev: GpuDedup) -> Self {
         CudaBackend { dev }
     }
+
+    /// Moves the device record's entries of regions given away, and gives
+    /// back the rewrite the file's bytes still need (if any).
+    fn settle_given(&mut self, version: &mut Deduplicated) -> Result<Option<Rewrite>> {
+        let p = version.pending.as_any_mut().downcast_mut::<GpuPending>().ok_or_else(foreign)?;
+        if let Some(runs) = p.given.take() {
+            self.dev.locate_entries(version.diff.version, &runs)?;
+        }
+        let p = version.pending.as_any_mut().downcast_mut::<GpuPending>().ok_or_else(foreign)?;
+        Ok(p.made_as.take().map(|before| Rewrite::new(before, version.diff.clone(), p.data_start)))
+    }
 }
 
 /// Where a GPU diff file's bytes are.
@@ -33,6 +48,10 @@ enum GpuFile {
     Pinned { file_len: usize, trailer: [u8; 32] },
     /// Copied to host memory (the collective path reads and may rewrite it).
     Host(Vec<u8>),
+    /// In the GPU cache tier's arena (the collective path, which needs only
+    /// its metadata on the host), unsealed: `file_len` counts the trailer
+    /// the flush worker writes. Taken by [`Backend::hand_over`].
+    Staged { staged: Option<Staged>, file_len: usize },
 }
 
 /// A GPU version: its file, FIRST data at `data_start`; the device holds the
@@ -87,7 +106,18 @@ fn stored_runs(
 }
 
 fn pinned_here() -> Error {
-    Error::Internal("the FIRST bytes of a GPU diff still in pinned memory are not read on the host".into())
+    Error::Internal("the FIRST bytes of a GPU diff still in pinned or device memory are not read on the host".into())
+}
+
+/// The whole file of a version staged in the arena, copied to host memory
+/// now and sealed (the collective step reads its FIRST bytes on the host).
+fn copied_whole(staged: Staged, c: &super::pipeline::Computed) -> Result<Vec<u8>> {
+    let mut file = vec![0u8; c.prefix_len + 32];
+    staged.copy_out(&mut [&mut file[..]])?()?;
+    let data_end = c.data_start + c.data_len;
+    let trailer = crate::format::trailer_of(&file[..c.data_start], &file[data_end..c.prefix_len]);
+    file[c.prefix_len..].copy_from_slice(&trailer);
+    Ok(file)
 }
 
 impl PendingVersion for GpuPending {
@@ -100,7 +130,7 @@ impl PendingVersion for GpuPending {
                     .ok_or_else(|| Error::Internal("GPU diff data".into()))?;
                 Ok(FirstBytes::gathered(diff, data))
             }
-            GpuFile::Pinned { .. } => Err(pinned_here()),
+            GpuFile::Pinned { .. } | GpuFile::Staged { .. } => Err(pinned_here()),
         }
     }
 
@@ -159,12 +189,36 @@ impl Backend for CudaBackend {
         baseline: bool,
         for_collective: bool,
     ) -> Result<Deduplicated> {
-        let cp = self.dev.checkpoint(version, input, baseline)?;
+        let tree = self.dev.method() == crate::Method::Tree;
+        let cp = if for_collective && self.dev.has_device_cache() {
+            let prepared = self.dev.prepare(version, input, baseline)?;
+            match self.dev.stage_for_collective(prepared)? {
+                // In the arena: only the metadata crossed to the host. Where
+                // the step needs the FIRST bytes, the whole file follows now.
+                Ok((computed, staged, diff)) => {
+                    let file = match diff.dense || !tree {
+                        true => GpuFile::Host(copied_whole(staged, &computed)?),
+                        false => GpuFile::Staged { staged: Some(staged), file_len: computed.prefix_len + 32 },
+                    };
+                    let pending = GpuPending {
+                        file,
+                        data_start: computed.data_start,
+                        dense: diff.dense,
+                        given: None,
+                        made_as: None,
+                    };
+                    return Ok(Deduplicated { diff, pending: Box::new(pending), gpu: Some(computed.timings) });
+                }
+                Err(prepared) => self.dev.finish_pinned(prepared)?,
+            }
+        } else {
+            self.dev.checkpoint(version, input, baseline)?
+        };
         // The collective step reads the FIRST bytes only where the device
         // has no tree to read region digests from (`regions`): a dense
         // version, or a method without one. Otherwise the file stays pinned
         // until it is written or cached.
-        let file = if for_collective && (cp.diff.dense || self.dev.method() != crate::Method::Tree) {
+        let file = if for_collective && (cp.diff.dense || !tree) {
             GpuFile::Host(self.dev.file_vec(&cp)?)
         } else {
             GpuFile::Pinned { file_len: cp.file_len, trailer: cp.trailer }
@@ -186,7 +240,7 @@ impl Backend for CudaBackend {
                         let first = self.dev.pinned_prefix(*file_len)?.get(p.data_start..data_end);
                         FirstBytes::gathered(diff, first.ok_or_else(|| Error::Internal("GPU diff data".into()))?)
                     }
-                    GpuFile::Host(_) => p.first_bytes(diff, data)?,
+                    GpuFile::Host(_) | GpuFile::Staged { .. } => p.first_bytes(diff, data)?,
                 };
                 Ok(regions::first_regions(diff, &bytes, max_level))
             }
@@ -198,18 +252,40 @@ impl Backend for CudaBackend {
         version: &mut Deduplicated,
         _: &[u8],
     ) -> Result<(DiffBytes<'a>, Option<Rewrite>)> {
+        let rewrite = self.settle_given(version)?;
         let p = version.pending.as_any_mut().downcast_mut::<GpuPending>().ok_or_else(foreign)?;
-        if let Some(runs) = p.given.take() {
-            self.dev.locate_entries(version.diff.version, &runs)?;
-        }
-        let rewrite = p.made_as.take().map(|before| Rewrite::new(before, version.diff.clone(), p.data_start));
         match &mut p.file {
             GpuFile::Host(bytes) => Ok((DiffBytes::Owned(std::mem::take(bytes)), rewrite)),
             GpuFile::Pinned { file_len, trailer } => {
                 let file = DiffBytes::Borrowed { prefix: self.dev.pinned_prefix(*file_len)?, trailer: *trailer };
                 Ok((file, rewrite))
             }
+            GpuFile::Staged { .. } => Err(Error::Internal("a staged GPU file is handed over, not serialized".into())),
         }
+    }
+
+    /// A file in the arena goes to the sink by a copy on the arena's stream:
+    /// now if the sink has room, otherwise when the flusher needs it (the
+    /// call returns with the diff on the GPU). Unsealed; the rewrite for
+    /// regions given away comes back for the flush worker.
+    fn hand_over(&mut self, version: &mut Deduplicated, data: &[u8], sink: Sink<'_>) -> Result<Option<Rewrite>> {
+        let p = version.pending.as_any_mut().downcast_mut::<GpuPending>().ok_or_else(foreign)?;
+        let (staged, len) = match &mut p.file {
+            GpuFile::Staged { staged, file_len } => (staged.take(), *file_len),
+            _ => return hand_over_bytes(self, version, data, sink),
+        };
+        let staged = staged.ok_or_else(|| Error::Internal("a staged GPU file was handed over twice".into()))?;
+        let rewrite = self.settle_given(version)?;
+        if sink.has_room(len) {
+            let mut slot = Some(staged);
+            sink.fill(len, false, &mut |bufs| {
+                let staged = slot.take().ok_or_else(|| Error::Internal("a file was filled twice".into()))?;
+                staged.copy_out(bufs).map(Some)
+            })?;
+        } else {
+            sink.defer(len, false, Box::new(move |bufs| staged.copy_out(bufs).map(Some)))?;
+        }
+        Ok(rewrite)
     }
 
     fn commit(&mut self, version: Deduplicated) -> Result<()> {

@@ -581,6 +581,11 @@ impl GpuDedup {
     /// undone by [`GpuDedup::rollback`].
     pub fn checkpoint(&mut self, version: u64, input: Protected<'_>, baseline: bool) -> Result<GpuCheckpoint> {
         let c = self.compute(version, input, baseline)?;
+        self.decoded(c)
+    }
+
+    /// The checkpoint whose file [`GpuDedup::compute`] left in pinned memory.
+    fn decoded(&self, c: Computed) -> Result<GpuCheckpoint> {
         let host = &self.pinned_host()?[..c.prefix_len];
         let data_end = c.data_start + c.data_len;
         let (_, diff, _) =
@@ -896,6 +901,42 @@ impl GpuDedup {
             timings: timings(e0, e1, e2, e2)?,
         };
         Ok(Ok((computed, staged)))
+    }
+
+    /// [`GpuDedup::stage`] for the collective step, which rewrites the diff
+    /// on the host: also copies the file's metadata (header, tables,
+    /// bitmap: `data_start` bytes, small beside the data) to the host and
+    /// decodes it; the FIRST data and block digests stay in the arena.
+    pub(crate) fn stage_for_collective(
+        &mut self,
+        p: Prepared,
+    ) -> Result<std::result::Result<(Computed, Staged, Diff), Prepared>> {
+        let (computed, staged) = match self.stage(p)? {
+            Ok(done) => done,
+            Err(p) => return Ok(Err(p)),
+        };
+        // The output buffer still holds the file: the next version's
+        // kernels are queued only after this call.
+        let st = self.gpu.stream.clone();
+        let mut meta = vec![0u8; computed.data_start];
+        st.memcpy_dtoh(&self.out.slice(0..computed.data_start), &mut meta).map_err(cuda_err)?;
+        st.synchronize().map_err(cuda_err)?;
+        let diff = crate::format::decode_meta(&meta, computed.data_len as u64)
+            .map_err(|e| Error::Gpu(format!("the GPU produced an invalid diff: {e}")))?;
+        Ok(Ok((computed, staged, diff)))
+    }
+
+    /// Whether a GPU cache tier's arena exists (the collective path stages
+    /// through it only then).
+    pub(crate) fn has_device_cache(&self) -> bool {
+        self.cache.is_some()
+    }
+
+    /// A prepared version's file copied to the pinned buffer and decoded
+    /// (the path without the GPU cache tier, [`GpuDedup::checkpoint`]).
+    pub(crate) fn finish_pinned(&mut self, p: Prepared) -> Result<GpuCheckpoint> {
+        let c = self.finish(p, Dest::Pinned)?;
+        self.decoded(c)
     }
 
     /// The GPU cache tier's arena: its capacity and the bytes it holds now.

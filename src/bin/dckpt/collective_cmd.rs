@@ -56,6 +56,14 @@ pub struct BenchCollectiveArgs {
     /// tier (lz4, zstd or zstd:LEVEL).
     #[arg(long, requires = "tiered")]
     compress: Option<dckpt::format::Compression>,
+    /// mixed, CUDA: device memory per rank, a multiple of the buffer (1.5x)
+    /// or a size.
+    #[arg(long, default_value = "1.5x")]
+    gpu_memory: dckpt::backend::budget::GpuMemory,
+    /// mixed, with --tiered, CUDA: the GPU cache tier's share of
+    /// --gpu-memory (auto: what the budget leaves spare; 0: none; a size).
+    #[arg(long, default_value = "auto", requires = "tiered")]
+    gpu_cache: dckpt::backend::budget::GpuCache,
     /// mixed: directory for the three stores (shared by the ranks).
     #[arg(long, default_value = "bench-data/collective")]
     dir: PathBuf,
@@ -152,6 +160,8 @@ pub fn bench(a: BenchCollectiveArgs) -> Result<ExitCode> {
                     chunk_size: a.chunk_size,
                     tiered_cache_bytes: a.tiered.as_deref().map(parse_size).transpose()?,
                     compression: a.compress,
+                    gpu_memory: a.gpu_memory,
+                    gpu_cache: a.gpu_cache,
                 };
                 let cleared = if world.rank() == 0 && a.dir.exists() {
                     std::fs::remove_dir_all(&a.dir).map_err(|e| Error::io(&a.dir, e))
