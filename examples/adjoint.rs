@@ -34,9 +34,13 @@
 // wavefield and the counter during its calls.
 #![allow(unsafe_code)]
 
+#[path = "common/mod.rs"]
+mod common;
+
 use dckpt::config::{Bytes, Config};
-use dckpt::runtime::study::{StudyRun, append_study_line};
+use dckpt::runtime::study::StudyRun;
 use dckpt::runtime::{Region, Runtime};
+use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -77,65 +81,48 @@ fn parse() -> Result<Args, String> {
         crash_at: None,
         report: None,
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let num = || value.parse::<u64>().map_err(|_| format!("{flag}: '{value}' is not a number"));
-        match flag.as_str() {
+    common::flags(|flag, value| {
+        let num = || common::num(flag, value);
+        match flag {
             "--steps" => a.steps = num()?.max(1),
             "--every" => a.every = num()?.max(1),
             "--n" => a.n = (num()? as usize).max(16),
             "--hints" => {
-                a.hints = match value.as_str() {
+                a.hints = match value {
                     "none" => Hints::None,
                     "next" => Hints::Next,
                     "all" => Hints::All,
                     _ => return Err(format!("--hints: '{value}' is not none, next or all")),
                 }
             }
-            "--config" => a.config = Some(PathBuf::from(&value)),
-            "--dir" => a.dir = PathBuf::from(&value),
+            "--config" => a.config = Some(PathBuf::from(value)),
+            "--dir" => a.dir = PathBuf::from(value),
             "--crash-at" => a.crash_at = Some(num()?),
-            "--report" => a.report = Some(PathBuf::from(&value)),
+            "--report" => a.report = Some(PathBuf::from(value)),
             _ => return Err(format!("unknown option {flag}")),
         }
-    }
+        Ok(())
+    })?;
     Ok(a)
 }
 
 fn main() -> ExitCode {
-    let Some(universe) = mpi::initialize() else {
-        eprintln!("adjoint: MPI could not be initialized");
-        return ExitCode::FAILURE;
-    };
-    let world = universe.world();
-    let code = match parse().map_err(dckpt::Error::InvalidOption).and_then(|a| run(&world, &a)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("adjoint: rank {}: {e}", world.rank());
-            ExitCode::FAILURE
-        }
-    };
-    drop(universe);
-    code
+    common::main("adjoint", parse, run)
 }
 
 /// The configuration: the file given, else local directories under `dir`,
 /// every version kept (the backward pass needs them all) and a prefetch
-/// cache (`DCKPT_<KEY>` overrides apply either way).
+/// cache.
 fn config(a: &Args) -> dckpt::Result<Config> {
-    match &a.config {
-        Some(file) => Config::load(Some(file)),
-        None => Config {
-            scratch: Some(a.dir.join("scratch")),
-            persistent: Some(a.dir.join("persistent")),
-            host_cache_size: Bytes(64 << 20),
-            prefetch_cache_size: Bytes(64 << 20),
-            max_chain: Some(8),
-            ..Config::default()
-        }
-        .with_env(),
-    }
+    let defaults = Config {
+        scratch: Some(a.dir.join("scratch")),
+        persistent: Some(a.dir.join("persistent")),
+        host_cache_size: Bytes(64 << 20),
+        prefetch_cache_size: Bytes(64 << 20),
+        max_chain: Some(8),
+        ..Config::default()
+    };
+    common::config(a.config.as_deref(), defaults)
 }
 
 /// The Ricker wavelet (peak frequency about 1/25 of the step rate) at step `t`.
@@ -162,7 +149,7 @@ fn digest(field: &[f32]) -> [u8; 32] {
     *blake3::hash(&field.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()).as_bytes()
 }
 
-fn run(world: &impl Communicator, a: &Args) -> dckpt::Result<()> {
+fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
     let (rank, size) = (world.rank(), world.size());
     let n = a.n;
     // This rank's shot and the receiver it is migrated with.
@@ -203,7 +190,6 @@ fn run(world: &impl Communicator, a: &Args) -> dckpt::Result<()> {
             taken.insert(step[0], digest(&p));
         }
     }
-    let forward = rt.stats();
     // Backward: the versions, newest first (the last one is in memory).
     let versions: Vec<u64> = (1..a.steps).rev().filter(|s| s % a.every == 0).collect();
     if a.hints == Hints::All {
@@ -249,19 +235,9 @@ fn run(world: &impl Communicator, a: &Args) -> dckpt::Result<()> {
         }
     }
     let prefetch = rt.prefetch_stats(NAME).unwrap_or_default();
-    let config = rt.config().clone();
-    let t = Instant::now();
-    rt.finalize()?;
-    if let Some(file) = &a.report {
-        let run = StudyRun {
-            example: "adjoint",
-            steps: a.steps,
-            every: a.every,
-            compute_seconds: compute,
-            drain_seconds: t.elapsed().as_secs_f64(),
-        };
-        append_study_line(world, file, &run, &forward, &config)?;
-    }
+    let run =
+        StudyRun { example: "adjoint", steps: a.steps, every: a.every, compute_seconds: compute, drain_seconds: 0.0 };
+    common::finish(world, rt, a.report.as_deref(), run)?;
     // What the restores cost (the slowest rank's) and where their bytes came from.
     let restored: f64 = restores.iter().sum();
     let slowest_one = restores.iter().copied().fold(0f64, f64::max);

@@ -28,10 +28,14 @@
 // vertices and the counter during its calls.
 #![allow(unsafe_code)]
 
+#[path = "common/mod.rs"]
+mod common;
+
 use dckpt::config::{Bytes, Config};
-use dckpt::runtime::study::{StudyRun, append_study_line};
+use dckpt::runtime::study::StudyRun;
 use dckpt::runtime::{Region, Runtime};
 use mpi::point_to_point as p2p;
+use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -64,58 +68,40 @@ fn parse() -> Result<Args, String> {
         crash_at: None,
         report: None,
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let num = || value.parse::<u64>().map_err(|_| format!("{flag}: '{value}' is not a number"));
-        match flag.as_str() {
+    common::flags(|flag, value| {
+        let num = || common::num(flag, value);
+        match flag {
             "--steps" => a.steps = num()?,
             "--every" => a.every = num()?.max(1),
             "--rows" => a.rows = (num()? as usize).max(1),
             "--cols" => a.cols = (num()? as usize).max(2),
             "--wave" => a.wave = num()?.max(1),
-            "--config" => a.config = Some(PathBuf::from(&value)),
-            "--dir" => a.dir = PathBuf::from(&value),
+            "--config" => a.config = Some(PathBuf::from(value)),
+            "--dir" => a.dir = PathBuf::from(value),
             "--crash-at" => a.crash_at = Some(num()?),
-            "--report" => a.report = Some(PathBuf::from(&value)),
+            "--report" => a.report = Some(PathBuf::from(value)),
             _ => return Err(format!("unknown option {flag}")),
         }
-    }
+        Ok(())
+    })?;
     Ok(a)
 }
 
 fn main() -> ExitCode {
-    let Some(universe) = mpi::initialize() else {
-        eprintln!("labels: MPI could not be initialized");
-        return ExitCode::FAILURE;
-    };
-    let world = universe.world();
-    let code = match parse().map_err(dckpt::Error::InvalidOption).and_then(|a| run(&world, &a)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("labels: rank {}: {e}", world.rank());
-            ExitCode::FAILURE
-        }
-    };
-    drop(universe);
-    code
+    common::main("labels", parse, run)
 }
 
-/// The configuration: the file given, else local directories under `dir`
-/// (`DCKPT_<KEY>` overrides apply either way).
+/// The configuration: the file given, else local directories under `dir`.
 fn config(a: &Args) -> dckpt::Result<Config> {
-    match &a.config {
-        Some(file) => Config::load(Some(file)),
-        None => Config {
-            scratch: Some(a.dir.join("scratch")),
-            persistent: Some(a.dir.join("persistent")),
-            host_cache_size: Bytes(64 << 20),
-            max_chain: Some(8),
-            max_versions: Some(4),
-            ..Config::default()
-        }
-        .with_env(),
-    }
+    let defaults = Config {
+        scratch: Some(a.dir.join("scratch")),
+        persistent: Some(a.dir.join("persistent")),
+        host_cache_size: Bytes(64 << 20),
+        max_chain: Some(8),
+        max_versions: Some(4),
+        ..Config::default()
+    };
+    common::config(a.config.as_deref(), defaults)
 }
 
 /// splitmix64: the same graph and seeds on every machine.
@@ -238,7 +224,7 @@ impl Part {
     }
 }
 
-fn run(world: &impl Communicator, a: &Args) -> dckpt::Result<()> {
+fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
     let (rank, size) = (world.rank(), world.size());
     let part = Part::new(rank as usize, a.rows, a.cols);
     let n = a.rows * a.cols;
@@ -288,19 +274,9 @@ fn run(world: &impl Communicator, a: &Args) -> dckpt::Result<()> {
             rt.checkpoint("labels", step[0])?;
         }
     }
-    let (stats, config) = (rt.stats(), rt.config().clone());
-    let t = std::time::Instant::now();
-    rt.finalize()?;
-    if let Some(file) = &a.report {
-        let run = StudyRun {
-            example: "labels",
-            steps: a.steps,
-            every: a.every,
-            compute_seconds: compute,
-            drain_seconds: t.elapsed().as_secs_f64(),
-        };
-        append_study_line(world, file, &run, &stats, &config)?;
-    }
+    let run =
+        StudyRun { example: "labels", steps: a.steps, every: a.every, compute_seconds: compute, drain_seconds: 0.0 };
+    let stats = common::finish(world, rt, a.report.as_deref(), run)?;
     let mine = [stats.stored_bytes, stats.protected_bytes, changed, iterations];
     let mut sums = [0u64; 4];
     world.all_reduce_into(&mine[..], &mut sums[..], mpi::collective::SystemOperation::sum());

@@ -23,9 +23,13 @@
 // regions during its calls.
 #![allow(unsafe_code)]
 
+#[path = "common/mod.rs"]
+mod common;
+
 use dckpt::config::{Bytes, Config};
-use dckpt::runtime::study::{StudyRun, append_study_line};
+use dckpt::runtime::study::StudyRun;
 use dckpt::runtime::{Region, Runtime};
+use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -51,40 +55,26 @@ fn parse() -> Result<Args, String> {
         crash_at: None,
         report: None,
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let num = || value.parse::<u64>().map_err(|_| format!("{flag}: '{value}' is not a number"));
-        let size = || dckpt::generate::parse_size(&value).map(|n| n as usize).map_err(|e| format!("{flag}: {e}"));
-        match flag.as_str() {
+    common::flags(|flag, value| {
+        let num = || common::num(flag, value);
+        let size = || common::size(flag, value);
+        match flag {
             "--steps" => a.steps = num()?,
             "--every" => a.every = num()?.max(1),
             "--table" => a.table = size()?.max(4096),
             "--local" => a.local = size()?.max(4096),
-            "--dir" => a.dir = PathBuf::from(&value),
+            "--dir" => a.dir = PathBuf::from(value),
             "--crash-at" => a.crash_at = Some(num()?),
-            "--report" => a.report = Some(PathBuf::from(&value)),
+            "--report" => a.report = Some(PathBuf::from(value)),
             _ => return Err(format!("unknown option {flag}")),
         }
-    }
+        Ok(())
+    })?;
     Ok(a)
 }
 
 fn main() -> ExitCode {
-    let Some(universe) = mpi::initialize() else {
-        eprintln!("replicated: MPI could not be initialized");
-        return ExitCode::FAILURE;
-    };
-    let world = universe.world();
-    let code = match parse().map_err(dckpt::Error::InvalidOption).and_then(|a| run(&world, &a)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("replicated: rank {}: {e}", world.rank());
-            ExitCode::FAILURE
-        }
-    };
-    drop(universe);
-    code
+    common::main("replicated", parse, run)
 }
 
 /// xorshift64*: the same bytes on every machine.
@@ -106,7 +96,7 @@ fn change(buf: &mut [u8], step: u64, salt: u64) {
     fill(&mut buf[at..at + span], step * 1000 + salt);
 }
 
-fn run(world: &impl Communicator, a: &Args) -> dckpt::Result<()> {
+fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
     let (rank, size) = (world.rank(), world.size());
     let config = Config {
         scratch: Some(a.dir.join("scratch")),
@@ -149,19 +139,14 @@ fn run(world: &impl Communicator, a: &Args) -> dckpt::Result<()> {
             rt.checkpoint("replicated", step[0])?;
         }
     }
-    let (stats, config) = (rt.stats(), rt.config().clone());
-    let t = std::time::Instant::now();
-    rt.finalize()?;
-    if let Some(file) = &a.report {
-        let run = StudyRun {
-            example: "replicated",
-            steps: a.steps,
-            every: a.every,
-            compute_seconds: compute,
-            drain_seconds: t.elapsed().as_secs_f64(),
-        };
-        append_study_line(world, file, &run, &stats, &config)?;
-    }
+    let run = StudyRun {
+        example: "replicated",
+        steps: a.steps,
+        every: a.every,
+        compute_seconds: compute,
+        drain_seconds: 0.0,
+    };
+    let stats = common::finish(world, rt, a.report.as_deref(), run)?;
     let mine = [stats.stored_bytes, stats.protected_bytes, stats.referenced_bytes];
     let mut sums = [0u64; 3];
     world.all_reduce_into(&mine[..], &mut sums[..], mpi::collective::SystemOperation::sum());

@@ -25,13 +25,15 @@
 // plate and the counter during its calls. The GPU sweep is a kernel launch.
 #![allow(unsafe_code)]
 
+#[path = "../common/mod.rs"]
+mod common;
 mod gpu;
 
 use dckpt::config::{Bytes, Config};
-use dckpt::runtime::study::{StudyRun, append_study_line};
+use dckpt::runtime::study::StudyRun;
 use dckpt::runtime::{Region, Runtime};
 use mpi::point_to_point as p2p;
-use mpi::topology::Process;
+use mpi::topology::{Process, SimpleCommunicator};
 use mpi::traits::*;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -70,21 +72,19 @@ fn parse() -> Result<Args, String> {
         report: None,
         device: Device::Auto,
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let num = || value.parse::<u64>().map_err(|_| format!("{flag}: '{value}' is not a number"));
-        match flag.as_str() {
+    common::flags(|flag, value| {
+        let num = || common::num(flag, value);
+        match flag {
             "--steps" => a.steps = num()?,
             "--every" => a.every = num()?.max(1),
             "--rows" => a.rows = num()? as usize,
             "--cols" => a.cols = num()? as usize,
-            "--config" => a.config = Some(PathBuf::from(&value)),
-            "--dir" => a.dir = PathBuf::from(&value),
+            "--config" => a.config = Some(PathBuf::from(value)),
+            "--dir" => a.dir = PathBuf::from(value),
             "--crash-at" => a.crash_at = Some(num()?),
-            "--report" => a.report = Some(PathBuf::from(&value)),
+            "--report" => a.report = Some(PathBuf::from(value)),
             "--device" => {
-                a.device = match value.as_str() {
+                a.device = match value {
                     "auto" => Device::Auto,
                     "cpu" => Device::Cpu,
                     "gpu" => Device::Gpu,
@@ -93,42 +93,26 @@ fn parse() -> Result<Args, String> {
             }
             _ => return Err(format!("unknown option {flag}")),
         }
-    }
+        Ok(())
+    })?;
     Ok(a)
 }
 
 fn main() -> ExitCode {
-    let Some(universe) = mpi::initialize() else {
-        eprintln!("heat: MPI could not be initialized");
-        return ExitCode::FAILURE;
-    };
-    let world = universe.world();
-    let code = match parse().map_err(dckpt::Error::InvalidOption).and_then(|a| run(&world, &a)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("heat: rank {}: {e}", world.rank());
-            ExitCode::FAILURE
-        }
-    };
-    drop(universe);
-    code
+    common::main("heat", parse, run)
 }
 
-/// The configuration: the file given, else local directories under `dir`
-/// (`DCKPT_<KEY>` overrides apply either way).
+/// The configuration: the file given, else local directories under `dir`.
 fn config(a: &Args) -> dckpt::Result<Config> {
-    match &a.config {
-        Some(file) => Config::load(Some(file)),
-        None => Config {
-            scratch: Some(a.dir.join("scratch")),
-            persistent: Some(a.dir.join("persistent")),
-            host_cache_size: Bytes(256 << 20),
-            max_chain: Some(8),
-            max_versions: Some(4),
-            ..Config::default()
-        }
-        .with_env(),
-    }
+    let defaults = Config {
+        scratch: Some(a.dir.join("scratch")),
+        persistent: Some(a.dir.join("persistent")),
+        host_cache_size: Bytes(256 << 20),
+        max_chain: Some(8),
+        max_versions: Some(4),
+        ..Config::default()
+    };
+    common::config(a.config.as_deref(), defaults)
 }
 
 /// A rank's plate (`rows` real rows between a ghost row above and below,
@@ -251,7 +235,7 @@ impl Plate {
     }
 }
 
-fn run(world: &impl Communicator, a: &Args) -> dckpt::Result<()> {
+fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
     let (rank, size) = (world.rank(), world.size());
     let (rows, cols) = (a.rows, a.cols);
     let mut plate = Plate::new(world, a)?;
@@ -313,23 +297,13 @@ fn run(world: &impl Communicator, a: &Args) -> dckpt::Result<()> {
         }
     }
     plate.settle()?;
-    let (stats, config) = (rt.stats(), rt.config().clone());
-    let t = std::time::Instant::now();
-    rt.finalize()?;
+    let run =
+        StudyRun { example: "heat", steps: a.steps, every: a.every, compute_seconds: compute, drain_seconds: 0.0 };
+    let stats = common::finish(world, rt, a.report.as_deref(), run)?;
     let mut held = 0u64;
     world.all_reduce_into(&stats.held_on_gpu, &mut held, mpi::collective::SystemOperation::sum());
     if rank == 0 && held > 0 {
         println!("heat: {held} checkpoint calls returned with their diff held on the GPU (the host cache was full)");
-    }
-    if let Some(file) = &a.report {
-        let run = StudyRun {
-            example: "heat",
-            steps: a.steps,
-            every: a.every,
-            compute_seconds: compute,
-            drain_seconds: t.elapsed().as_secs_f64(),
-        };
-        append_study_line(world, file, &run, &stats, &config)?;
     }
     // The plate's digest, the same however it is split over ranks (and
     // wherever it lives): the digests of its rows, in global order, hashed
