@@ -43,7 +43,6 @@ use dckpt::runtime::{Region, Runtime};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -60,32 +59,17 @@ enum Hints {
 
 /// Command-line settings.
 struct Args {
-    steps: u64,
-    every: u64,
     n: usize,
     hints: Hints,
-    config: Option<PathBuf>,
-    dir: PathBuf,
-    crash_at: Option<u64>,
-    report: Option<PathBuf>,
+    /// `--steps`, `--every`, `--config`, `--dir`, `--crash-at`, `--report`.
+    run: common::RunFlags,
 }
 
 fn parse() -> Result<Args, String> {
-    let mut a = Args {
-        steps: 200,
-        every: 10,
-        n: 256,
-        hints: Hints::All,
-        config: None,
-        dir: PathBuf::from("target/adjoint"),
-        crash_at: None,
-        report: None,
-    };
-    common::flags(|flag, value| {
+    let mut a = Args { n: 256, hints: Hints::All, run: common::RunFlags::new(200, 10, "target/adjoint") };
+    common::flags(&mut a.run, |flag, value| {
         let num = || common::num(flag, value);
         match flag {
-            "--steps" => a.steps = num()?.max(1),
-            "--every" => a.every = num()?.max(1),
             "--n" => a.n = (num()? as usize).max(16),
             "--hints" => {
                 a.hints = match value {
@@ -95,13 +79,9 @@ fn parse() -> Result<Args, String> {
                     _ => return Err(format!("--hints: '{value}' is not none, next or all")),
                 }
             }
-            "--config" => a.config = Some(PathBuf::from(value)),
-            "--dir" => a.dir = PathBuf::from(value),
-            "--crash-at" => a.crash_at = Some(num()?),
-            "--report" => a.report = Some(PathBuf::from(value)),
-            _ => return Err(format!("unknown option {flag}")),
+            _ => return Ok(false),
         }
-        Ok(())
+        Ok(true)
     })?;
     Ok(a)
 }
@@ -115,14 +95,12 @@ fn main() -> ExitCode {
 /// cache.
 fn config(a: &Args) -> dckpt::Result<Config> {
     let defaults = Config {
-        scratch: Some(a.dir.join("scratch")),
-        persistent: Some(a.dir.join("persistent")),
         host_cache_size: Bytes(64 << 20),
         prefetch_cache_size: Bytes(64 << 20),
         max_chain: Some(8),
         ..Config::default()
     };
-    common::config(a.config.as_deref(), defaults)
+    a.run.config(defaults)
 }
 
 /// The Ricker wavelet (peak frequency about 1/25 of the step rate) at step `t`.
@@ -175,8 +153,8 @@ fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
     // Forward: the digests of the versions this process checkpointed.
     let mut taken: HashMap<u64, [u8; 32]> = HashMap::new();
     let mut compute = 0f64;
-    while step[0] < a.steps {
-        if a.crash_at == Some(step[0]) && rank == size - 1 {
+    while step[0] < a.run.steps {
+        if a.run.crashes_at(world, step[0]) {
             std::process::abort(); // what SIGKILL leaves
         }
         let t = Instant::now();
@@ -185,13 +163,13 @@ fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
         p.copy_from_slice(&next);
         step[0] += 1;
         compute += t.elapsed().as_secs_f64();
-        if step[0] % a.every == 0 {
+        if step[0] % a.run.every == 0 {
             rt.checkpoint(NAME, step[0])?;
             taken.insert(step[0], digest(&p));
         }
     }
     // Backward: the versions, newest first (the last one is in memory).
-    let versions: Vec<u64> = (1..a.steps).rev().filter(|s| s % a.every == 0).collect();
+    let versions: Vec<u64> = (1..a.run.steps).rev().filter(|s| s % a.run.every == 0).collect();
     if a.hints == Hints::All {
         versions.iter().try_for_each(|&v| rt.prefetch_enqueue(NAME, v))?;
         rt.prefetch_start(NAME)?;
@@ -199,17 +177,17 @@ fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
     let (mut q, mut q_prev) = (vec![0f32; n * n], vec![0f32; n * n]);
     let mut image = vec![0f64; n * n];
     let mut restores = Vec::with_capacity(versions.len());
-    for b in 0..a.steps {
-        if a.crash_at == Some(a.steps + b) && rank == size - 1 {
+    for b in 0..a.run.steps {
+        if a.run.crashes_at(world, a.run.steps + b) {
             std::process::abort();
         }
-        let time = a.steps - 1 - b; // the receiver's source, time-reversed
+        let time = a.run.steps - 1 - b; // the receiver's source, time-reversed
         let t = Instant::now();
         wave_step(n, &q, &q_prev, &mut next, receiver, ricker(time));
         q_prev.copy_from_slice(&q);
         q.copy_from_slice(&next);
         compute += t.elapsed().as_secs_f64();
-        if time == 0 || !time.is_multiple_of(a.every) {
+        if time == 0 || !time.is_multiple_of(a.run.every) {
             continue;
         }
         let k = versions.iter().position(|&v| v == time);
@@ -235,9 +213,14 @@ fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
         }
     }
     let prefetch = rt.prefetch_stats(NAME).unwrap_or_default();
-    let run =
-        StudyRun { example: "adjoint", steps: a.steps, every: a.every, compute_seconds: compute, drain_seconds: 0.0 };
-    common::finish(world, rt, a.report.as_deref(), run)?;
+    let run = StudyRun {
+        example: "adjoint",
+        steps: a.run.steps,
+        every: a.run.every,
+        compute_seconds: compute,
+        drain_seconds: 0.0,
+    };
+    common::finish(world, rt, a.run.report.as_deref(), run)?;
     // What the restores cost (the slowest rank's) and where their bytes came from.
     let restored: f64 = restores.iter().sum();
     let slowest_one = restores.iter().copied().fold(0f64, f64::max);
@@ -260,7 +243,7 @@ fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
             sums[0],
             sums[0] + sums[1]
         );
-        println!("adjoint: {size} ranks, {} steps, image digest {}", a.steps, blake3::hash(&all).to_hex());
+        println!("adjoint: {size} ranks, {} steps, image digest {}", a.run.steps, blake3::hash(&all).to_hex());
     }
     Ok(())
 }

@@ -37,7 +37,6 @@ use dckpt::runtime::{Region, Runtime};
 use mpi::point_to_point as p2p;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// A vertex no wave has reached: its label and its hops.
@@ -45,44 +44,24 @@ const UNREACHED: u32 = u32::MAX;
 
 /// Command-line settings.
 struct Args {
-    steps: u64,
-    every: u64,
     rows: usize,
     cols: usize,
     wave: u64,
-    config: Option<PathBuf>,
-    dir: PathBuf,
-    crash_at: Option<u64>,
-    report: Option<PathBuf>,
+    /// `--steps`, `--every`, `--config`, `--dir`, `--crash-at`, `--report`.
+    run: common::RunFlags,
 }
 
 fn parse() -> Result<Args, String> {
-    let mut a = Args {
-        steps: 200,
-        every: 10,
-        rows: 128,
-        cols: 512,
-        wave: 40,
-        config: None,
-        dir: PathBuf::from("target/labels"),
-        crash_at: None,
-        report: None,
-    };
-    common::flags(|flag, value| {
+    let mut a = Args { rows: 128, cols: 512, wave: 40, run: common::RunFlags::new(200, 10, "target/labels") };
+    common::flags(&mut a.run, |flag, value| {
         let num = || common::num(flag, value);
         match flag {
-            "--steps" => a.steps = num()?,
-            "--every" => a.every = num()?.max(1),
             "--rows" => a.rows = (num()? as usize).max(1),
             "--cols" => a.cols = (num()? as usize).max(2),
             "--wave" => a.wave = num()?.max(1),
-            "--config" => a.config = Some(PathBuf::from(value)),
-            "--dir" => a.dir = PathBuf::from(value),
-            "--crash-at" => a.crash_at = Some(num()?),
-            "--report" => a.report = Some(PathBuf::from(value)),
-            _ => return Err(format!("unknown option {flag}")),
+            _ => return Ok(false),
         }
-        Ok(())
+        Ok(true)
     })?;
     Ok(a)
 }
@@ -93,15 +72,9 @@ fn main() -> ExitCode {
 
 /// The configuration: the file given, else local directories under `dir`.
 fn config(a: &Args) -> dckpt::Result<Config> {
-    let defaults = Config {
-        scratch: Some(a.dir.join("scratch")),
-        persistent: Some(a.dir.join("persistent")),
-        host_cache_size: Bytes(64 << 20),
-        max_chain: Some(8),
-        max_versions: Some(4),
-        ..Config::default()
-    };
-    common::config(a.config.as_deref(), defaults)
+    let defaults =
+        Config { host_cache_size: Bytes(64 << 20), max_chain: Some(8), max_versions: Some(4), ..Config::default() };
+    a.run.config(defaults)
 }
 
 /// splitmix64: the same graph and seeds on every machine.
@@ -251,8 +224,8 @@ fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
     let (mut above, mut below) = (unreached_row.clone(), unreached_row.clone());
     let (mut compute, mut changed, mut iterations) = (0f64, 0u64, 0u64);
     let total_rows = a.rows * size as usize;
-    while step[0] < a.steps {
-        if a.crash_at == Some(step[0]) && rank == size - 1 {
+    while step[0] < a.run.steps {
+        if a.run.crashes_at(world, step[0]) {
             std::process::abort(); // what SIGKILL leaves
         }
         let started = std::time::Instant::now();
@@ -270,13 +243,18 @@ fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
         step[0] += 1;
         iterations += 1;
         compute += started.elapsed().as_secs_f64();
-        if step[0] % a.every == 0 {
+        if step[0] % a.run.every == 0 {
             rt.checkpoint("labels", step[0])?;
         }
     }
-    let run =
-        StudyRun { example: "labels", steps: a.steps, every: a.every, compute_seconds: compute, drain_seconds: 0.0 };
-    let stats = common::finish(world, rt, a.report.as_deref(), run)?;
+    let run = StudyRun {
+        example: "labels",
+        steps: a.run.steps,
+        every: a.run.every,
+        compute_seconds: compute,
+        drain_seconds: 0.0,
+    };
+    let stats = common::finish(world, rt, a.run.report.as_deref(), run)?;
     let mine = [stats.stored_bytes, stats.protected_bytes, changed, iterations];
     let mut sums = [0u64; 4];
     world.all_reduce_into(&mine[..], &mut sums[..], mpi::collective::SystemOperation::sum());
@@ -292,7 +270,7 @@ fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
             100.0 * changed as f64 / (n as f64 * iterations.max(1) as f64),
             stored as f64 / protected.max(1) as f64
         );
-        println!("labels: {size} ranks, {} iterations, digest {}", a.steps, blake3::hash(&all).to_hex());
+        println!("labels: {size} ranks, {} iterations, digest {}", a.run.steps, blake3::hash(&all).to_hex());
     }
     Ok(())
 }

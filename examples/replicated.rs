@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! mpirun -np 4 target/release/examples/replicated [--steps 60] [--every 10] [--table 4M]
-//!        [--local 64K] [--dir target/replicated] [--crash-at STEP] [--report FILE]
+//!        [--local 64K] [--config dckpt.toml] [--dir target/replicated] [--crash-at STEP] [--report FILE]
 //! ```
 //!
 //! Every step changes a few KiB of the table (the same change on every
@@ -31,44 +31,26 @@ use dckpt::runtime::study::StudyRun;
 use dckpt::runtime::{Region, Runtime};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Command-line settings.
 struct Args {
-    steps: u64,
-    every: u64,
     table: usize,
     local: usize,
-    dir: PathBuf,
-    crash_at: Option<u64>,
-    report: Option<PathBuf>,
+    /// `--steps`, `--every`, `--config`, `--dir`, `--crash-at`, `--report`.
+    run: common::RunFlags,
 }
 
 fn parse() -> Result<Args, String> {
-    let mut a = Args {
-        steps: 60,
-        every: 10,
-        table: 4 << 20,
-        local: 64 << 10,
-        dir: "target/replicated".into(),
-        crash_at: None,
-        report: None,
-    };
-    common::flags(|flag, value| {
-        let num = || common::num(flag, value);
+    let mut a = Args { table: 4 << 20, local: 64 << 10, run: common::RunFlags::new(60, 10, "target/replicated") };
+    common::flags(&mut a.run, |flag, value| {
         let size = || common::size(flag, value);
         match flag {
-            "--steps" => a.steps = num()?,
-            "--every" => a.every = num()?.max(1),
             "--table" => a.table = size()?.max(4096),
             "--local" => a.local = size()?.max(4096),
-            "--dir" => a.dir = PathBuf::from(value),
-            "--crash-at" => a.crash_at = Some(num()?),
-            "--report" => a.report = Some(PathBuf::from(value)),
-            _ => return Err(format!("unknown option {flag}")),
+            _ => return Ok(false),
         }
-        Ok(())
+        Ok(true)
     })?;
     Ok(a)
 }
@@ -98,14 +80,7 @@ fn change(buf: &mut [u8], step: u64, salt: u64) {
 
 fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
     let (rank, size) = (world.rank(), world.size());
-    let config = Config {
-        scratch: Some(a.dir.join("scratch")),
-        persistent: Some(a.dir.join("persistent")),
-        host_cache_size: Bytes(64 << 20),
-        max_chain: Some(8),
-        ..Config::default()
-    }
-    .with_env()?;
+    let config = a.run.config(Config { host_cache_size: Bytes(64 << 20), max_chain: Some(8), ..Config::default() })?;
     let mut table = vec![0u8; a.table];
     fill(&mut table, 1); // the same on every rank
     let mut local = vec![0u8; a.local];
@@ -126,8 +101,8 @@ fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
         }
     }
     let mut compute = 0f64;
-    while step[0] < a.steps {
-        if a.crash_at == Some(step[0]) && rank == size - 1 {
+    while step[0] < a.run.steps {
+        if a.run.crashes_at(world, step[0]) {
             std::process::abort(); // what SIGKILL leaves
         }
         let started = std::time::Instant::now();
@@ -135,18 +110,18 @@ fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
         change(&mut local, step[0], 1 + rank as u64);
         step[0] += 1;
         compute += started.elapsed().as_secs_f64();
-        if step[0] % a.every == 0 {
+        if step[0] % a.run.every == 0 {
             rt.checkpoint("replicated", step[0])?;
         }
     }
     let run = StudyRun {
         example: "replicated",
-        steps: a.steps,
-        every: a.every,
+        steps: a.run.steps,
+        every: a.run.every,
         compute_seconds: compute,
         drain_seconds: 0.0,
     };
-    let stats = common::finish(world, rt, a.report.as_deref(), run)?;
+    let stats = common::finish(world, rt, a.run.report.as_deref(), run)?;
     let mine = [stats.stored_bytes, stats.protected_bytes, stats.referenced_bytes];
     let mut sums = [0u64; 3];
     world.all_reduce_into(&mine[..], &mut sums[..], mpi::collective::SystemOperation::sum());
@@ -169,7 +144,7 @@ fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
             a.local,
             stored as f64 / protected.max(1) as f64
         );
-        println!("replicated: {size} ranks, {} steps, digest {}", a.steps, blake3::hash(&all).to_hex());
+        println!("replicated: {size} ranks, {} steps, digest {}", a.run.steps, blake3::hash(&all).to_hex());
     }
     Ok(())
 }

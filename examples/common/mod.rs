@@ -10,6 +10,7 @@ use dckpt::runtime::study::{RunStats, StudyRun, append_study_line};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use std::path::Path;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Initializes MPI, parses the arguments (`parse`), runs `run`; an error is
@@ -36,13 +37,16 @@ pub fn main<A>(
     code
 }
 
-/// Walks the command line's `--flag value` pairs, giving each to `set`
-/// (which refuses an unknown flag or a bad value).
-pub fn flags(mut set: impl FnMut(&str, &str) -> Result<(), String>) -> Result<(), String> {
+/// Walks the command line's `--flag value` pairs: each goes to `set` (the
+/// example's own flags: `Ok(false)` for one it does not know), then to
+/// `run`; a flag neither knows is refused.
+pub fn flags(run: &mut RunFlags, mut set: impl FnMut(&str, &str) -> Result<bool, String>) -> Result<(), String> {
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        set(&flag, &value)?;
+        if !set(&flag, &value)? && !run.set(&flag, &value)? {
+            return Err(format!("unknown option {flag}"));
+        }
     }
     Ok(())
 }
@@ -57,12 +61,59 @@ pub fn size(flag: &str, value: &str) -> Result<usize, String> {
     dckpt::generate::parse_size(value).map(|n| n as usize).map_err(|e| format!("{flag}: {e}"))
 }
 
-/// The configuration: the file given, else the example's `defaults`
-/// (`DCKPT_<KEY>` overrides apply either way).
-pub fn config(file: Option<&Path>, defaults: Config) -> dckpt::Result<Config> {
-    match file {
-        Some(file) => Config::load(Some(file)),
-        None => defaults.with_env(),
+/// The flags every example takes: `--steps N`, `--every N` (steps between
+/// checkpoints), `--config FILE`, `--dir DIR` (where the default
+/// configuration puts its directories), `--crash-at STEP` (the last rank
+/// aborts there, what SIGKILL leaves) and `--report FILE` (the scaling
+/// study's CSV).
+#[derive(Debug)]
+pub struct RunFlags {
+    pub steps: u64,
+    pub every: u64,
+    pub config: Option<PathBuf>,
+    pub dir: PathBuf,
+    pub crash_at: Option<u64>,
+    pub report: Option<PathBuf>,
+}
+
+impl RunFlags {
+    /// The defaults: `steps`, a checkpoint every `every`, `dir` for the directories.
+    pub fn new(steps: u64, every: u64, dir: &str) -> RunFlags {
+        RunFlags { steps, every, config: None, dir: PathBuf::from(dir), crash_at: None, report: None }
+    }
+
+    /// Takes `flag` if it is one of these (`Ok(false)`: not one of these).
+    pub fn set(&mut self, flag: &str, value: &str) -> Result<bool, String> {
+        match flag {
+            "--steps" => self.steps = num(flag, value)?,
+            "--every" => self.every = num(flag, value)?.max(1),
+            "--config" => self.config = Some(PathBuf::from(value)),
+            "--dir" => self.dir = PathBuf::from(value),
+            "--crash-at" => self.crash_at = Some(num(flag, value)?),
+            "--report" => self.report = Some(PathBuf::from(value)),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// The configuration: the file given, else `defaults` with the
+    /// directories `DIR/scratch` and `DIR/persistent` (`DCKPT_<KEY>`
+    /// overrides apply either way).
+    pub fn config(&self, defaults: Config) -> dckpt::Result<Config> {
+        match &self.config {
+            Some(file) => Config::load(Some(file)),
+            None => Config {
+                scratch: Some(self.dir.join("scratch")),
+                persistent: Some(self.dir.join("persistent")),
+                ..defaults
+            }
+            .with_env(),
+        }
+    }
+
+    /// Whether this rank dies at `step` (the last rank, at `--crash-at`).
+    pub fn crashes_at(&self, world: &SimpleCommunicator, step: u64) -> bool {
+        self.crash_at == Some(step) && world.rank() == world.size() - 1
     }
 }
 

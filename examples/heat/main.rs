@@ -35,19 +35,14 @@ use dckpt::runtime::{Region, Runtime};
 use mpi::point_to_point as p2p;
 use mpi::topology::{Process, SimpleCommunicator};
 use mpi::traits::*;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Command-line settings.
 struct Args {
-    steps: u64,
-    every: u64,
     rows: usize,
     cols: usize,
-    config: Option<PathBuf>,
-    dir: PathBuf,
-    crash_at: Option<u64>,
-    report: Option<PathBuf>,
+    /// `--steps`, `--every`, `--config`, `--dir`, `--crash-at`, `--report`.
+    run: common::RunFlags,
     device: Device,
 }
 
@@ -61,28 +56,13 @@ enum Device {
 }
 
 fn parse() -> Result<Args, String> {
-    let mut a = Args {
-        steps: 200,
-        every: 20,
-        rows: 256,
-        cols: 1024,
-        config: None,
-        dir: PathBuf::from("target/heat"),
-        crash_at: None,
-        report: None,
-        device: Device::Auto,
-    };
-    common::flags(|flag, value| {
+    let mut a =
+        Args { rows: 256, cols: 1024, run: common::RunFlags::new(200, 20, "target/heat"), device: Device::Auto };
+    common::flags(&mut a.run, |flag, value| {
         let num = || common::num(flag, value);
         match flag {
-            "--steps" => a.steps = num()?,
-            "--every" => a.every = num()?.max(1),
             "--rows" => a.rows = num()? as usize,
             "--cols" => a.cols = num()? as usize,
-            "--config" => a.config = Some(PathBuf::from(value)),
-            "--dir" => a.dir = PathBuf::from(value),
-            "--crash-at" => a.crash_at = Some(num()?),
-            "--report" => a.report = Some(PathBuf::from(value)),
             "--device" => {
                 a.device = match value {
                     "auto" => Device::Auto,
@@ -91,9 +71,9 @@ fn parse() -> Result<Args, String> {
                     _ => return Err(format!("--device: '{value}' is not auto, cpu or gpu")),
                 }
             }
-            _ => return Err(format!("unknown option {flag}")),
+            _ => return Ok(false),
         }
-        Ok(())
+        Ok(true)
     })?;
     Ok(a)
 }
@@ -104,15 +84,9 @@ fn main() -> ExitCode {
 
 /// The configuration: the file given, else local directories under `dir`.
 fn config(a: &Args) -> dckpt::Result<Config> {
-    let defaults = Config {
-        scratch: Some(a.dir.join("scratch")),
-        persistent: Some(a.dir.join("persistent")),
-        host_cache_size: Bytes(256 << 20),
-        max_chain: Some(8),
-        max_versions: Some(4),
-        ..Config::default()
-    };
-    common::config(a.config.as_deref(), defaults)
+    let defaults =
+        Config { host_cache_size: Bytes(256 << 20), max_chain: Some(8), max_versions: Some(4), ..Config::default() };
+    a.run.config(defaults)
 }
 
 /// A rank's plate (`rows` real rows between a ghost row above and below,
@@ -280,14 +254,14 @@ fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
     let mut compute = 0f64;
     let up = (rank > 0).then(|| world.process_at_rank(rank - 1));
     let down = (rank + 1 < size).then(|| world.process_at_rank(rank + 1));
-    while step[0] < a.steps {
-        if a.crash_at == Some(step[0]) && rank == size - 1 {
+    while step[0] < a.run.steps {
+        if a.run.crashes_at(world, step[0]) {
             std::process::abort(); // what SIGKILL leaves
         }
         let started = std::time::Instant::now();
         plate.step(up.as_ref(), down.as_ref(), rows, cols)?;
         step[0] += 1;
-        let checkpoint_now = step[0] % a.every == 0;
+        let checkpoint_now = step[0] % a.run.every == 0;
         if checkpoint_now {
             plate.settle()?;
         }
@@ -297,9 +271,14 @@ fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
         }
     }
     plate.settle()?;
-    let run =
-        StudyRun { example: "heat", steps: a.steps, every: a.every, compute_seconds: compute, drain_seconds: 0.0 };
-    let stats = common::finish(world, rt, a.report.as_deref(), run)?;
+    let run = StudyRun {
+        example: "heat",
+        steps: a.run.steps,
+        every: a.run.every,
+        compute_seconds: compute,
+        drain_seconds: 0.0,
+    };
+    let stats = common::finish(world, rt, a.run.report.as_deref(), run)?;
     let mut held = 0u64;
     world.all_reduce_into(&stats.held_on_gpu, &mut held, mpi::collective::SystemOperation::sum());
     if rank == 0 && held > 0 {
@@ -316,7 +295,7 @@ fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
     let mut all = vec![0u8; mine.len() * size as usize];
     world.all_gather_into(&mine[..], &mut all[..]);
     if rank == 0 {
-        println!("heat: {size} ranks, {} steps, plate digest {}", a.steps, blake3::hash(&all).to_hex());
+        println!("heat: {size} ranks, {} steps, plate digest {}", a.run.steps, blake3::hash(&all).to_hex());
     }
     Ok(())
 }
