@@ -31,12 +31,12 @@ impl CudaBackend {
     /// Moves the device record's entries of regions given away, and gives
     /// back the rewrite the file's bytes still need (if any).
     fn settle_given(&mut self, version: &mut Deduplicated) -> Result<Option<Rewrite>> {
-        let p = version.pending.as_any_mut().downcast_mut::<GpuPending>().ok_or_else(foreign)?;
+        let Deduplicated { diff, pending, .. } = version;
+        let p = pending.as_any_mut().downcast_mut::<GpuPending>().ok_or_else(foreign)?;
         if let Some(runs) = p.given.take() {
-            self.dev.locate_entries(version.diff.version, &runs)?;
+            self.dev.locate_entries(diff.version, &runs)?;
         }
-        let p = version.pending.as_any_mut().downcast_mut::<GpuPending>().ok_or_else(foreign)?;
-        Ok(p.made_as.take().map(|before| Rewrite::new(before, version.diff.clone(), p.data_start)))
+        Ok(p.made_as.take().map(|before| Rewrite::new(before, diff.clone(), p.data_start)))
     }
 }
 
