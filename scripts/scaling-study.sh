@@ -159,7 +159,10 @@ for ex in sorted({r["example"] for r in rows}):
     for a in (ax[0][0], ax[0][1], ax[0][2], ax[1][0], ax[1][1], ax[1][2]):
         a.set_xscale("log", base=2)
         a.grid(True, alpha=0.3)
-        a.legend(loc="upper left", fontsize=8)
+        if a.get_lines():
+            a.legend(loc="upper left", fontsize=8)
+        else:
+            a.text(0.5, 0.5, "not run for this example", ha="center", va="center", transform=a.transAxes)
     # The chunk sweep's stored bytes on a second axis.
     t2 = ax[1][1].twinx()
     for mode, style in MODES.items():
