@@ -337,21 +337,21 @@ fn a_dropped_record_restart_forgets_the_record() {
     let (cs, [v1, v2, v3], state) = bounded_versions();
     let mut cpu = dckpt::backend::cpu::CpuBackend::new(state, Method::Tree);
     for (i, v) in [(1u64, &v1), (2, &v2)] {
-        let d = cpu.deduplicate(i, Protected::Host(v), i == 1, false).unwrap();
+        let d = cpu.deduplicate(i, Protected::Host(v), i == 1).unwrap();
         cpu.commit(d).unwrap();
     }
     assert_eq!(cpu.record_entries(), 15);
-    let d = cpu.deduplicate(3, Protected::Host(&v3), false, false).unwrap();
+    let d = cpu.deduplicate(3, Protected::Host(&v3), false).unwrap();
     assert!(!d.diff.dense);
     cpu.rollback().unwrap();
     assert_eq!(cpu.record_entries(), 0, "the dropped restart took the record with it");
     // A version that did not restart keeps the record when it is dropped.
-    let d = cpu.deduplicate(3, Protected::Host(&v3), false, false).unwrap();
+    let d = cpu.deduplicate(3, Protected::Host(&v3), false).unwrap();
     cpu.commit(d).unwrap();
     assert_eq!(cpu.record_entries(), 15);
     let mut v4 = v3.clone();
     v4[48 * cs..50 * cs].copy_from_slice(&noise(2 * cs, 4)); // 3 more entries: they fit
-    let _ = cpu.deduplicate(4, Protected::Host(&v4), false, false).unwrap();
+    let _ = cpu.deduplicate(4, Protected::Host(&v4), false).unwrap();
     cpu.rollback().unwrap();
     assert_eq!(cpu.record_entries(), 15);
 }

@@ -80,7 +80,7 @@ impl Backend for CpuBackend {
         self.state.bounds_hit
     }
 
-    fn deduplicate(&mut self, version: u64, input: Protected<'_>, baseline: bool, _: bool) -> Result<Deduplicated> {
+    fn deduplicate(&mut self, version: u64, input: Protected<'_>, baseline: bool) -> Result<Deduplicated> {
         let Protected::Host(data) = input else {
             return Err(Error::InvalidOption("device memory needs the CUDA backend".into()));
         };

@@ -139,15 +139,9 @@ pub trait Backend: Send {
     }
 
     /// De-duplicates `input` as `version` (a `baseline` ignores history).
-    /// `for_collective` keeps the diff's bytes where
-    /// [`PendingVersion::first_bytes`] and `give_away` can read them.
-    fn deduplicate(
-        &mut self,
-        version: u64,
-        input: Protected<'_>,
-        baseline: bool,
-        for_collective: bool,
-    ) -> Result<Deduplicated>;
+    /// The diff's bytes stay where [`Backend::regions`] and
+    /// [`Backend::hand_over`] or [`Backend::serialize`] read them.
+    fn deduplicate(&mut self, version: u64, input: Protected<'_>, baseline: bool) -> Result<Deduplicated>;
 
     /// The regions of `version`'s FIRST runs a collective step offers
     /// (nodes of at most `2^max_level` chunks) with their digests. By
@@ -225,7 +219,7 @@ pub trait Backend: Send {
         baseline: bool,
         sink: Sink<'_>,
     ) -> Result<Option<cuda::GpuTimings>> {
-        let mut d = self.deduplicate(version, input, baseline, false)?;
+        let mut d = self.deduplicate(version, input, baseline)?;
         let gpu = d.gpu;
         let handed = self.serialize(&mut d, input.host_bytes()).and_then(|file| sink.put(&file.parts(), true));
         if let Err(e) = handed {

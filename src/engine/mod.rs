@@ -258,7 +258,7 @@ impl Engine {
     /// is unchanged.
     pub fn checkpoint<'a>(&mut self, version: u64, data: impl Into<Protected<'a>>) -> Result<CheckpointReport> {
         let input = data.into();
-        let local = self.deduplicate(version, input, false)?;
+        let local = self.deduplicate(version, input)?;
         let staged = match self.stage(local, input.host_bytes()) {
             Ok(s) => s,
             Err(e) => {

@@ -81,7 +81,7 @@ impl Engine {
     /// writing or remembering anything (the backend keeps its pending state
     /// until [`Engine::publish`] or [`Engine::abandon`]).
     pub fn deduplicate_local(&mut self, version: u64, input: Protected<'_>) -> Result<LocalCheckpoint> {
-        self.deduplicate(version, input, true)
+        self.deduplicate(version, input)
     }
 
     /// The regions `local`'s FIRST runs offer to a collective step (nodes of
@@ -91,19 +91,12 @@ impl Engine {
         self.backend.regions(&local.version, data, max_level)
     }
 
-    /// Step 1; `for_collective` keeps what the collective step reads of a
-    /// GPU diff where it can read it, otherwise the file stays in pinned
-    /// memory until written.
-    pub(super) fn deduplicate(
-        &mut self,
-        version: u64,
-        input: Protected<'_>,
-        for_collective: bool,
-    ) -> Result<LocalCheckpoint> {
+    /// Step 1 (the single-rank path and the collective step alike).
+    pub(crate) fn deduplicate(&mut self, version: u64, input: Protected<'_>) -> Result<LocalCheckpoint> {
         self.check_version(version)?;
         let baseline = self.next_is_baseline();
         let started = Instant::now();
-        let version = self.backend.deduplicate(version, input, baseline, for_collective)?;
+        let version = self.backend.deduplicate(version, input, baseline)?;
         Ok(LocalCheckpoint { version, started })
     }
 

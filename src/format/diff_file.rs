@@ -372,6 +372,9 @@ pub fn decode_meta(meta: &[u8], data_bytes: u64) -> Result<Diff, String> {
         return Err("metadata shorter than a header".into());
     }
     let header = DiffHeader::decode(&meta[..HEADER_LEN as usize])?;
+    if header.compressed.is_some() {
+        return Err("a compressed header where a body was made".into());
+    }
     if header.data_bytes != data_bytes {
         return Err(format!("the header describes {} bytes of data, not {data_bytes}", header.data_bytes));
     }
@@ -383,7 +386,12 @@ pub fn decode_meta(meta: &[u8], data_bytes: u64) -> Result<Diff, String> {
             HEADER_LEN as usize + meta_len
         ));
     }
-    decode_tables(&header, &meta[HEADER_LEN as usize..])
+    let diff = decode_tables(&header, &meta[HEADER_LEN as usize..])?;
+    // The FIRST runs must cover the data exactly (what a reader checks).
+    if diff.data_bytes() != data_bytes {
+        return Err(format!("the FIRST runs cover {} bytes, the data is {data_bytes}", diff.data_bytes()));
+    }
+    Ok(diff)
 }
 
 /// The trailer of a file whose metadata (header, tables, bitmap) is `meta`

@@ -166,26 +166,45 @@ impl Runtime {
     fn checkpoint_untimed(&mut self, name: &str, version: u64) -> Result<CollectiveReport<TieredReport>> {
         let regions = self.regions.clone();
         let sync = self.config.mode == Mode::Sync;
-        let named = self.named(name)?;
-        let report = match &mut named.staging {
-            Staging::Host(buf) => {
-                gather_host(&regions, buf);
-                named.ckpt.checkpoint(version, Protected::Host(buf))?
-            }
-            Staging::Device(staging) => {
-                let pieces = raw::pieces(&regions);
-                staging.gather(&pieces)?;
-                named.ckpt.checkpoint(version, staging.region()?)?
-            }
+        self.named(name)?;
+        // A device gather can fail on one rank: every rank agrees first, so
+        // none enters the checkpoint's collectives alone.
+        let gathered = self.gather(name, &regions);
+        all_agree(&self.comm, "gathering the regions", version, gathered)?;
+        let named = self.names.get_mut(name).ok_or_else(|| Error::Internal("named checkpoint".into()))?;
+        let taken = match &mut named.staging {
+            Staging::Host(buf) => named.ckpt.checkpoint(version, Protected::Host(buf)),
+            Staging::Device(staging) => staging.region().and_then(|region| named.ckpt.checkpoint(version, region)),
             Staging::Direct => match raw::pieces(&regions)[..] {
-                [(_, region)] => named.ckpt.checkpoint(version, region)?,
-                _ => return Err(Error::Internal("a direct name has one region".into())),
+                [(_, region)] => named.ckpt.checkpoint(version, region),
+                _ => Err(Error::Internal("a direct name has one region".into())),
             },
         };
+        // Every rank leaves with the same outcome: a rank whose hand-over to
+        // its flush workers failed after the last agreement must not leave
+        // the others waiting in `wait`.
+        let report = all_agree(&self.comm, "the checkpoint", version, taken)?;
         if sync {
+            let named = self.names.get(name).ok_or_else(|| Error::Internal("named checkpoint".into()))?;
             named.ckpt.wait(version)?;
         }
         Ok(report)
+    }
+
+    /// Copies the protected regions into `name`'s buffer (host regions by a
+    /// copy, device regions device to device; a direct name needs none).
+    fn gather(&mut self, name: &str, regions: &BTreeMap<u32, Region>) -> Result<()> {
+        let named = self.names.get_mut(name).ok_or_else(|| Error::Internal("named checkpoint".into()))?;
+        match &mut named.staging {
+            Staging::Host(buf) => {
+                gather_host(regions, buf);
+                Ok(())
+            }
+            Staging::Device(staging) => {
+                staging.gather(&raw::pieces(regions)).and_then(|()| staging.region().map(|_| ()))
+            }
+            Staging::Direct => Ok(()),
+        }
     }
 
     /// The newest version of `name` that every rank can restart from (its

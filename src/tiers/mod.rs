@@ -395,14 +395,14 @@ impl TieredEngine {
     }
 
     /// Collective step 1: de-duplicates `input` without changing the
-    /// history (the backend keeps it pending; the diff stays on the host).
+    /// history (the backend keeps it pending).
     pub(crate) fn deduplicate_local(&mut self, version: u64, input: Protected<'_>) -> Result<LocalCheckpoint> {
         if let Some(latest) = self.latest.filter(|&l| l >= version) {
             return Err(Error::VersionNotNewer { latest, requested: version });
         }
         let baseline = self.next_is_baseline();
         let started = Instant::now();
-        let version = self.backend.deduplicate(version, input, baseline, true)?;
+        let version = self.backend.deduplicate(version, input, baseline)?;
         Ok(LocalCheckpoint::new(version, started))
     }
 

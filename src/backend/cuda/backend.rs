@@ -46,8 +46,6 @@ enum GpuFile {
     /// Still in the pipeline's pinned output buffer: the whole file's length
     /// and its trailer.
     Pinned { file_len: usize, trailer: [u8; 32] },
-    /// Copied to host memory (the collective path reads and may rewrite it).
-    Host(Vec<u8>),
     /// In the GPU cache tier's arena (the collective path, which needs only
     /// its metadata on the host), unsealed: `file_len` counts the trailer
     /// the flush worker writes. Taken by [`Backend::hand_over`].
@@ -109,29 +107,11 @@ fn pinned_here() -> Error {
     Error::Internal("the FIRST bytes of a GPU diff still in pinned or device memory are not read on the host".into())
 }
 
-/// The whole file of a version staged in the arena, copied to host memory
-/// now and sealed (the collective step reads its FIRST bytes on the host).
-fn copied_whole(staged: Staged, c: &super::pipeline::Computed) -> Result<Vec<u8>> {
-    let mut file = vec![0u8; c.prefix_len + 32];
-    staged.copy_out(&mut [&mut file[..]])?()?;
-    let data_end = c.data_start + c.data_len;
-    let trailer = crate::format::trailer_of(&file[..c.data_start], &file[data_end..c.prefix_len]);
-    file[c.prefix_len..].copy_from_slice(&trailer);
-    Ok(file)
-}
-
 impl PendingVersion for GpuPending {
-    fn first_bytes<'a>(&'a self, diff: &'a Diff, _: &'a [u8]) -> Result<FirstBytes<'a>> {
-        let diff = self.made_as.as_ref().unwrap_or(diff);
-        match &self.file {
-            GpuFile::Host(file) => {
-                let data = file
-                    .get(self.data_start..self.data_start + diff.data_bytes() as usize)
-                    .ok_or_else(|| Error::Internal("GPU diff data".into()))?;
-                Ok(FirstBytes::gathered(diff, data))
-            }
-            GpuFile::Pinned { .. } | GpuFile::Staged { .. } => Err(pinned_here()),
-        }
+    /// Never on the host: [`Backend::regions`] reads a GPU file's FIRST
+    /// bytes where they are (pinned memory, or the GPU cache's arena).
+    fn first_bytes<'a>(&'a self, _: &'a Diff, _: &'a [u8]) -> Result<FirstBytes<'a>> {
+        Err(pinned_here())
     }
 
     /// Rewrites the tables at once; the file's bytes follow when it is
@@ -182,24 +162,18 @@ impl Backend for CudaBackend {
         Some(self.dev.plan())
     }
 
-    fn deduplicate(
-        &mut self,
-        version: u64,
-        input: Protected<'_>,
-        baseline: bool,
-        for_collective: bool,
-    ) -> Result<Deduplicated> {
+    fn deduplicate(&mut self, version: u64, input: Protected<'_>, baseline: bool) -> Result<Deduplicated> {
         let tree = self.dev.method() == crate::Method::Tree;
-        let cp = if for_collective && self.dev.has_device_cache() {
+        // With a GPU cache tier (the asynchronous tiers' collective path,
+        // followed by `hand_over`): through its arena where the file fits.
+        let cp = if tree && self.dev.has_device_cache() {
             let prepared = self.dev.prepare(version, input, baseline)?;
             match self.dev.stage_for_collective(prepared)? {
-                // In the arena: only the metadata crossed to the host. Where
-                // the step needs the FIRST bytes, the whole file follows now.
+                // In the arena: only the metadata crossed to the host (the
+                // region digests come off the device's tree; where it has
+                // none, `regions` reads the FIRST bytes out of the arena).
                 Ok((computed, staged, diff)) => {
-                    let file = match diff.dense || !tree {
-                        true => GpuFile::Host(copied_whole(staged, &computed)?),
-                        false => GpuFile::Staged { staged: Some(staged), file_len: computed.prefix_len + 32 },
-                    };
+                    let file = GpuFile::Staged { staged: Some(staged), file_len: computed.prefix_len + 32 };
                     let pending = GpuPending {
                         file,
                         data_start: computed.data_start,
@@ -214,33 +188,34 @@ impl Backend for CudaBackend {
         } else {
             self.dev.checkpoint(version, input, baseline)?
         };
-        // The collective step reads the FIRST bytes only where the device
-        // has no tree to read region digests from (`regions`): a dense
-        // version, or a method without one. Otherwise the file stays pinned
-        // until it is written or cached.
-        let file = if for_collective && (cp.diff.dense || !tree) {
-            GpuFile::Host(self.dev.file_vec(&cp)?)
-        } else {
-            GpuFile::Pinned { file_len: cp.file_len, trailer: cp.trailer }
-        };
+        // The file stays pinned until it is written or cached; where the
+        // device has no tree to read region digests from (a dense version,
+        // a method without one), `regions` reads the FIRST bytes there.
+        let file = GpuFile::Pinned { file_len: cp.file_len, trailer: cp.trailer };
         let pending = GpuPending { file, data_start: cp.data_start, dense: cp.diff.dense, given: None, made_as: None };
         Ok(Deduplicated { diff: cp.diff, pending: Box::new(pending), gpu: Some(cp.timings) })
     }
 
-    fn regions(&mut self, version: &Deduplicated, data: &[u8], max_level: u32) -> Result<Vec<Region>> {
+    fn regions(&mut self, version: &Deduplicated, _: &[u8], max_level: u32) -> Result<Vec<Region>> {
         let nodes = regions::region_nodes(&version.diff, max_level);
         match self.dev.node_digests(version.diff.version, &nodes)? {
             Some(digests) => Ok(regions::regions_of(&version.diff.layout, &nodes, &digests)),
             None => {
                 let diff = &version.diff;
                 let p = version.pending.as_ref().as_any().downcast_ref::<GpuPending>().ok_or_else(foreign)?;
+                let data_end = p.data_start + diff.data_bytes() as usize;
+                let staged;
                 let bytes = match &p.file {
                     GpuFile::Pinned { file_len, .. } => {
-                        let data_end = p.data_start + diff.data_bytes() as usize;
                         let first = self.dev.pinned_prefix(*file_len)?.get(p.data_start..data_end);
                         FirstBytes::gathered(diff, first.ok_or_else(|| Error::Internal("GPU diff data".into()))?)
                     }
-                    GpuFile::Host(_) | GpuFile::Staged { .. } => p.first_bytes(diff, data)?,
+                    // The FIRST bytes come out of the arena (the file stays there).
+                    GpuFile::Staged { staged: Some(file), .. } => {
+                        staged = file.read(p.data_start..data_end)?;
+                        FirstBytes::gathered(diff, &staged)
+                    }
+                    GpuFile::Staged { staged: None, .. } => return Err(pinned_here()),
                 };
                 Ok(regions::first_regions(diff, &bytes, max_level))
             }
@@ -255,7 +230,6 @@ impl Backend for CudaBackend {
         let rewrite = self.settle_given(version)?;
         let p = version.pending.as_any_mut().downcast_mut::<GpuPending>().ok_or_else(foreign)?;
         match &mut p.file {
-            GpuFile::Host(bytes) => Ok((DiffBytes::Owned(std::mem::take(bytes)), rewrite)),
             GpuFile::Pinned { file_len, trailer } => {
                 let file = DiffBytes::Borrowed { prefix: self.dev.pinned_prefix(*file_len)?, trailer: *trailer };
                 Ok((file, rewrite))
