@@ -677,6 +677,65 @@ extern "C" __global__ void gather_digests(const u64* dig, const u8* lab, const u
     }
 }
 
+// The collective step's region digests hashed from the regions' bytes, where
+// no tree of this version holds them (a version stored whole, or a node the
+// tree did not label FIRST): region r is len[r] bytes at device address
+// addr[r], cut into chunks of cs bytes (the last may be short), and its
+// digest is the Merkle root over them exactly as the host's subtree_digest
+// builds it: level by level, pairs (2i, 2i + 1), an odd last node carried
+// up unchanged. One warp per region: the lanes hash 32 consecutive chunks
+// and fold them into one node (a group: aligned, so its pairs are the
+// tree's); lane 0 merges groups like a binary counter (equal heights) and
+// folds what is left right to left, which gives the carried tree.
+#define RD_STACK 48
+extern "C" __global__ void region_digests(const u64* addr, const u64* len, u64 count, u32 cs, int algo, u64* out) {
+    const u32 lane = threadIdx.x & 31u;
+    const u64 warps = (u64)gridDim.x * (blockDim.x >> 5);
+    for (u64 r = (blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5; r < count; r += warps) {
+        const u8* p = (const u8*)addr[r];
+        const u64 bytes = len[r];
+        const u64 m = bytes == 0 ? 1 : (bytes + cs - 1) / cs;
+        dig128 stack[RD_STACK];
+        u32 height[RD_STACK];
+        int top = 0;
+        for (u64 g = 0; g < m; g += 32) {
+            const u64 in_group = m - g < 32 ? m - g : 32;
+            dig128 d;
+            d.lo = 0;
+            d.hi = 0;
+            if (lane < in_group) {
+                const u64 off = (g + lane) * cs;
+                const u64 rem = bytes - off;
+                d = leaf_digest(algo, p + off, rem < cs ? (u32)rem : cs, false);
+            }
+            for (u32 s = 1; s < 32; s <<= 1) {
+                dig128 q;
+                q.lo = __shfl_down_sync(0xffffffffu, d.lo, s);
+                q.hi = __shfl_down_sync(0xffffffffu, d.hi, s);
+                if ((lane & (2 * s - 1)) == 0 && lane + s < in_group) d = node_digest(algo, d, q);
+            }
+            if (lane == 0 && top < RD_STACK) {
+                u32 h = 5;
+                while (top > 0 && height[top - 1] == h) {
+                    d = node_digest(algo, stack[top - 1], d);
+                    top--;
+                    h++;
+                }
+                stack[top] = d;
+                height[top] = h;
+                top++;
+            }
+        }
+        if (lane == 0) {
+            dig128 d = stack[top - 1];
+            for (int i = top - 2; i >= 0; i--) d = node_digest(algo, stack[i], d);
+            out[2 * r] = d.lo;
+            out[2 * r + 1] = d.hi;
+        }
+        __syncwarp();
+    }
+}
+
 // ------------------------------------------------------- block digests ----
 // The integrity digests of a diff file's data: BLAKE3-256 of each 64 KiB
 // block (the last may be short), written as 32 bytes each. One warp per

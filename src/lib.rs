@@ -67,6 +67,7 @@ pub mod hash;
 pub mod inspect;
 pub mod layout;
 pub mod memory;
+pub mod profile;
 pub mod prune;
 pub mod record;
 pub mod regions;

@@ -63,24 +63,25 @@ fn node_cover(layout: &Layout, chunks: Range<u64>, max_level: u32) -> Vec<NodeId
 
 pub use crate::hash::subtree_digest;
 
-/// Where the bytes of a diff's FIRST chunks can be read: the whole
-/// protected buffer (CPU), or only the FIRST runs' bytes concatenated in run
-/// order (what a GPU diff carries).
-pub struct FirstBytes<'a> {
+/// Where the bytes of a diff's FIRST chunks lie in the bytes it carries:
+/// the whole protected buffer (CPU), or only the FIRST runs' bytes
+/// concatenated in run order (what a GPU diff carries, in host or device
+/// memory).
+#[derive(Clone, Debug)]
+pub struct FirstIndex {
     layout: Layout,
-    data: &'a [u8],
     /// `(first chunk, end chunk, offset in data)` per FIRST run; empty = whole buffer.
     runs: Vec<(u64, u64, u64)>,
 }
 
-impl<'a> FirstBytes<'a> {
+impl FirstIndex {
     /// The whole buffer.
-    pub fn whole(layout: Layout, data: &'a [u8]) -> Self {
-        FirstBytes { layout, data, runs: Vec::new() }
+    pub fn whole(layout: Layout) -> Self {
+        FirstIndex { layout, runs: Vec::new() }
     }
 
     /// `diff`'s FIRST runs' bytes, concatenated in run order.
-    pub fn gathered(diff: &Diff, first_data: &'a [u8]) -> Self {
+    pub fn gathered(diff: &Diff) -> Self {
         let mut at = 0;
         let runs = diff
             .first
@@ -92,20 +93,44 @@ impl<'a> FirstBytes<'a> {
                 entry
             })
             .collect();
-        FirstBytes { layout: diff.layout, data: first_data, runs }
+        FirstIndex { layout: diff.layout, runs }
     }
 
-    /// The bytes of chunks `range`, which must lie inside one FIRST run.
-    pub fn get(&self, range: Range<u64>) -> &'a [u8] {
+    /// Where the bytes of chunks `range` lie in the data, `range` inside one FIRST run.
+    pub fn locate(&self, range: Range<u64>) -> Range<u64> {
         let b = self.layout.chunk_bytes(range.clone());
         if self.runs.is_empty() {
-            return &self.data[b.start as usize..b.end as usize];
+            return b;
         }
         let k = self.runs.partition_point(|r| r.1 <= range.start);
         let (start, _, off) = self.runs[k];
         let base = self.layout.chunk_bytes(start..start).start;
-        let from = (off + b.start - base) as usize;
-        &self.data[from..from + (b.end - b.start) as usize]
+        let from = off + b.start - base;
+        from..from + (b.end - b.start)
+    }
+}
+
+/// The bytes of a diff's FIRST chunks in host memory ([`FirstIndex`]).
+pub struct FirstBytes<'a> {
+    index: FirstIndex,
+    data: &'a [u8],
+}
+
+impl<'a> FirstBytes<'a> {
+    /// The whole buffer.
+    pub fn whole(layout: Layout, data: &'a [u8]) -> Self {
+        FirstBytes { index: FirstIndex::whole(layout), data }
+    }
+
+    /// `diff`'s FIRST runs' bytes, concatenated in run order.
+    pub fn gathered(diff: &Diff, first_data: &'a [u8]) -> Self {
+        FirstBytes { index: FirstIndex::gathered(diff), data: first_data }
+    }
+
+    /// The bytes of chunks `range`, which must lie inside one FIRST run.
+    pub fn get(&self, range: Range<u64>) -> &'a [u8] {
+        let b = self.index.locate(range);
+        &self.data[b.start as usize..b.end as usize]
     }
 
     /// The bytes of `runs` (inside the FIRST runs) concatenated in order.
@@ -115,8 +140,8 @@ impl<'a> FirstBytes<'a> {
             let mut at = r.start;
             while at < r.start + r.count {
                 // Cut at the end of the source run holding `at`.
-                let k = self.runs.partition_point(|x| x.1 <= at);
-                let end = self.runs.get(k).map_or(r.start + r.count, |x| x.1).min(r.start + r.count);
+                let k = self.index.runs.partition_point(|x| x.1 <= at);
+                let end = self.index.runs.get(k).map_or(r.start + r.count, |x| x.1).min(r.start + r.count);
                 out.extend_from_slice(self.get(at..end));
                 at = end;
             }

@@ -328,6 +328,54 @@ fn collective_versions_on_the_gpu_match_the_cpu_and_restore() {
     }
 }
 
+/// Versions stored whole (every chunk changed): the GPU hashes their
+/// regions on the device from the input (no tree was built), partial last
+/// chunks and nodes, regions smaller and larger than a warp's 32 chunks.
+#[test]
+fn whole_versions_offer_the_regions_the_cpu_offers() {
+    if gpu().is_none() {
+        return;
+    }
+    let cases = [
+        (1usize << 20, 128u32, 0u32),
+        ((1 << 20) + 77, 128, 3),
+        (300_001, 64, 5),
+        (1_000_003, 128, 11),
+        (123_457, 256, 8),
+        (40_000, 64, 40),
+    ];
+    for (case, (len, cs, level)) in cases.into_iter().enumerate() {
+        let hash = [HashAlgo::Murmur3, HashAlgo::Xxh3, HashAlgo::Blake3][case % 3];
+        let opts = StoreOptions { chunk_size: cs, method: Method::Tree, hash, ..StoreOptions::default() };
+        let (tg, tc) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let open = |dir: &std::path::Path, b| -> Vec<Engine> {
+            (0..2).map(|r| Engine::open_with_backend(dir, r, len as u64, &opts, b).unwrap()).collect()
+        };
+        let (mut on_gpu, mut on_cpu) = (open(tg.path(), BackendKind::Cuda), open(tc.path(), BackendKind::Cpu));
+        for v in 1..=3u64 {
+            // Rank 1 repeats rank 0's bytes: its regions are given away.
+            let d = noise(len, 10 * case as u64 + v);
+            let data = vec![d.clone(), d];
+            let g = collective_version(&mut on_gpu, v, &data, level);
+            let c = collective_version(&mut on_cpu, v, &data, level);
+            assert_eq!(g, c, "case {case}: version {v} offers other regions on the GPU");
+            let covered: u64 = g[0].iter().map(|r| r.bytes).sum();
+            assert_eq!(covered, len as u64, "case {case}: version {v} offers every byte");
+        }
+        for r in 0..2u32 {
+            for v in 1..=3u64 {
+                let want = noise(len, 10 * case as u64 + v);
+                assert!(
+                    dckpt::restore::restore_version(tg.path(), r, v).unwrap() == want,
+                    "case {case}: rank {r} v{v}"
+                );
+                let f = |d: &std::path::Path| std::fs::read(d.join(format!("rank-{r:05}/v{v:012}.dckpt"))).unwrap();
+                assert!(f(tg.path()) == f(tc.path()), "case {case}: rank {r} version {v} differs from the CPU's");
+            }
+        }
+    }
+}
+
 #[test]
 fn device_regions_are_checked_and_restore_in_place() {
     let Some(gpu) = gpu() else { return };

@@ -14,6 +14,7 @@ use crate::engine::Engine;
 use crate::generate::{Shape, Workload};
 use crate::hash::Digest;
 use crate::layout::NodeId;
+use crate::memory::Protected;
 use crate::store::StoreOptions;
 use crate::tiers::{TierOptions, TieredEngine};
 use crate::{Error, Method, Result};
@@ -110,6 +111,9 @@ pub fn reduce_timing<C: Communicator>(comm: &C, threshold: usize, case: SetCase,
     }
 }
 
+/// The modes [`mixed_workload`] compares.
+pub const MODES: [&str; 3] = ["collective", "local", "full"];
+
 /// Parameters of [`mixed_workload`].
 #[derive(Clone, Debug, Serialize)]
 pub struct MixedParams {
@@ -133,6 +137,13 @@ pub struct MixedParams {
     pub gpu_memory: crate::backend::budget::GpuMemory,
     /// CUDA, with the tiers: the GPU cache tier's share of it.
     pub gpu_cache: crate::backend::budget::GpuCache,
+    /// CUDA: the buffer lives in device memory, as a GPU simulation's does
+    /// (each version is uploaded before its checkpoint is timed); otherwise
+    /// it is host memory, which the checkpoint uploads.
+    pub resident: bool,
+    /// The modes run, in this order (`collective`, `local`, `full`; one may
+    /// repeat, e.g. to see what the first mode of a process pays alone).
+    pub modes: Vec<String>,
 }
 
 /// Result of one mode of [`mixed_workload`] (sums and maxima over ranks).
@@ -181,7 +192,7 @@ fn split<R>(r: &CollectiveReport<R>) -> [f64; 3] {
 impl<C: Communicator> Runner<'_, C> {
     /// Checkpoints `data`: the file's bytes and the seconds of local
     /// de-duplication, of the offer and of the reduction.
-    fn checkpoint(&mut self, comm: &C, v: u64, data: &[u8]) -> Result<(u64, [f64; 3])> {
+    fn checkpoint(&mut self, comm: &C, v: u64, data: Protected<'_>) -> Result<(u64, [f64; 3])> {
         Ok(match self {
             Runner::Collective(c) => c.checkpoint(v, data).map(|r| (r.checkpoint.file_bytes, split(&r)))?,
             Runner::Local(e) => {
@@ -270,9 +281,12 @@ pub fn mixed_workload<C: Communicator>(
         // Every rank has the same parameters, so every rank returns here.
         return Err(Error::InvalidOption("shared fraction and change must be in 0..=1, the size positive".into()));
     }
+    if let Some(m) = p.modes.iter().find(|m| !MODES.contains(&m.as_str())) {
+        return Err(Error::InvalidOption(format!("unknown mode {m:?} (one of {MODES:?})")));
+    }
     let mut out = Vec::new();
-    for mode in ["collective", "local", "full"] {
-        let dir = root.join(mode);
+    for (i, mode) in p.modes.iter().map(String::as_str).enumerate() {
+        let dir = root.join(format!("{i}-{mode}"));
         let store = StoreOptions {
             chunk_size: p.chunk_size,
             method: if mode == "full" { Method::Full } else { Method::Tree },
@@ -312,10 +326,24 @@ pub fn mixed_workload<C: Communicator>(
                 Runner::TieredLocal(all_agree(comm, "open", 0, opened)?)
             }
         };
+        let mut resident = match p.resident {
+            true => {
+                Some(all_agree(comm, "device buffer", 0, crate::backend::cuda::DeviceStaging::new(device, p.size))?)
+            }
+            false => None,
+        };
         for v in 1..=p.versions {
+            let input = match resident.as_mut() {
+                Some(dev) => {
+                    let uploaded = dev.gather(&[(0, Protected::Host(&bufs.buf))]);
+                    all_agree(comm, "upload", v, uploaded)?;
+                    Protected::Device(dev.region()?)
+                }
+                None => Protected::Host(&bufs.buf),
+            };
             comm.barrier();
             let t = Instant::now();
-            let (file_bytes, parts) = runner.checkpoint(comm, v, &bufs.buf)?;
+            let (file_bytes, parts) = runner.checkpoint(comm, v, input)?;
             let took = slowest(comm, t.elapsed().as_secs_f64());
             seconds += took;
             version_seconds.push(took);

@@ -165,10 +165,19 @@ impl<'c, C: Communicator> Collective<'c, C> {
             offer_and_reduce(self.comm, &mut self.engine, version, input, self.max_level, &self.opts)?;
         let (offer_seconds, offered) = (offer.regions_seconds, offer.regions.len());
         let host = input.host_bytes();
-        let settled = step::settle(&mut self.engine, offer, &merged, &self.layouts, host);
-        let (staged, conv) = self.commit_record(version, settled)?;
+        let settled = {
+            let _span = crate::profile::Span::new("settle", version);
+            step::settle(&mut self.engine, offer, &merged, &self.layouts, host)
+        };
+        let (staged, conv) = {
+            let _span = crate::profile::Span::new("commit-record", version);
+            self.commit_record(version, settled)?
+        };
         // Committed everywhere: this rank's manifest only caches the record.
-        let (checkpoint, unlisted) = self.engine.adopt(staged)?;
+        let (checkpoint, unlisted) = {
+            let _span = crate::profile::Span::new("adopt", version);
+            self.engine.adopt(staged)?
+        };
         if let Some(e) = unlisted {
             eprintln!(
                 "dckpt: warning: rank {me}: version {version} is committed, but its manifest entry was not written ({e}); the next open lists it"
@@ -300,12 +309,18 @@ pub(crate) fn offer_and_reduce<C: Communicator, E: LocalSide + ?Sized>(
         true => engine.deduplicate_local(version, input).map(|local| step::offer_of(local, Vec::new(), 1)),
         false => step::offer(engine, version, input, max_level, opts.threshold),
     };
-    let offer = agree_or_abandon(comm, engine, "de-duplication", version, offer)?;
+    let offer = {
+        let _span = crate::profile::Span::new("agree-dedup", version);
+        agree_or_abandon(comm, engine, "de-duplication", version, offer)?
+    };
     let reduced_from = Instant::now();
     if alone {
         return Ok((offer, Vec::new(), reduced_from, reduced_from));
     }
-    let merged = reduce_sets(comm, &offer.set, opts.threshold);
+    let merged = {
+        let _span = crate::profile::Span::new("reduce", version);
+        reduce_sets(comm, &offer.set, opts.threshold)
+    };
     let merged = match merged {
         Ok(m) => m,
         Err(e) => {

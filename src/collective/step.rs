@@ -67,9 +67,15 @@ pub fn offer<E: LocalSide + ?Sized>(
     max_level: u32,
     threshold: usize,
 ) -> Result<Offer> {
-    let local = engine.deduplicate_local(version, input)?;
+    let local = {
+        let _span = crate::profile::Span::new("dedup-local", version);
+        engine.deduplicate_local(version, input)?
+    };
     let t = std::time::Instant::now();
-    let regions = engine.regions(&local, input.host_bytes(), max_level)?;
+    let regions = {
+        let _span = crate::profile::Span::new("regions", version);
+        engine.regions(&local, input.host_bytes(), max_level)?
+    };
     let mut offer = offer_of(local, regions, threshold);
     offer.regions_seconds = t.elapsed().as_secs_f64();
     Ok(offer)

@@ -96,16 +96,31 @@ impl TieredCollective {
         let input = data.into();
         let t0 = Instant::now();
         let me = self.comm.rank().max(0) as u32;
-        self.agree_on_baseline(version)?;
+        {
+            let _span = crate::profile::Span::new("agree-baseline", version);
+            self.agree_on_baseline(version)?;
+        }
         let (offer, merged, reduced_from, reduced_at) =
             offer_and_reduce(&self.comm, &mut self.engine, version, input, self.max_level, &self.opts)?;
         let (offer_seconds, offered) = (offer.regions_seconds, offer.regions.len());
         let host = input.host_bytes();
-        let cached = step::give_away(offer, &merged, &self.layouts)
-            .and_then(|(local, conv)| Ok((self.engine.cache(local, host)?, conv)));
-        let (cached, conv) = self.agree_or_abandon("the copy into the host cache", version, cached)?;
+        let cached = {
+            let given = {
+                let _span = crate::profile::Span::new("give-away", version);
+                step::give_away(offer, &merged, &self.layouts)
+            };
+            let _span = crate::profile::Span::new("cache", version);
+            given.and_then(|(local, conv)| Ok((self.engine.cache(local, host)?, conv)))
+        };
+        let (cached, conv) = {
+            let _span = crate::profile::Span::new("agree-cache", version);
+            self.agree_or_abandon("the copy into the host cache", version, cached)?
+        };
         // Every rank holds its version: from here it is taken everywhere.
-        let checkpoint = self.engine.submit(cached)?;
+        let checkpoint = {
+            let _span = crate::profile::Span::new("submit", version);
+            self.engine.submit(cached)?
+        };
         let clock = StepClock { start: t0, offer_seconds, reduced_from, reduced_at };
         Ok(CollectiveReport::new(me, self.layouts.len() as u32, checkpoint, offered, merged.len(), &conv, &clock))
     }

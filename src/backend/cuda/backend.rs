@@ -1,10 +1,12 @@
-//! [`CudaBackend`]: the [`Backend`] contract over a [`GpuDedup`]. The file a
-//! version produces stays in pinned memory until the store writes it (the
-//! single-rank path), or, for the collective step (which may rewrite it):
-//! in the GPU cache tier's arena with only its metadata on the host, when
-//! there is an arena with room; in pinned memory when the step reads region
-//! digests off the device; else copied to host memory, where the step reads
-//! its FIRST bytes.
+//! [`CudaBackend`]: the [`Backend`] contract over a [`GpuDedup`]. A
+//! version's file stays where the device made it until it is needed on the
+//! host: in the GPU cache tier's arena (the collective path, with room
+//! there), or in the output buffer or, for a version stored whole, the
+//! input itself; only its metadata crosses to the host at once. The tiers'
+//! hand-over copies it from there straight into their page-locked cache;
+//! the synchronous path copies it to the pipeline's pinned buffer. The
+//! collective step's region digests come off the device: off the tree it
+//! just built, or hashed from the FIRST bytes where they lie.
 
 use super::device_cache::Staged;
 use super::{GpuDedup, StoredRun, cuda_err};
@@ -12,7 +14,7 @@ use crate::backend::{Backend, BackendKind, Deduplicated, DiffBytes, PendingVersi
 use crate::diff::Diff;
 use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
-use crate::regions::{self, Conversion, FirstBytes, Region, Rewrite};
+use crate::regions::{self, Conversion, FirstBytes, FirstIndex, Region, Rewrite};
 use crate::{Error, Result};
 use std::any::Any;
 use std::sync::Arc;
@@ -50,6 +52,12 @@ enum GpuFile {
     /// its metadata on the host), unsealed: `file_len` counts the trailer
     /// the flush worker writes. Taken by [`Backend::hand_over`].
     Staged { staged: Option<Staged>, file_len: usize },
+    /// Not copied yet (the collective path without room in an arena):
+    /// where the device made it, the output buffer or, for a version stored
+    /// whole, the input itself (valid until the next version, and within
+    /// the collective call). [`Backend::hand_over`] copies it straight into
+    /// the sink; [`Backend::serialize_deferred`] into the pinned buffer.
+    OnDevice { prepared: Option<super::pipeline::Prepared>, file_len: usize },
 }
 
 /// A GPU version: its file, FIRST data at `data_start`; the device holds the
@@ -101,6 +109,10 @@ fn stored_runs(
         runs.push(home(at, n - at));
     }
     Ok(runs)
+}
+
+fn taken_twice() -> Error {
+    Error::Internal("a GPU file was handed over or serialized twice".into())
 }
 
 fn pinned_here() -> Error {
@@ -164,14 +176,15 @@ impl Backend for CudaBackend {
 
     fn deduplicate(&mut self, version: u64, input: Protected<'_>, baseline: bool) -> Result<Deduplicated> {
         let tree = self.dev.method() == crate::Method::Tree;
+        let prepared = {
+            let _span = crate::profile::Span::new("cuda-prepare", version);
+            self.dev.prepare(version, input, baseline)?
+        };
         // With a GPU cache tier (the asynchronous tiers' collective path,
         // followed by `hand_over`): through its arena where the file fits.
-        let cp = if tree && self.dev.has_device_cache() {
-            let prepared = self.dev.prepare(version, input, baseline)?;
+        let prepared = if tree && self.dev.has_device_cache() {
             match self.dev.stage_for_collective(prepared)? {
-                // In the arena: only the metadata crossed to the host (the
-                // region digests come off the device's tree; where it has
-                // none, `regions` reads the FIRST bytes out of the arena).
+                // In the arena: only the metadata crossed to the host.
                 Ok((computed, staged, diff)) => {
                     let file = GpuFile::Staged { staged: Some(staged), file_len: computed.prefix_len + 32 };
                     let pending = GpuPending {
@@ -183,43 +196,55 @@ impl Backend for CudaBackend {
                     };
                     return Ok(Deduplicated { diff, pending: Box::new(pending), gpu: Some(computed.timings) });
                 }
-                Err(prepared) => self.dev.finish_pinned(prepared)?,
+                Err(prepared) => prepared,
             }
         } else {
-            self.dev.checkpoint(version, input, baseline)?
+            prepared
         };
-        // The file stays pinned until it is written or cached; where the
-        // device has no tree to read region digests from (a dense version,
-        // a method without one), `regions` reads the FIRST bytes there.
-        let file = GpuFile::Pinned { file_len: cp.file_len, trailer: cp.trailer };
-        let pending = GpuPending { file, data_start: cp.data_start, dense: cp.diff.dense, given: None, made_as: None };
-        Ok(Deduplicated { diff: cp.diff, pending: Box::new(pending), gpu: Some(cp.timings) })
+        // Otherwise the file stays where the device made it (the output
+        // buffer, or the input itself for a version stored whole) until it
+        // is handed over or serialized; only its metadata crosses now.
+        let diff = self.dev.describe(&prepared)?;
+        let timings = self.dev.prepared_timings(&prepared)?;
+        let (data_start, file_len) = (prepared.data_start, prepared.prefix_len + 32);
+        let file = GpuFile::OnDevice { prepared: Some(prepared), file_len };
+        let pending = GpuPending { file, data_start, dense: diff.dense, given: None, made_as: None };
+        Ok(Deduplicated { diff, pending: Box::new(pending), gpu: Some(timings) })
     }
 
+    /// Off the device's tree where it has one; otherwise hashed on the
+    /// device from the FIRST bytes where they lie (the output buffer, the
+    /// input of a version stored whole, the arena); from pinned memory for
+    /// a file already copied there.
     fn regions(&mut self, version: &Deduplicated, _: &[u8], max_level: u32) -> Result<Vec<Region>> {
-        let nodes = regions::region_nodes(&version.diff, max_level);
-        match self.dev.node_digests(version.diff.version, &nodes)? {
-            Some(digests) => Ok(regions::regions_of(&version.diff.layout, &nodes, &digests)),
-            None => {
-                let diff = &version.diff;
-                let p = version.pending.as_ref().as_any().downcast_ref::<GpuPending>().ok_or_else(foreign)?;
-                let data_end = p.data_start + diff.data_bytes() as usize;
-                let staged;
-                let bytes = match &p.file {
-                    GpuFile::Pinned { file_len, .. } => {
-                        let first = self.dev.pinned_prefix(*file_len)?.get(p.data_start..data_end);
-                        FirstBytes::gathered(diff, first.ok_or_else(|| Error::Internal("GPU diff data".into()))?)
-                    }
-                    // The FIRST bytes come out of the arena (the file stays there).
-                    GpuFile::Staged { staged: Some(file), .. } => {
-                        staged = file.read(p.data_start..data_end)?;
-                        FirstBytes::gathered(diff, &staged)
-                    }
-                    GpuFile::Staged { staged: None, .. } => return Err(pinned_here()),
-                };
-                Ok(regions::first_regions(diff, &bytes, max_level))
-            }
+        let _span = crate::profile::Span::new("cuda-regions", version.diff.version);
+        let diff = &version.diff;
+        let nodes = regions::region_nodes(diff, max_level);
+        if let Some(digests) = self.dev.node_digests(diff.version, &nodes)? {
+            return Ok(regions::regions_of(&diff.layout, &nodes, &digests));
         }
+        let p = version.pending.as_ref().as_any().downcast_ref::<GpuPending>().ok_or_else(foreign)?;
+        let base = match &p.file {
+            GpuFile::OnDevice { prepared: Some(prepared), .. } => self.dev.first_data_addr(prepared)?,
+            GpuFile::Staged { staged: Some(file), .. } => file.device_addr() + p.data_start as u64,
+            GpuFile::Pinned { file_len, .. } => {
+                let data_end = p.data_start + diff.data_bytes() as usize;
+                let first = self.dev.pinned_prefix(*file_len)?.get(p.data_start..data_end);
+                let bytes = FirstBytes::gathered(diff, first.ok_or_else(|| Error::Internal("GPU diff data".into()))?);
+                return Ok(regions::first_regions(diff, &bytes, max_level));
+            }
+            _ => return Err(pinned_here()),
+        };
+        let index = FirstIndex::gathered(diff);
+        let spans: Vec<(u64, u64)> = nodes
+            .iter()
+            .map(|&node| {
+                let at = index.locate(diff.layout.node_chunks(node));
+                (base + at.start, at.end - at.start)
+            })
+            .collect();
+        let digests = self.dev.hash_spans(&spans)?;
+        Ok(regions::regions_of(&diff.layout, &nodes, &digests))
     }
 
     fn serialize_deferred<'a>(
@@ -228,13 +253,22 @@ impl Backend for CudaBackend {
         _: &[u8],
     ) -> Result<(DiffBytes<'a>, Option<Rewrite>)> {
         let rewrite = self.settle_given(version)?;
-        let p = version.pending.as_any_mut().downcast_mut::<GpuPending>().ok_or_else(foreign)?;
+        let Deduplicated { pending, gpu, .. } = version;
+        let p = pending.as_any_mut().downcast_mut::<GpuPending>().ok_or_else(foreign)?;
+        if let GpuFile::OnDevice { prepared, .. } = &mut p.file {
+            // The synchronous path: the file is copied to the pinned buffer now.
+            let prepared = prepared.take().ok_or_else(taken_twice)?;
+            let cp = self.dev.finish_pinned(prepared)?;
+            *gpu = Some(cp.timings);
+            p.file = GpuFile::Pinned { file_len: cp.file_len, trailer: cp.trailer };
+        }
         match &mut p.file {
             GpuFile::Pinned { file_len, trailer } => {
                 let file = DiffBytes::Borrowed { prefix: self.dev.pinned_prefix(*file_len)?, trailer: *trailer };
                 Ok((file, rewrite))
             }
             GpuFile::Staged { .. } => Err(Error::Internal("a staged GPU file is handed over, not serialized".into())),
+            GpuFile::OnDevice { .. } => Err(taken_twice()),
         }
     }
 
@@ -246,7 +280,21 @@ impl Backend for CudaBackend {
         let p = version.pending.as_any_mut().downcast_mut::<GpuPending>().ok_or_else(foreign)?;
         let (staged, len) = match &mut p.file {
             GpuFile::Staged { staged, file_len } => (staged.take(), *file_len),
-            _ => return hand_over_bytes(self, version, data, sink),
+            GpuFile::OnDevice { prepared, file_len } => {
+                // Copied by the device straight into the sink's buffers
+                // (before this returns for a version stored whole, whose
+                // bytes are the application's).
+                let (prepared, len) = (prepared.take().ok_or_else(taken_twice)?, *file_len);
+                let rewrite = self.settle_given(version)?;
+                let mut slot = Some(prepared);
+                let dev = &mut self.dev;
+                sink.fill(len, false, &mut |bufs| {
+                    let p = slot.take().ok_or_else(|| Error::Internal("a file was filled twice".into()))?;
+                    dev.finish_async(p, bufs).map(|(_, ready)| ready)
+                })?;
+                return Ok(rewrite);
+            }
+            GpuFile::Pinned { .. } => return hand_over_bytes(self, version, data, sink),
         };
         let staged = staged.ok_or_else(|| Error::Internal("a staged GPU file was handed over twice".into()))?;
         let rewrite = self.settle_given(version)?;
@@ -284,7 +332,11 @@ impl Backend for CudaBackend {
         baseline: bool,
         sink: Sink<'_>,
     ) -> Result<Option<super::GpuTimings>> {
-        let prepared = self.dev.prepare(version, input, baseline)?;
+        let prepared = {
+            let _span = crate::profile::Span::new("cuda-prepare", version);
+            self.dev.prepare(version, input, baseline)?
+        };
+        let _span = crate::profile::Span::new("cuda-hand-over", version);
         let len = prepared.prefix_len + 32; // the trailer, zero until sealed
         let mut timings = None;
         let handed = match self.dev.stage(prepared) {

@@ -152,26 +152,11 @@ impl Staged {
         Ok(Box::new(move || done.synchronize().map_err(cuda_err)))
     }
 
-    /// Bytes `range` of the file, copied to host memory now (on the arena's
-    /// stream, after the file landed); the file stays in the arena.
-    pub(crate) fn read(&self, range: std::ops::Range<usize>) -> Result<Vec<u8>> {
-        if range.start > range.end || range.end > self.len {
-            return Err(Error::Internal(format!("bytes {range:?} of a {}-byte staged file", self.len)));
-        }
-        let copy = &self.cache.copy;
-        copy.context().bind_to_thread().map_err(cuda_err)?;
-        copy.wait(&self.landed).map_err(cuda_err)?;
-        let mut out = vec![0u8; range.len()];
-        // SAFETY: `at + start .. at + end` lies in this file's span of the
-        // arena, reserved while `self` lives and not copied out (`out` is
-        // false until `copy_out` consumes it); `out` is host memory owned
-        // here, and the synchronize below ends the copy before it is read.
-        unsafe {
-            cudarc::driver::result::memcpy_dtoh_async(&mut out[..], self.at + range.start as u64, copy.cu_stream())
-        }
-        .map_err(cuda_err)?;
-        copy.synchronize().map_err(cuda_err)?;
-        Ok(out)
+    /// The file's device address in the arena: valid while `self` lives,
+    /// for work queued on the pipeline's stream (the stream that copied it
+    /// there, so that such work follows the copy).
+    pub(crate) fn device_addr(&self) -> u64 {
+        self.at
     }
 
     /// Queues the device-to-host copies on `copy`; the event after them.

@@ -238,6 +238,7 @@ pub(crate) struct Kernels {
     pub block_digests: CudaFunction,
     pub table_locate: CudaFunction,
     pub gather_digests: CudaFunction,
+    pub region_digests: CudaFunction,
 }
 
 /// An open device with its compiled kernels.
@@ -302,6 +303,7 @@ impl Gpu {
             block_digests: f("block_digests")?,
             table_locate: f("table_locate")?,
             gather_digests: f("gather_digests")?,
+            region_digests: f("region_digests")?,
         };
         let stream = ctx.default_stream();
         Ok(Arc::new(Gpu { ctx, stream, k, sms, name, arch }))

@@ -91,6 +91,12 @@ pub(crate) struct Prepared {
     events: [CudaEvent; 3],
 }
 
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared").field("prefix_len", &self.prefix_len).field("data_len", &self.data_len).finish()
+    }
+}
+
 /// A piece of a prepared file: bytes the host wrote, or a span of device
 /// memory (the output buffer, or the input of a version stored whole) that
 /// stays valid until the stream is synchronized.
@@ -904,26 +910,90 @@ impl GpuDedup {
     }
 
     /// [`GpuDedup::stage`] for the collective step, which rewrites the diff
-    /// on the host: also copies the file's metadata (header, tables,
-    /// bitmap: `data_start` bytes, small beside the data) to the host and
-    /// decodes it; the FIRST data and block digests stay in the arena.
+    /// on the host: also decodes the file's metadata
+    /// ([`GpuDedup::describe`]); the FIRST data and block digests stay in
+    /// the arena.
     pub(crate) fn stage_for_collective(
         &mut self,
         p: Prepared,
     ) -> Result<std::result::Result<(Computed, Staged, Diff), Prepared>> {
-        let (computed, staged) = match self.stage(p)? {
-            Ok(done) => done,
-            Err(p) => return Ok(Err(p)),
+        // The metadata is read before the output buffer is staged (the next
+        // version's kernels are queued only after this call anyway).
+        let diff = match p.pieces.as_slice() {
+            [Piece::Device(..)] => self.describe(&p)?,
+            _ => return Ok(Err(p)),
         };
-        // The output buffer still holds the file: the next version's
-        // kernels are queued only after this call.
-        let st = self.gpu.stream.clone();
-        let mut meta = vec![0u8; computed.data_start];
-        st.memcpy_dtoh(&self.out.slice(0..computed.data_start), &mut meta).map_err(cuda_err)?;
-        st.synchronize().map_err(cuda_err)?;
-        let diff = crate::format::decode_meta(&meta, computed.data_len as u64)
-            .map_err(|e| Error::Gpu(format!("the GPU produced an invalid diff: {e}")))?;
-        Ok(Ok((computed, staged, diff)))
+        Ok(self.stage(p)?.map(|(computed, staged)| (computed, staged, diff)))
+    }
+
+    /// The diff a prepared file describes, decoded from its metadata
+    /// (header, tables, bitmap: `data_start` bytes, small beside the data),
+    /// which is copied to the host where the device wrote it; the data
+    /// stays where it is.
+    pub(crate) fn describe(&self, p: &Prepared) -> Result<Diff> {
+        let copied;
+        let meta = match p.pieces.first() {
+            Some(Piece::Host(meta)) => meta.as_slice(),
+            Some(&Piece::Device(at, _)) if at == ptr(&self.out, &self.gpu) => {
+                let st = &self.gpu.stream;
+                let mut meta = vec![0u8; p.data_start];
+                st.memcpy_dtoh(&self.out.slice(0..p.data_start), &mut meta).map_err(cuda_err)?;
+                st.synchronize().map_err(cuda_err)?;
+                copied = meta;
+                copied.as_slice()
+            }
+            Some(_) => return Err(Error::Internal("a prepared file of an unknown shape".into())),
+            None => return Err(Error::Internal("a prepared file without pieces".into())),
+        };
+        crate::format::decode_meta(meta, p.data_len as u64)
+            .map_err(|e| Error::Gpu(format!("the GPU produced an invalid diff: {e}")))
+    }
+
+    /// The device address of a prepared file's FIRST data (concatenated in
+    /// run order): in the output buffer, or the input itself for a version
+    /// stored whole. Valid until the next version is prepared.
+    pub(crate) fn first_data_addr(&self, p: &Prepared) -> Result<u64> {
+        match p.pieces.as_slice() {
+            [Piece::Device(at, _)] => Ok(at + p.data_start as u64),
+            [Piece::Host(_), Piece::Device(src, _), Piece::Device(..)] => Ok(*src),
+            _ => Err(Error::Internal("a prepared file of an unknown shape".into())),
+        }
+    }
+
+    /// Device-side times of a prepared file's computation (waits for its
+    /// kernels; the copy out is not part of them).
+    pub(crate) fn prepared_timings(&self, p: &Prepared) -> Result<GpuTimings> {
+        let [e0, e1, e2] = &p.events;
+        e2.synchronize().map_err(cuda_err)?;
+        timings(e0, e1, e2, e2)
+    }
+
+    /// Merkle digests of byte spans in device memory, on the device: span
+    /// `(addr, len)` is cut into chunks of the layout's size (the last may
+    /// be short) and folded as [`crate::hash::subtree_digest`] folds them.
+    /// The collective step's region digests where no tree holds them (a
+    /// version stored whole). The spans must stay valid until this returns
+    /// (it waits for the device).
+    pub(crate) fn hash_spans(&self, spans: &[(u64, u64)]) -> Result<Vec<Digest>> {
+        if spans.is_empty() {
+            return Ok(Vec::new());
+        }
+        let st = &self.gpu.stream;
+        let addr: Vec<u64> = spans.iter().map(|s| s.0).collect();
+        let len: Vec<u64> = spans.iter().map(|s| s.1).collect();
+        let addr_dev = st.clone_htod(&addr).map_err(cuda_err)?;
+        let len_dev = st.clone_htod(&len).map_err(cuda_err)?;
+        let mut out = st.alloc_zeros::<u64>(2 * spans.len()).map_err(gpu_oom)?;
+        let (count, cs, algo) = (spans.len() as u64, self.layout.chunk_size(), algo_code(self.hash)?);
+        let mut b = st.launch_builder(&self.gpu.k.region_digests);
+        b.arg(&addr_dev).arg(&len_dev).arg(&count).arg(&cs).arg(&algo).arg(&mut out);
+        // SAFETY: arguments follow region_digests' signature; `addr_dev` and
+        // `len_dev` hold `count` spans of device memory the caller keeps valid
+        // until this returns, `out` 2 * count words; the copy below
+        // synchronizes the stream. One warp per span.
+        unsafe { b.launch(cfg(blocks(32 * count, 256).min(self.gpu.sms * 16), 256)) }.map_err(cuda_err)?;
+        let words = st.clone_dtoh(&out).map_err(cuda_err)?;
+        Ok(words.chunks_exact(2).map(|w| Digest(u128::from(w[0]) | (u128::from(w[1]) << 64))).collect())
     }
 
     /// Whether a GPU cache tier's arena exists (the collective path stages

@@ -64,6 +64,13 @@ pub struct BenchCollectiveArgs {
     /// --gpu-memory (auto: what the budget leaves spare; 0: none; a size).
     #[arg(long, default_value = "auto", requires = "tiered")]
     gpu_cache: dckpt::backend::budget::GpuCache,
+    /// mixed, CUDA: keep the buffer in device memory, as a GPU simulation
+    /// does (each version is uploaded before it is timed).
+    #[arg(long)]
+    resident: bool,
+    /// mixed: the modes, in order (collective, local, full; a mode may repeat).
+    #[arg(long, value_delimiter = ',', default_value = "collective,local,full")]
+    modes: Vec<String>,
     /// mixed: directory for the three stores (shared by the ranks).
     #[arg(long, default_value = "bench-data/collective")]
     dir: PathBuf,
@@ -162,6 +169,8 @@ pub fn bench(a: BenchCollectiveArgs) -> Result<ExitCode> {
                     compression: a.compress,
                     gpu_memory: a.gpu_memory,
                     gpu_cache: a.gpu_cache,
+                    resident: a.resident,
+                    modes: a.modes.clone(),
                 };
                 let cleared = if world.rank() == 0 && a.dir.exists() {
                     std::fs::remove_dir_all(&a.dir).map_err(|e| Error::io(&a.dir, e))

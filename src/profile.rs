@@ -1,0 +1,45 @@
+//! A diagnostic trace of where a checkpoint's host time goes: with
+//! `DCKPT_PROFILE=1` in the environment, [`Span`]s print their wall time to
+//! standard error (`dckpt-profile pid STEP MS`). Off by default, and then
+//! free beyond one cached environment lookup. Meant for profiling runs on a
+//! device, next to `DCKPT_GPU_PROFILE` (the kernels' stages).
+
+use std::sync::OnceLock;
+use std::time::Instant;
+
+/// Whether `DCKPT_PROFILE` is set (read once per process).
+pub fn enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("DCKPT_PROFILE").is_some_and(|v| !v.is_empty() && v != "0"))
+}
+
+/// A timed step: prints its wall time when dropped, if profiling is on.
+pub struct Span {
+    what: &'static str,
+    version: u64,
+    start: Option<Instant>,
+}
+
+impl Span {
+    /// Starts timing step `what` of `version`.
+    pub fn new(what: &'static str, version: u64) -> Self {
+        Span { what, version, start: enabled().then(Instant::now) }
+    }
+}
+
+impl Drop for Span {
+    fn drop(&mut self) {
+        if let Some(t) = self.start {
+            let ms = t.elapsed().as_secs_f64() * 1e3;
+            eprintln!("dckpt-profile {} v{} {} {ms:.2}", std::process::id(), self.version, self.what);
+        }
+    }
+}
+
+/// Prints a count that goes with a step (e.g. the entries a reduction
+/// carried), if profiling is on.
+pub fn count(what: &'static str, version: u64, value: u64) {
+    if enabled() {
+        eprintln!("dckpt-profile {} v{version} {what} {value}", std::process::id());
+    }
+}
