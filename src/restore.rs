@@ -430,6 +430,49 @@ pub fn restore_with_stats(root: &Path, rank: u32, version: u64) -> Result<(Vec<u
     restore_in(&mut catalog, rank, version).map(|(out, stats, _)| (out, stats))
 }
 
+/// Restores bytes `bytes` of `(rank, version)` alone: only the chunks
+/// holding them are read (each block once, verified), whatever the rest of
+/// the version is; the cross-rank references they follow are checked
+/// against their owners' bytes. What restarting on another rank count reads
+/// of an old rank's region ([`crate::runtime::Runtime::read_region`]).
+pub fn restore_range(root: &Path, rank: u32, version: u64, bytes: Range<u64>) -> Result<Vec<u8>> {
+    let mut catalog = Catalog::new(root);
+    let res = resolve_all(&mut catalog, rank, version)?;
+    let layout = res.layout;
+    if bytes.start > bytes.end || bytes.end > layout.data_len() {
+        return Err(Error::InvalidOption(format!(
+            "bytes {bytes:?} of rank {rank} version {version}: it holds {} bytes",
+            layout.data_len()
+        )));
+    }
+    if bytes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let cs = u64::from(layout.chunk_size());
+    let chunks = bytes.start / cs..(bytes.end - 1) / cs + 1;
+    let span = layout.chunk_bytes(chunks.clone());
+    let sources: Vec<Source> = res.sources.iter().filter_map(|s| clip_source(s, &chunks)).collect();
+    let len = usize::try_from(span.end - span.start).map_err(|_| Error::Internal("range too large".into()))?;
+    let mut out = vec![0u8; len];
+    let mut per_file = plan_copies(&mut catalog, rank, &layout, &sources)?;
+    for c in per_file.values_mut().flatten() {
+        c.dst_off -= span.start;
+    }
+    fill(&mut catalog, &mut per_file, &mut out)?;
+    let refs: Vec<UsedReference> =
+        res.references.into_iter().filter(|r| r.dst < chunks.end && r.dst + r.count > chunks.start).collect();
+    check_references(&mut catalog, rank, &layout, &refs, None)?;
+    out.truncate((bytes.end - span.start) as usize);
+    out.drain(..(bytes.start - span.start) as usize);
+    Ok(out)
+}
+
+/// The part of `s` that restores chunks `chunks` (sources map chunks one to one).
+fn clip_source(s: &Source, chunks: &Range<u64>) -> Option<Source> {
+    let (start, end) = (s.dst.max(chunks.start), (s.dst + s.count).min(chunks.end));
+    (start < end).then(|| Source { dst: start, count: end - start, src: s.src + (start - s.dst), ..*s })
+}
+
 /// Restores `(rank, version)` into the file `out`, safely: never through a
 /// symbolic link, onto a device node other than a character device, or onto
 /// a file of the store itself ([`crate::store::write_output`]).

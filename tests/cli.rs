@@ -63,6 +63,24 @@ fn checkpoint_restore_verify_inspect_round_trip() {
         let out = t.path().join(format!("out{v}.bin"));
         ok(&["restore", "--dir", s(&dir), "--version", &(v + 1).to_string(), "--rank", "2", "--output", s(&out)]);
         assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(f).unwrap());
+        let part = t.path().join(format!("part{v}.bin"));
+        let v_s = (v + 1).to_string();
+        ok(&[
+            "restore",
+            "--dir",
+            s(&dir),
+            "--version",
+            &v_s,
+            "--rank",
+            "2",
+            "--output",
+            s(&part),
+            "--range",
+            "1000..5003",
+        ]);
+        assert_eq!(std::fs::read(&part).unwrap(), std::fs::read(f).unwrap()[1000..5003]);
+        let bad = ["restore", "--dir", s(&dir), "--version", &v_s, "--rank", "2", "--output", s(&part), "--range"];
+        fails(&[&bad[..], &["9..3"]].concat(), "ends before it starts");
     }
     assert!(ok(&["verify", "--dir", s(&dir)]).starts_with("ok: 1 ranks, 4 versions"));
     let json: serde_json::Value = serde_json::from_str(&ok(&["inspect", "--dir", s(&dir), "--json"])).unwrap();

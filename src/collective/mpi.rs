@@ -317,6 +317,7 @@ pub(crate) fn offer_and_reduce<C: Communicator, E: LocalSide + ?Sized>(
     if alone {
         return Ok((offer, Vec::new(), reduced_from, reduced_from));
     }
+    crate::profile::count("offered-entries", version, offer.set.len() as u64);
     let merged = {
         let _span = crate::profile::Span::new("reduce", version);
         reduce_sets(comm, &offer.set, opts.threshold)

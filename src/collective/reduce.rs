@@ -27,7 +27,6 @@ pub fn reduce_sets<C: Communicator>(comm: &C, set: &[HashFreq], threshold: usize
     // Every rank computes the same capacity (the same K, the same total).
     let threshold = threshold.min(usize::try_from(total).unwrap_or(usize::MAX)).clamp(1, merge::MAX_THRESHOLD);
     let words = wire_words(threshold);
-    crate::profile::count("reduce-words", 0, words as u64);
     let mut send = vec![0u64; words];
     // A longer set is cut (callers build it with `local_set`, which keeps the largest regions).
     encode_wire(&set[..set.len().min(threshold)], &mut send);

@@ -105,9 +105,11 @@ pub fn read_region(root: &Path, rank: u32, id: u32, version: u64, range: Range<u
             entry.len
         )));
     }
-    let whole = crate::restore::restore_version(root, rank, version)?;
     let (from, to) = (entry.offset + range.start, entry.offset + range.end);
-    let cut = usize::try_from(from).ok().zip(usize::try_from(to).ok()).and_then(|(a, b)| whole.get(a..b));
-    cut.map(<[u8]>::to_vec)
-        .ok_or_else(|| Error::corrupt(&path, format!("region {id} passes the end of rank {rank}'s buffer")))
+    let len = crate::restore::Catalog::new(root).store(rank)?.layout()?.data_len();
+    if to > len {
+        return Err(Error::corrupt(&path, format!("region {id} passes the end of rank {rank}'s buffer")));
+    }
+    // Only the chunks holding the range are read.
+    crate::restore::restore_range(root, rank, version, from..to)
 }

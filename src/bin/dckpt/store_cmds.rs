@@ -112,6 +112,21 @@ pub struct RestoreArgs {
     /// Where to write the restored bytes.
     #[arg(long)]
     output: PathBuf,
+    /// Only bytes START..END of the version (e.g. 4096..8192): reads just
+    /// the chunks holding them.
+    #[arg(long, value_parser = parse_range)]
+    range: Option<std::ops::Range<u64>>,
+}
+
+/// `START..END` (bytes, END exclusive).
+fn parse_range(s: &str) -> std::result::Result<std::ops::Range<u64>, String> {
+    let (a, b) = s.split_once("..").ok_or_else(|| format!("{s:?} is not START..END"))?;
+    let num = |x: &str| x.trim().parse::<u64>().map_err(|e| format!("{x:?} in {s:?}: {e}"));
+    let (a, b) = (num(a)?, num(b)?);
+    if a > b {
+        return Err(format!("{s:?} ends before it starts"));
+    }
+    Ok(a..b)
 }
 
 pub fn checkpoint(a: CheckpointArgs) -> Result<ExitCode> {
@@ -165,6 +180,12 @@ pub fn checkpoint(a: CheckpointArgs) -> Result<ExitCode> {
 }
 
 pub fn restore(a: RestoreArgs) -> Result<ExitCode> {
+    if let Some(range) = a.range {
+        let bytes = dckpt::restore::restore_range(&a.dir, a.rank, a.version, range.clone())?;
+        dckpt::store::write_output(&a.output, &bytes, &a.dir)?;
+        println!("restored bytes {range:?} of rank {} version {}", a.rank, a.version);
+        return Ok(ExitCode::SUCCESS);
+    }
     let stats = dckpt::restore::restore_to_file(&a.dir, a.rank, a.version, &a.output)?;
     println!(
         "restored rank {} version {}: {} bytes from {} files ({} bytes read)",
