@@ -600,16 +600,29 @@ fn retention_with_dense_versions(w: &World, root: &Path, opts: &CollectiveOption
 /// version (a tmpfs, where mounting is allowed) fails every version there,
 /// `wait` names the tier, yet every checkpoint call returns, every version
 /// is committed and restores from the local tier, and the next
-/// checkpoint always proceeds.
+/// checkpoint always proceeds. On the CUDA backend both run through a GPU
+/// cache tier.
 fn tier_faults(w: &World, root: &Path) {
+    use dckpt::backend::budget::{GpuCache, GpuMemory};
     use dckpt::collective::TieredCollective;
     use dckpt::tiers::TierOptions;
-    let opts = CollectiveOptions::default();
-    let tiers = two_tiers(root, (None, None));
+    // On the CUDA backend, through a GPU cache tier and a small host cache
+    // (diffs wait on the GPU while the host cache is full).
+    let cuda = test_backend() == BackendKind::Cuda;
+    let opts = CollectiveOptions { backend: test_backend(), ..CollectiveOptions::default() };
+    let store = match cuda {
+        true => StoreOptions { gpu_memory: GpuMemory::Bytes(256 << 20), ..store_opts() },
+        false => store_opts(),
+    };
+    let with_cache = |t: TierOptions| match cuda {
+        true => TierOptions { host_cache_bytes: 4 << 20, gpu_cache: GpuCache::Bytes(64 << 20), ..t },
+        false => t,
+    };
+    let tiers = with_cache(two_tiers(root, (None, None)));
     let s = Scenario::Partial;
-    let mut c = TieredCollective::open(w.comm, &tiers, len() as u64, &store_opts(), &opts).expect("open");
+    let mut c = TieredCollective::open(w.comm, &tiers, len() as u64, &store, &opts).expect("open");
     c.checkpoint(1, &buffer(s, w.rank, 1)).expect("checkpoint");
-    let second = TieredCollective::open(w.comm, &tiers, len() as u64, &store_opts(), &opts);
+    let second = TieredCollective::open(w.comm, &tiers, len() as u64, &store, &opts);
     w.check(
         second.as_ref().err().is_some_and(|e| e.kind() == dckpt::ErrorKind::Locked || e.to_string().contains("in use")),
         &format!("a second writer on the same tiers: {:?}", second.as_ref().err().map(ToString::to_string)),
@@ -633,9 +646,8 @@ fn tier_faults(w: &World, root: &Path) {
         }
         return;
     }
-    let tiers = TierOptions { local: Some(root.join("local2")), shared: Some(small.clone()), ..tiers };
-    let mut c =
-        TieredCollective::open(w.comm, &tiers, len() as u64, &store_opts(), &opts).expect("open on a full disk");
+    let tiers = with_cache(TierOptions { local: Some(root.join("local2")), shared: Some(small.clone()), ..tiers });
+    let mut c = TieredCollective::open(w.comm, &tiers, len() as u64, &store, &opts).expect("open on a full disk");
     for v in 1..=3 {
         c.checkpoint(v, &buffer(s, w.rank, v)).expect("a checkpoint returns although the shared tier is full");
         let waited = c.wait(v);

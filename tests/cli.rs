@@ -261,3 +261,45 @@ fn prune_deletes_old_chains_and_what_stays_restores() {
     ok(&["verify", "--dir", s(&dir)]);
     fails(&["prune", "--dir", s(&dir), "--keep", "0"], "at least one");
 }
+
+#[test]
+fn checkpoint_takes_its_options_from_a_config_file() {
+    let t = tempfile::tempdir().unwrap();
+    let (dir, scratch, cfg) = (t.path().join("store"), t.path().join("scratch"), t.path().join("dckpt.toml"));
+    std::fs::write(
+        &cfg,
+        format!(
+            "chunk_size = 64\nhash = \"xxh3\"\nmax_chain = 2\nmax_versions = 2\nbackend = \"cpu\"\nscratch = \"{}\"\n",
+            s(&scratch)
+        ),
+    )
+    .unwrap();
+    let mut data = noise(20_000, 7);
+    let mut files = Vec::new();
+    for v in 1..=4u64 {
+        data[(v as usize * 997) % 19_000..][..300].copy_from_slice(&noise(300, v));
+        let f = t.path().join(format!("v{v}.bin"));
+        std::fs::write(&f, &data).unwrap();
+        let out = ok(&["checkpoint", "--dir", s(&dir), "--version", &v.to_string(), "--config", s(&cfg), s(&f)]);
+        assert!(out.contains("durable on"), "through the tiers the file names: {out}");
+        files.push(f);
+    }
+    // The store has the file's chunk size and hash; the scratch tier keeps two versions.
+    let json: serde_json::Value = serde_json::from_str(&ok(&["inspect", "--dir", s(&dir), "--json"])).unwrap();
+    assert_eq!(json["versions"][0]["first_chunks"], 20_000u64.div_ceil(64), "{json}");
+    let manifest = std::fs::read_to_string(dir.join("rank-00000/MANIFEST")).unwrap();
+    assert!(manifest.contains("\"hash\": \"xxh3\""), "{manifest}");
+    let kept = std::fs::read_dir(scratch.join("rank-00000")).unwrap();
+    let diffs = kept.filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".dckpt")).count();
+    assert_eq!(diffs, 2, "max_versions = 2 on the scratch tier (v3 a baseline: max_chain = 2)");
+    let out = t.path().join("out.bin");
+    ok(&["restore", "--dir", s(&dir), "--version", "4", "--output", s(&out)]);
+    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&files[3]).unwrap());
+    // A flag the file sets conflicts; a bad key names the key and the file.
+    fails(
+        &["checkpoint", "--dir", s(&dir), "--version", "5", "--config", s(&cfg), "--chunk-size", "128", s(&files[0])],
+        "cannot be used with",
+    );
+    std::fs::write(&cfg, "chunk_sise = 64\n").unwrap();
+    fails(&["checkpoint", "--dir", s(&dir), "--version", "5", "--config", s(&cfg), s(&files[0])], "chunk_sise");
+}

@@ -105,7 +105,7 @@ pub fn checkpoint(a: CheckpointArgs) -> Result<ExitCode> {
         threshold: a.threshold,
         region_bytes: a.region_bytes,
         backend: a.backend,
-        ..CollectiveOptions::default()
+        local_only: a.local_only,
     };
     with_mpi(|world| {
         let rank = world.rank();

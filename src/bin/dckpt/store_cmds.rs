@@ -65,21 +65,63 @@ pub struct CheckpointArgs {
     /// With --local: the same retention on the shared tier (--dir).
     #[arg(long, requires = "local")]
     pub keep_shared: Option<u64>,
+    /// Take the options from this configuration file instead of the flags
+    /// (TOML with the runtime's keys and `DCKPT_<KEY>` overrides; `dckpt
+    /// config --check FILE` prints what it sets): method, chunk_size, hash,
+    /// max_chain, backend, gpu_memory; collective, threshold, region_bytes;
+    /// `scratch` as the local tier (then --dir is the shared one: --dir
+    /// stands for the file's `persistent`), host_cache_size,
+    /// gpu_cache_size, compression, max_versions.
+    #[arg(long, conflicts_with_all = [
+        "method", "chunk_size", "hash", "max_chain", "backend", "gpu_memory", "threshold",
+        "region_bytes", "local", "compress", "keep_local", "keep_shared",
+    ])]
+    pub config: Option<PathBuf>,
+    /// From --config: the host cache (at least what one diff needs).
+    #[arg(skip)]
+    host_cache_bytes: u64,
+    /// From --config: the GPU cache tier's share of the device memory.
+    #[arg(skip)]
+    gpu_cache: dckpt::backend::budget::GpuCache,
+    /// From --config: local-only collective checkpoints (`collective = false`).
+    #[arg(skip)]
+    pub local_only: bool,
     /// The buffer to checkpoint.
     pub file: PathBuf,
 }
 
 impl CheckpointArgs {
+    /// The arguments with `--config`'s file (and the environment's
+    /// overrides) applied, if it was given.
+    pub fn with_config(mut self) -> Result<Self> {
+        let Some(file) = &self.config else { return Ok(self) };
+        // --dir stands for the file's `persistent` directory.
+        let dir = self.dir.to_string_lossy().into_owned();
+        let env = |name: &str| match name {
+            "DCKPT_PERSISTENT" => Some(dir.clone()),
+            _ => std::env::var(name).ok(),
+        };
+        let c = dckpt::config::Config::load_with(Some(file), env)?;
+        (self.method, self.chunk_size, self.hash, self.max_chain) = (c.method, c.chunk_size, c.hash, c.max_chain);
+        (self.backend, self.gpu_memory) = (c.backend, c.gpu_memory);
+        (self.threshold, self.region_bytes, self.local_only) = (c.threshold, c.region_bytes.0, !c.collective);
+        (self.local, self.compress) = (c.scratch.clone(), c.compression);
+        (self.keep_local, self.keep_shared) = (c.max_versions, c.max_versions);
+        (self.host_cache_bytes, self.gpu_cache) = (c.host_cache_size.0, c.gpu_cache_size);
+        Ok(self)
+    }
+
     /// The tiers --local asks for (`None` without it), with a host cache
     /// that holds one diff of a `len`-byte buffer.
     pub fn tier_options(&self, len: u64) -> Option<dckpt::tiers::TierOptions> {
         self.local.as_ref().map(|local| dckpt::tiers::TierOptions {
             local: Some(local.clone()),
             shared: Some(self.dir.clone()),
-            host_cache_bytes: len + len / 4 + (8 << 20),
+            host_cache_bytes: self.host_cache_bytes.max(len + len / 4 + (8 << 20)),
             compression: self.compress,
             keep_local: self.keep_local,
             keep_shared: self.keep_shared,
+            gpu_cache: self.gpu_cache,
             ..Default::default()
         })
     }
@@ -130,6 +172,7 @@ fn parse_range(s: &str) -> std::result::Result<std::ops::Range<u64>, String> {
 }
 
 pub fn checkpoint(a: CheckpointArgs) -> Result<ExitCode> {
+    let a = a.with_config()?;
     if a.collective {
         #[cfg(feature = "mpi")]
         return crate::collective_cmd::checkpoint(a);
