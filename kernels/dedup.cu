@@ -687,16 +687,22 @@ extern "C" __global__ void gather_digests(const u64* dig, const u8* lab, const u
 // and fold them into one node (a group: aligned, so its pairs are the
 // tree's); lane 0 merges groups like a binary counter (equal heights) and
 // folds what is left right to left, which gives the carried tree.
-#define RD_STACK 48
-extern "C" __global__ void region_digests(const u64* addr, const u64* len, u64 count, u32 cs, int algo, u64* out) {
+// Lane 0's stack lives in shared memory (one per warp of the 256-thread
+// blocks it is launched with), not in every lane's local memory.
+#define RD_STACK 44
+#define RD_WARPS 8
+extern "C" __global__ void __launch_bounds__(256)
+    region_digests(const u64* addr, const u64* len, u64 count, u32 cs, int algo, u64* out) {
+    __shared__ dig128 stacks[RD_WARPS][RD_STACK];
+    __shared__ u8 heights[RD_WARPS][RD_STACK];
     const u32 lane = threadIdx.x & 31u;
+    dig128* stack = stacks[threadIdx.x >> 5];
+    u8* height = heights[threadIdx.x >> 5];
     const u64 warps = (u64)gridDim.x * (blockDim.x >> 5);
     for (u64 r = (blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5; r < count; r += warps) {
         const u8* p = (const u8*)addr[r];
         const u64 bytes = len[r];
         const u64 m = bytes == 0 ? 1 : (bytes + cs - 1) / cs;
-        dig128 stack[RD_STACK];
-        u32 height[RD_STACK];
         int top = 0;
         for (u64 g = 0; g < m; g += 32) {
             const u64 in_group = m - g < 32 ? m - g : 32;
@@ -715,7 +721,7 @@ extern "C" __global__ void region_digests(const u64* addr, const u64* len, u64 c
                 if ((lane & (2 * s - 1)) == 0 && lane + s < in_group) d = node_digest(algo, d, q);
             }
             if (lane == 0 && top < RD_STACK) {
-                u32 h = 5;
+                u8 h = 5;
                 while (top > 0 && height[top - 1] == h) {
                     d = node_digest(algo, stack[top - 1], d);
                     top--;

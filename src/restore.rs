@@ -430,10 +430,10 @@ pub fn restore_with_stats(root: &Path, rank: u32, version: u64) -> Result<(Vec<u
     restore_in(&mut catalog, rank, version).map(|(out, stats, _)| (out, stats))
 }
 
-/// Restores bytes `bytes` of `(rank, version)` alone: only the chunks
-/// holding them are read (each block once, verified), whatever the rest of
-/// the version is; the cross-rank references they follow are checked
-/// against their owners' bytes. What restarting on another rank count reads
+/// Restores bytes `bytes` of `(rank, version)` alone: of the data, only the
+/// chunks holding them are read (each block once, verified), and the whole
+/// regions of the cross-rank references they follow (to check them against
+/// their digests); the chain's tables are resolved as for a whole restore. What restarting on another rank count reads
 /// of an old rank's region ([`crate::runtime::Runtime::read_region`]).
 pub fn restore_range(root: &Path, rank: u32, version: u64, bytes: Range<u64>) -> Result<Vec<u8>> {
     let mut catalog = Catalog::new(root);

@@ -294,14 +294,14 @@ pub(crate) fn agree_or_abandon<C: Communicator, E: LocalSide + ?Sized, T>(
 /// the reduction. On any failure every rank abandons the version. The
 /// offer, the merged set (the same on every rank) and when the reduction
 /// started and ended. Collective.
-pub(crate) fn offer_and_reduce<C: Communicator, E: LocalSide + ?Sized>(
+pub(crate) fn offer_and_reduce<'a, C: Communicator, E: LocalSide + ?Sized>(
     comm: &C,
     engine: &mut E,
     version: u64,
-    input: Protected<'_>,
+    input: Protected<'a>,
     max_level: u32,
     opts: &CollectiveOptions,
-) -> Result<(step::Offer, Vec<HashFreq>, Instant, Instant)> {
+) -> Result<(step::Offer<'a>, Vec<HashFreq>, Instant, Instant)> {
     // Local-only, or one rank (no other rank to reference): no regions
     // offered, nothing merged, every region stays this rank's.
     let alone = opts.local_only || comm.size() == 1;

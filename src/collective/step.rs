@@ -13,9 +13,9 @@ use crate::memory::Protected;
 
 /// A rank's de-duplicated version and the regions it offers.
 #[derive(Debug)]
-pub struct Offer {
-    /// The local diff, not yet written.
-    pub local: LocalCheckpoint,
+pub struct Offer<'a> {
+    /// The local diff, not yet written (borrowing the protected memory).
+    pub local: LocalCheckpoint<'a>,
     /// Its FIRST regions.
     pub regions: Vec<Region>,
     /// The tuple set sent to the reduction (at most `threshold` entries).
@@ -28,18 +28,18 @@ pub struct Offer {
 /// [`Engine`] or the asynchronous tiers.
 pub trait LocalSide {
     /// De-duplicates `input` without changing the history (pending).
-    fn deduplicate_local(&mut self, version: u64, input: Protected<'_>) -> Result<LocalCheckpoint>;
+    fn deduplicate_local<'a>(&mut self, version: u64, input: Protected<'a>) -> Result<LocalCheckpoint<'a>>;
     /// The FIRST regions `local` offers (digests from the device on the GPU).
-    fn regions(&mut self, local: &LocalCheckpoint, data: &[u8], max_level: u32) -> Result<Vec<Region>>;
+    fn regions(&mut self, local: &LocalCheckpoint<'_>, data: &[u8], max_level: u32) -> Result<Vec<Region>>;
     /// Gives up the pending version (another rank failed).
     fn abandon(&mut self) -> Result<()>;
 }
 
 impl LocalSide for Engine {
-    fn deduplicate_local(&mut self, version: u64, input: Protected<'_>) -> Result<LocalCheckpoint> {
+    fn deduplicate_local<'a>(&mut self, version: u64, input: Protected<'a>) -> Result<LocalCheckpoint<'a>> {
         Engine::deduplicate_local(self, version, input)
     }
-    fn regions(&mut self, local: &LocalCheckpoint, data: &[u8], max_level: u32) -> Result<Vec<Region>> {
+    fn regions(&mut self, local: &LocalCheckpoint<'_>, data: &[u8], max_level: u32) -> Result<Vec<Region>> {
         Engine::regions(self, local, data, max_level)
     }
     fn abandon(&mut self) -> Result<()> {
@@ -48,10 +48,10 @@ impl LocalSide for Engine {
 }
 
 impl LocalSide for crate::tiers::TieredEngine {
-    fn deduplicate_local(&mut self, version: u64, input: Protected<'_>) -> Result<LocalCheckpoint> {
+    fn deduplicate_local<'a>(&mut self, version: u64, input: Protected<'a>) -> Result<LocalCheckpoint<'a>> {
         crate::tiers::TieredEngine::deduplicate_local(self, version, input)
     }
-    fn regions(&mut self, local: &LocalCheckpoint, data: &[u8], max_level: u32) -> Result<Vec<Region>> {
+    fn regions(&mut self, local: &LocalCheckpoint<'_>, data: &[u8], max_level: u32) -> Result<Vec<Region>> {
         crate::tiers::TieredEngine::regions(self, local, data, max_level)
     }
     fn abandon(&mut self) -> Result<()> {
@@ -60,13 +60,13 @@ impl LocalSide for crate::tiers::TieredEngine {
 }
 
 /// De-duplicates `input` locally (CPU or GPU) and builds the rank's tuple set.
-pub fn offer<E: LocalSide + ?Sized>(
+pub fn offer<'a, E: LocalSide + ?Sized>(
     engine: &mut E,
     version: u64,
-    input: Protected<'_>,
+    input: Protected<'a>,
     max_level: u32,
     threshold: usize,
-) -> Result<Offer> {
+) -> Result<Offer<'a>> {
     let local = {
         let _span = crate::profile::Span::new("dedup-local", version);
         engine.deduplicate_local(version, input)?
@@ -83,7 +83,7 @@ pub fn offer<E: LocalSide + ?Sized>(
 
 /// The offer of a version already de-duplicated (by the engine or by the
 /// asynchronous tiers) whose FIRST `regions` are known.
-pub fn offer_of(local: LocalCheckpoint, regions: Vec<Region>, threshold: usize) -> Offer {
+pub fn offer_of(local: LocalCheckpoint<'_>, regions: Vec<Region>, threshold: usize) -> Offer<'_> {
     let rank = local.diff().rank;
     let set = local_set(rank, regions.iter().map(|r| (r.digest, r.bytes, r.node)), threshold);
     Offer { local, regions, set, regions_seconds: 0.0 }
@@ -95,7 +95,7 @@ pub fn offer_of(local: LocalCheckpoint, regions: Vec<Region>, threshold: usize) 
 /// the GPU ignores it).
 pub fn settle(
     engine: &mut Engine,
-    offer: Offer,
+    offer: Offer<'_>,
     merged: &[HashFreq],
     layouts: &[Layout],
     data: &[u8],
@@ -106,7 +106,11 @@ pub fn settle(
 
 /// Applies the merged set to the version alone: the regions other ranks
 /// own become references (and the record follows). The caller writes it.
-pub fn give_away(offer: Offer, merged: &[HashFreq], layouts: &[Layout]) -> Result<(LocalCheckpoint, Vec<Conversion>)> {
+pub fn give_away<'a>(
+    offer: Offer<'a>,
+    merged: &[HashFreq],
+    layouts: &[Layout],
+) -> Result<(LocalCheckpoint<'a>, Vec<Conversion>)> {
     let Offer { mut local, regions, .. } = offer;
     let conv = regions::conversions(local.diff().rank, &regions, merged, layouts);
     local.give_away(&conv, layouts)?;

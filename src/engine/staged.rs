@@ -12,19 +12,25 @@ use crate::layout::Layout;
 use crate::memory::Protected;
 use crate::regions::{Conversion, Region};
 use crate::{Error, Result};
+use std::marker::PhantomData;
 use std::time::Instant;
 
-/// One version de-duplicated on this rank and not yet written.
+/// One version de-duplicated on this rank and not yet written. It borrows
+/// the protected memory for `'a`: on the CUDA backend its file may still
+/// lie there (a version stored whole is copied from the input when it is
+/// written or handed over), so the input must stay allocated and unchanged
+/// until then.
 #[derive(Debug)]
-pub struct LocalCheckpoint {
+pub struct LocalCheckpoint<'a> {
     version: Deduplicated,
     started: Instant,
+    _input: PhantomData<Protected<'a>>,
 }
 
-impl LocalCheckpoint {
-    /// A version the backend just de-duplicated (started at `started`).
-    pub(crate) fn new(version: Deduplicated, started: Instant) -> Self {
-        LocalCheckpoint { version, started }
+impl<'a> LocalCheckpoint<'a> {
+    /// A version the backend just de-duplicated from `input` (started at `started`).
+    pub(crate) fn new(version: Deduplicated, started: Instant, _input: Protected<'a>) -> Self {
+        LocalCheckpoint { version, started, _input: PhantomData }
     }
 
     /// The de-duplicated version.
@@ -80,31 +86,31 @@ impl Engine {
     /// Step 1: de-duplicates `input` against this rank's history without
     /// writing or remembering anything (the backend keeps its pending state
     /// until [`Engine::publish`] or [`Engine::abandon`]).
-    pub fn deduplicate_local(&mut self, version: u64, input: Protected<'_>) -> Result<LocalCheckpoint> {
+    pub fn deduplicate_local<'a>(&mut self, version: u64, input: Protected<'a>) -> Result<LocalCheckpoint<'a>> {
         self.deduplicate(version, input)
     }
 
     /// The regions `local`'s FIRST runs offer to a collective step (nodes of
     /// at most `2^max_level` chunks) with their digests (read off the GPU's
     /// tree where it has one). `data` is the protected buffer (CPU).
-    pub fn regions(&mut self, local: &LocalCheckpoint, data: &[u8], max_level: u32) -> Result<Vec<Region>> {
+    pub fn regions(&mut self, local: &LocalCheckpoint<'_>, data: &[u8], max_level: u32) -> Result<Vec<Region>> {
         self.backend.regions(&local.version, data, max_level)
     }
 
     /// Step 1 (the single-rank path and the collective step alike).
-    pub(crate) fn deduplicate(&mut self, version: u64, input: Protected<'_>) -> Result<LocalCheckpoint> {
+    pub(crate) fn deduplicate<'a>(&mut self, version: u64, input: Protected<'a>) -> Result<LocalCheckpoint<'a>> {
         self.check_version(version)?;
         let baseline = self.next_is_baseline();
         let started = Instant::now();
         let version = self.backend.deduplicate(version, input, baseline)?;
-        Ok(LocalCheckpoint { version, started })
+        Ok(LocalCheckpoint::new(version, started, input))
     }
 
     /// Step 2: serializes the (possibly rewritten) diff and durably writes
     /// its files, still invisible. `data` is the protected buffer (CPU; the
     /// GPU carries its own bytes and ignores it).
-    pub fn stage(&mut self, local: LocalCheckpoint, data: &[u8]) -> Result<StagedCheckpoint> {
-        let LocalCheckpoint { mut version, started } = local;
+    pub fn stage(&mut self, local: LocalCheckpoint<'_>, data: &[u8]) -> Result<StagedCheckpoint> {
+        let LocalCheckpoint { mut version, started, .. } = local;
         let (number, baseline) = (version.diff.version, version.diff.baseline);
         let file = self.backend.serialize(&mut version, data)?;
         let t1 = Instant::now();

@@ -90,8 +90,8 @@ pub fn committed_versions(root: &Path) -> Result<Vec<u64>> {
 }
 
 /// Bytes `range` of region `id` of old rank `rank` at `version`, from the
-/// tier root `root`, every byte verified (the rank's version is restored
-/// whole, then cut).
+/// tier root `root`, every byte verified; only the chunks holding the
+/// range are read ([`crate::restore::restore_range`]).
 pub fn read_region(root: &Path, rank: u32, id: u32, version: u64, range: Range<u64>) -> Result<Vec<u8>> {
     let path = table_path(root, rank);
     let table = tables(root)?

@@ -396,26 +396,26 @@ impl TieredEngine {
 
     /// Collective step 1: de-duplicates `input` without changing the
     /// history (the backend keeps it pending).
-    pub(crate) fn deduplicate_local(&mut self, version: u64, input: Protected<'_>) -> Result<LocalCheckpoint> {
+    pub(crate) fn deduplicate_local<'a>(&mut self, version: u64, input: Protected<'a>) -> Result<LocalCheckpoint<'a>> {
         if let Some(latest) = self.latest.filter(|&l| l >= version) {
             return Err(Error::VersionNotNewer { latest, requested: version });
         }
         let baseline = self.next_is_baseline();
         let started = Instant::now();
         let version = self.backend.deduplicate(version, input, baseline)?;
-        Ok(LocalCheckpoint::new(version, started))
+        Ok(LocalCheckpoint::new(version, started, input))
     }
 
     /// The regions `local` offers to the collective step
     /// ([`Engine::regions`]).
-    pub(crate) fn regions(&mut self, local: &LocalCheckpoint, data: &[u8], max_level: u32) -> Result<Vec<Region>> {
+    pub(crate) fn regions(&mut self, local: &LocalCheckpoint<'_>, data: &[u8], max_level: u32) -> Result<Vec<Region>> {
         self.backend.regions(local.deduplicated(), data, max_level)
     }
 
     /// Collective step 2: serializes the (rewritten) diff into the host
     /// cache; still reversible ([`TieredEngine::abandon`]). `data` is the
     /// protected buffer on the CPU backend.
-    pub(crate) fn cache(&mut self, local: LocalCheckpoint, data: &[u8]) -> Result<CachedVersion> {
+    pub(crate) fn cache(&mut self, local: LocalCheckpoint<'_>, data: &[u8]) -> Result<CachedVersion> {
         let (mut version, started) = local.into_inner();
         let mut sink = CacheSink { cache: &self.shared.cache, handed: None };
         let rewrite = self.backend.hand_over(&mut version, data, &mut sink)?;

@@ -52,10 +52,10 @@ enum GpuFile {
     /// its metadata on the host), unsealed: `file_len` counts the trailer
     /// the flush worker writes. Taken by [`Backend::hand_over`].
     Staged { staged: Option<Staged>, file_len: usize },
-    /// Not copied yet (the collective path without room in an arena):
-    /// where the device made it, the output buffer or, for a version stored
-    /// whole, the input itself (valid until the next version, and within
-    /// the collective call). [`Backend::hand_over`] copies it straight into
+    /// Not copied yet (no arena, or no room in it): where the device made
+    /// it, the output buffer or, for a version stored whole, the input
+    /// itself (valid until the next version is prepared; the input for as
+    /// long as the `LocalCheckpoint` borrows it). [`Backend::hand_over`] copies it straight into
     /// the sink; [`Backend::serialize_deferred`] into the pinned buffer.
     OnDevice { prepared: Option<super::pipeline::Prepared>, file_len: usize },
 }
@@ -120,8 +120,9 @@ fn pinned_here() -> Error {
 }
 
 impl PendingVersion for GpuPending {
-    /// Never on the host: [`Backend::regions`] reads a GPU file's FIRST
-    /// bytes where they are (pinned memory, or the GPU cache's arena).
+    /// Never on the host: [`Backend::regions`] hashes a GPU file's FIRST
+    /// bytes where they are (the output buffer, the input, the GPU cache's
+    /// arena, or pinned memory).
     fn first_bytes<'a>(&'a self, _: &'a Diff, _: &'a [u8]) -> Result<FirstBytes<'a>> {
         Err(pinned_here())
     }
@@ -274,8 +275,10 @@ impl Backend for CudaBackend {
 
     /// A file in the arena goes to the sink by a copy on the arena's stream:
     /// now if the sink has room, otherwise when the flusher needs it (the
-    /// call returns with the diff on the GPU). Unsealed; the rewrite for
-    /// regions given away comes back for the flush worker.
+    /// call returns with the diff on the GPU). A file still where the device
+    /// made it is copied into the sink from there (waiting for room). Either
+    /// way unsealed; the rewrite for regions given away comes back for the
+    /// flush worker.
     fn hand_over(&mut self, version: &mut Deduplicated, data: &[u8], sink: Sink<'_>) -> Result<Option<Rewrite>> {
         let p = version.pending.as_any_mut().downcast_mut::<GpuPending>().ok_or_else(foreign)?;
         let (staged, len) = match &mut p.file {

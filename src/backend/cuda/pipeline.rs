@@ -821,16 +821,21 @@ impl GpuDedup {
     /// prefix; what follows it is zeroed) and waits for the device.
     pub(crate) fn finish(&mut self, p: Prepared, dest: Dest<'_, '_>) -> Result<Computed> {
         let st = self.gpu.stream.clone();
-        match dest {
+        let copied = match dest {
             Dest::Pinned => {
                 self.ensure_pinned(p.prefix_len)?;
                 let host = match &mut self.pinned {
                     Some(pinned) => pinned.as_mut_slice().map_err(cuda_err)?,
                     None => return Err(Error::Internal("pinned buffer".into())),
                 };
-                emit(&st, &p.pieces, &mut [&mut host[..p.prefix_len]])?;
+                emit(&st, &p.pieces, &mut [&mut host[..p.prefix_len]])
             }
-            Dest::Buffers(bufs) => emit(&st, &p.pieces, bufs)?,
+            Dest::Buffers(bufs) => emit(&st, &p.pieces, bufs),
+        };
+        if let Err(e) = copied {
+            // Copies already queued must end before the buffers go back.
+            let _ = st.synchronize();
+            return Err(e);
         }
         let e3 = st.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda_err)?;
         st.synchronize().map_err(cuda_err)?;
@@ -1051,7 +1056,8 @@ impl GpuDedup {
     /// device holds no such digests: another method than Tree, a dense
     /// version (its tree is not built), another version, or a node that is
     /// not one of this version's FIRST subtrees. The caller then hashes the
-    /// regions' bytes on the host; both give the same digests.
+    /// regions' bytes where they lie ([`GpuDedup::hash_spans`]); both give
+    /// the same digests.
     pub fn node_digests(&self, version: u64, nodes: &[NodeId]) -> Result<Option<Vec<Digest>>> {
         let current = u32::try_from(version).ok().is_some_and(|v| self.pending == Some(v));
         if self.method != Method::Tree || self.pending_dense || !current {

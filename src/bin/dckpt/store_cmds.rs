@@ -70,8 +70,11 @@ pub struct CheckpointArgs {
     /// config --check FILE` prints what it sets): method, chunk_size, hash,
     /// max_chain, backend, gpu_memory; collective, threshold, region_bytes;
     /// `scratch` as the local tier (then --dir is the shared one: --dir
-    /// stands for the file's `persistent`), host_cache_size,
-    /// gpu_cache_size, compression, max_versions.
+    /// stands for the file's `persistent`) with host_cache_size,
+    /// gpu_cache_size, compression and max_versions, which apply only
+    /// through the tiers. `collective = false` makes a --collective run
+    /// local-only (and allows method "full"); it does not imply
+    /// --collective. `mode` is ignored: the command always waits.
     #[arg(long, conflicts_with_all = [
         "method", "chunk_size", "hash", "max_chain", "backend", "gpu_memory", "threshold",
         "region_bytes", "local", "compress", "keep_local", "keep_shared",
@@ -95,8 +98,9 @@ impl CheckpointArgs {
     /// overrides) applied, if it was given.
     pub fn with_config(mut self) -> Result<Self> {
         let Some(file) = &self.config else { return Ok(self) };
-        // --dir stands for the file's `persistent` directory.
-        let dir = self.dir.to_string_lossy().into_owned();
+        // --dir stands for the file's `persistent` directory (a TOML string,
+        // so that a name like 2024-06-01 stays a name).
+        let dir = toml::Value::String(self.dir.to_string_lossy().into_owned()).to_string();
         let env = |name: &str| match name {
             "DCKPT_PERSISTENT" => Some(dir.clone()),
             _ => std::env::var(name).ok(),
@@ -107,7 +111,10 @@ impl CheckpointArgs {
         (self.threshold, self.region_bytes, self.local_only) = (c.threshold, c.region_bytes.0, !c.collective);
         (self.local, self.compress) = (c.scratch.clone(), c.compression);
         (self.keep_local, self.keep_shared) = (c.max_versions, c.max_versions);
-        (self.host_cache_bytes, self.gpu_cache) = (c.host_cache_size.0, c.gpu_cache_size);
+        // The file's host cache where it sets one; else what one diff needs.
+        let default_cache = dckpt::config::Config::default().host_cache_size.0;
+        self.host_cache_bytes = if c.host_cache_size.0 == default_cache { 0 } else { c.host_cache_size.0 };
+        self.gpu_cache = c.gpu_cache_size;
         Ok(self)
     }
 
