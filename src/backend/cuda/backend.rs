@@ -259,9 +259,9 @@ impl Backend for CudaBackend {
         if let GpuFile::OnDevice { prepared, .. } = &mut p.file {
             // The synchronous path: the file is copied to the pinned buffer now.
             let prepared = prepared.take().ok_or_else(taken_twice)?;
-            let cp = self.dev.finish_pinned(prepared)?;
-            *gpu = Some(cp.timings);
-            p.file = GpuFile::Pinned { file_len: cp.file_len, trailer: cp.trailer };
+            let (computed, trailer) = self.dev.finish_pinned(prepared)?;
+            *gpu = Some(computed.timings);
+            p.file = GpuFile::Pinned { file_len: computed.prefix_len + 32, trailer };
         }
         match &mut p.file {
             GpuFile::Pinned { file_len, trailer } => {

@@ -1007,11 +1007,14 @@ impl GpuDedup {
         self.cache.is_some()
     }
 
-    /// A prepared version's file copied to the pinned buffer and decoded
-    /// (the path without the GPU cache tier, [`GpuDedup::checkpoint`]).
-    pub(crate) fn finish_pinned(&mut self, p: Prepared) -> Result<GpuCheckpoint> {
+    /// A prepared version's file copied to the pinned buffer, with its
+    /// trailer (what the synchronous path writes; the diff it describes is
+    /// already known, [`GpuDedup::describe`]).
+    pub(crate) fn finish_pinned(&mut self, p: Prepared) -> Result<(Computed, [u8; 32])> {
         let c = self.finish(p, Dest::Pinned)?;
-        self.decoded(c)
+        let host = &self.pinned_host()?[..c.prefix_len];
+        let data_end = c.data_start + c.data_len;
+        Ok((c, trailer_of(&host[..c.data_start], &host[data_end..])))
     }
 
     /// The GPU cache tier's arena: its capacity and the bytes it holds now.
