@@ -14,6 +14,7 @@
 //! collective = true              # false: local-only (no reduction across ranks; method full allowed)
 //! threshold = 131072             # K of the collective step
 //! region_bytes = 0               # largest region offered (0: automatic)
+//! min_region_bytes = 0           # smallest region offered (0: all; larger: a shorter reduction, more bytes)
 //! host_cache_size = "4G"         # bytes, or a size with K, M, G, T
 //! prefetch_cache_size = "2G"     # the restore cache (0: none)
 //! eviction = "gap-aware"         # fifo | lru | gap-aware
@@ -114,6 +115,8 @@ pub struct Config {
     pub threshold: usize,
     /// Largest region offered to the collective step (0: automatic).
     pub region_bytes: Bytes,
+    /// Smallest region offered to the collective step (0: every region).
+    pub min_region_bytes: Bytes,
     /// Host memory for diffs on their way to the disks, allocated at open.
     pub host_cache_size: Bytes,
     /// Host memory for prefetched restores (0: none).
@@ -149,6 +152,7 @@ impl Default for Config {
             collective: !collective.local_only,
             threshold: collective.threshold,
             region_bytes: Bytes(collective.region_bytes),
+            min_region_bytes: Bytes(collective.min_region_bytes),
             host_cache_size: Bytes(tiers.host_cache_bytes),
             prefetch_cache_size: Bytes(tiers.prefetch_cache_bytes),
             eviction: tiers.eviction,
@@ -173,6 +177,7 @@ pub const KEYS: &[&str] = &[
     "collective",
     "threshold",
     "region_bytes",
+    "min_region_bytes",
     "host_cache_size",
     "prefetch_cache_size",
     "eviction",
@@ -289,6 +294,7 @@ impl Config {
         CollectiveOptions {
             threshold: self.threshold,
             region_bytes: self.region_bytes.0,
+            min_region_bytes: self.min_region_bytes.0,
             backend: self.backend,
             local_only: !self.collective,
         }
@@ -342,6 +348,7 @@ mod tests {
             collective = false
             threshold = 1024
             region_bytes = "64K"
+            min_region_bytes = "4K"
             host_cache_size = "2G"
             prefetch_cache_size = 1048576
             eviction = "lru"
@@ -367,6 +374,7 @@ mod tests {
         assert_eq!(t.gpu_cache, GpuCache::Bytes(512 << 20));
         let k = c.collective_options();
         assert_eq!((k.threshold, k.region_bytes, k.backend, k.local_only), (1024, 64 << 10, BackendKind::Cpu, true));
+        assert_eq!(k.min_region_bytes, 4 << 10);
         // What --check prints reads back to the same configuration.
         let again = load(&c.to_toml().expect("toml"), &[]).expect("reparse");
         assert_eq!(again, c);

@@ -397,3 +397,45 @@ fn prune_keeps_the_owners_files_that_kept_versions_reference() {
     let verify = dckpt::verify::verify_store(dir.path()).unwrap();
     assert!(verify.problems.is_empty(), "{:?}", verify.problems);
 }
+
+/// `min_region_bytes`: regions below it never enter the reduction (their
+/// rank stores them), larger ones still do; every version restores.
+#[test]
+fn regions_below_the_smallest_offered_stay_with_their_rank() {
+    let len = 64 * 1024 + 77;
+    let data = vec![noise(len, 5); 3];
+    let max_level = max_region_level(64, 4096);
+    for (min, expect_refs) in [(0u64, true), (2048, true), (8192, false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut engines = open_all(dir.path(), 3, &[len; 3], &opts(Method::Tree, 64, HashAlgo::Murmur3));
+        let layouts: Vec<Layout> = engines.iter().map(|e| e.store().layout().unwrap()).collect();
+        let offers: Vec<step::Offer> = engines
+            .iter_mut()
+            .zip(&data)
+            .map(|(e, d)| {
+                let o = step::offer(e, 1, Protected::Host(d), max_level, 1 << 17).unwrap();
+                let all = o.regions.len();
+                let o = o.without_regions_below(min, 1 << 17);
+                assert!(o.regions.iter().all(|r| r.bytes >= min), "min {min}: a smaller region offered");
+                assert_eq!(o.set.len(), o.regions.len(), "min {min}: the set follows the regions");
+                assert!(min > 0 || o.regions.len() == all);
+                o
+            })
+            .collect();
+        let merged = reduce_all(&offers.iter().map(|o| o.set.clone()).collect::<Vec<_>>(), 1 << 17);
+        let mut staged = Vec::new();
+        for ((e, o), d) in engines.iter_mut().zip(offers).zip(&data) {
+            staged.push(step::settle(e, o, &merged, &layouts, d).unwrap());
+        }
+        let mut referenced = 0;
+        for (e, (s, conv)) in engines.iter_mut().zip(staged) {
+            assert!(conv.iter().all(|c| c.region.bytes >= min), "min {min}: a small region was given away");
+            referenced += conv.iter().map(|c| c.region.bytes).sum::<u64>();
+            e.publish(s).unwrap();
+        }
+        assert_eq!(referenced > 0, expect_refs, "min {min}: {referenced} bytes referenced");
+        for r in 0..3 {
+            assert!(dckpt::restore::restore_version(dir.path(), r, 1).unwrap() == data[0], "min {min}: rank {r}");
+        }
+    }
+}

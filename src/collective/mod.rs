@@ -78,6 +78,11 @@ pub struct CollectiveOptions {
     /// only and stores every region itself (what the collective step is
     /// measured against). Any method is allowed then, `full` included.
     pub local_only: bool,
+    /// Smallest region offered, in bytes (0: every region). Smaller FIRST
+    /// regions are stored by their rank without entering the reduction:
+    /// fewer tuples make a shorter reduction, at the price of the bytes
+    /// the small regions repeated across ranks would have saved. Opt-in.
+    pub min_region_bytes: u64,
 }
 
 impl Default for CollectiveOptions {
@@ -87,6 +92,7 @@ impl Default for CollectiveOptions {
             region_bytes: 0,
             backend: BackendKind::Auto,
             local_only: false,
+            min_region_bytes: 0,
         }
     }
 }

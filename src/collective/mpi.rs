@@ -307,7 +307,8 @@ pub(crate) fn offer_and_reduce<'a, C: Communicator, E: LocalSide + ?Sized>(
     let alone = opts.local_only || comm.size() == 1;
     let offer = match alone {
         true => engine.deduplicate_local(version, input).map(|local| step::offer_of(local, Vec::new(), 1)),
-        false => step::offer(engine, version, input, max_level, opts.threshold),
+        false => step::offer(engine, version, input, max_level, opts.threshold)
+            .map(|o| o.without_regions_below(opts.min_region_bytes, opts.threshold)),
     };
     let offer = {
         let _span = crate::profile::Span::new("agree-dedup", version);

@@ -81,6 +81,19 @@ pub fn offer<'a, E: LocalSide + ?Sized>(
     Ok(offer)
 }
 
+impl<'a> Offer<'a> {
+    /// The offer without its regions smaller than `min_bytes` (they stay
+    /// this rank's, outside the reduction), its tuple set rebuilt.
+    pub fn without_regions_below(self, min_bytes: u64, threshold: usize) -> Offer<'a> {
+        if min_bytes == 0 {
+            return self;
+        }
+        let Offer { local, mut regions, regions_seconds, .. } = self;
+        regions.retain(|r| r.bytes >= min_bytes);
+        Offer { regions_seconds, ..offer_of(local, regions, threshold) }
+    }
+}
+
 /// The offer of a version already de-duplicated (by the engine or by the
 /// asynchronous tiers) whose FIRST `regions` are known.
 pub fn offer_of(local: LocalCheckpoint<'_>, regions: Vec<Region>, threshold: usize) -> Offer<'_> {

@@ -68,6 +68,9 @@ pub struct BenchCollectiveArgs {
     /// does (each version is uploaded before it is timed).
     #[arg(long)]
     resident: bool,
+    /// mixed: smallest region offered (0 = every region).
+    #[arg(long, default_value_t = 0)]
+    min_region_bytes: u64,
     /// mixed: the modes, in order (collective, local, full; a mode may repeat).
     #[arg(long, value_delimiter = ',', default_value = "collective,local,full")]
     modes: Vec<String>,
@@ -106,6 +109,7 @@ pub fn checkpoint(a: CheckpointArgs) -> Result<ExitCode> {
         region_bytes: a.region_bytes,
         backend: a.backend,
         local_only: a.local_only,
+        min_region_bytes: a.min_region_bytes,
     };
     with_mpi(|world| {
         let rank = world.rank();
@@ -181,6 +185,7 @@ pub fn bench(a: BenchCollectiveArgs) -> Result<ExitCode> {
                 let copts = CollectiveOptions {
                     threshold: a.threshold as usize,
                     backend: a.backend,
+                    min_region_bytes: a.min_region_bytes,
                     ..CollectiveOptions::default()
                 };
                 let modes = mixed_workload(world, &a.dir, &p, &copts)?;

@@ -49,6 +49,10 @@ pub struct CheckpointArgs {
     /// Collective: largest region offered to the reduction, in bytes (0 = automatic).
     #[arg(long, default_value_t = 0, requires = "collective")]
     pub region_bytes: u64,
+    /// Collective: smallest region offered, in bytes (0 = every region;
+    /// smaller ones stay this rank's: a shorter reduction, more bytes).
+    #[arg(long, default_value_t = 0, requires = "collective")]
+    pub min_region_bytes: u64,
     /// Through the asynchronous tiers: the version goes to a host cache,
     /// then this node-local directory, then --dir (the shared tier); the
     /// command returns once it is durable on both (checkpoint, then wait).
@@ -77,7 +81,7 @@ pub struct CheckpointArgs {
     /// --collective. `mode` is ignored: the command always waits.
     #[arg(long, conflicts_with_all = [
         "method", "chunk_size", "hash", "max_chain", "backend", "gpu_memory", "threshold",
-        "region_bytes", "local", "compress", "keep_local", "keep_shared",
+        "region_bytes", "min_region_bytes", "local", "compress", "keep_local", "keep_shared",
     ])]
     pub config: Option<PathBuf>,
     /// From --config: the host cache (at least what one diff needs).
@@ -109,6 +113,7 @@ impl CheckpointArgs {
         (self.method, self.chunk_size, self.hash, self.max_chain) = (c.method, c.chunk_size, c.hash, c.max_chain);
         (self.backend, self.gpu_memory) = (c.backend, c.gpu_memory);
         (self.threshold, self.region_bytes, self.local_only) = (c.threshold, c.region_bytes.0, !c.collective);
+        self.min_region_bytes = c.min_region_bytes.0;
         (self.local, self.compress) = (c.scratch.clone(), c.compression);
         (self.keep_local, self.keep_shared) = (c.max_versions, c.max_versions);
         // The file's host cache where it sets one; else what one diff needs.
