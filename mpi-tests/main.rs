@@ -218,6 +218,32 @@ fn small_threshold(w: &World, root: &Path) {
     w.check((w.size == 1) == (w.sum(referenced as u64) == 0), "K = 8: the top entries must still be shared");
 }
 
+/// `min_region_bytes` above every region: nothing reaches the reduction,
+/// nothing is referenced across ranks (identical ranks!), and every rank's
+/// every version restores.
+fn min_region(w: &World, root: &Path) {
+    let opts = CollectiveOptions { backend: test_backend(), min_region_bytes: 1 << 40, ..CollectiveOptions::default() };
+    let dir = root.join("collective");
+    let mut c = Collective::open(w.comm, &dir, len() as u64, &store_opts(), &opts).expect("open");
+    for v in 1..=3 {
+        let r = c.checkpoint(v, &buffer(Scenario::Identical, w.rank, v)).expect("checkpoint");
+        w.check(
+            r.regions_offered == 0 && r.regions_referenced == 0,
+            &format!("min_region_bytes: version {v} offered {} regions", r.regions_offered),
+        );
+    }
+    w.comm.barrier();
+    for r in 0..w.size {
+        for v in 1..=3 {
+            let got = dckpt::restore::restore_version(&dir, r as u32, v);
+            w.check(
+                got.is_ok_and(|g| g == buffer(Scenario::Identical, r, v)),
+                &format!("min_region_bytes: restore of rank {r} version {v}"),
+            );
+        }
+    }
+}
+
 /// Later versions point at bytes other ranks stored in earlier versions.
 fn temporal(w: &World, root: &Path) {
     let dir = root.join("collective");
@@ -720,7 +746,7 @@ fn main() {
     if w.rank == 0 {
         println!("mpi-tests: backend auto (set DCKPT_MPI_TEST_BACKEND=cpu|cuda to choose)");
     }
-    let tests: [(&str, Test); 11] = [
+    let tests: [(&str, Test); 12] = [
         ("identical", |w, r| {
             identical(w, r);
             temporal(w, r);
@@ -729,6 +755,7 @@ fn main() {
         ("disjoint", disjoint),
         ("partial", partial),
         ("small-threshold", small_threshold),
+        ("min-region", min_region),
         ("disagreement", disagreement),
         ("tiered", tiered),
         ("local-only", local_only),
