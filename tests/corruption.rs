@@ -53,6 +53,19 @@ fn every_flipped_byte_is_caught_by_verify_and_restore() {
                     dckpt::restore::restore_version(dir.path(), 0, v).is_err(),
                     "{method} v{v}: flip at {i} restored"
                 );
+                // A ranged restore gives the right bytes or an error, never others.
+                let want = &vs[v as usize - 1];
+                for range in [0..want.len(), 100..900, want.len() - 100..want.len()] {
+                    let got = dckpt::restore::restore_range(dir.path(), 0, v, range.start as u64..range.end as u64);
+                    assert!(
+                        got.as_ref().map_or(true, |g| g[..] == want[range.clone()]),
+                        "{method} v{v}: flip at {i}: bytes {range:?} restored wrong"
+                    );
+                    assert!(
+                        range.len() < want.len() || got.is_err(),
+                        "{method} v{v}: flip at {i}: whole range restored"
+                    );
+                }
             }
             std::fs::write(&path, &good).unwrap();
         }
