@@ -38,7 +38,6 @@
 mod common;
 
 use dckpt::config::{Bytes, Config};
-use dckpt::runtime::study::StudyRun;
 use dckpt::runtime::{Region, Runtime};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
@@ -213,14 +212,7 @@ fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
         }
     }
     let prefetch = rt.prefetch_stats(NAME).unwrap_or_default();
-    let run = StudyRun {
-        example: "adjoint",
-        steps: a.run.steps,
-        every: a.run.every,
-        compute_seconds: compute,
-        drain_seconds: 0.0,
-    };
-    common::finish(world, rt, a.run.report.as_deref(), run)?;
+    common::finish(world, rt, &a.run, "adjoint", compute)?;
     // What the restores cost (the slowest rank's) and where their bytes came from.
     let restored: f64 = restores.iter().sum();
     let slowest_one = restores.iter().copied().fold(0f64, f64::max);

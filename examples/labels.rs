@@ -32,7 +32,6 @@
 mod common;
 
 use dckpt::config::{Bytes, Config};
-use dckpt::runtime::study::StudyRun;
 use dckpt::runtime::{Region, Runtime};
 use mpi::point_to_point as p2p;
 use mpi::topology::SimpleCommunicator;
@@ -247,14 +246,7 @@ fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
             rt.checkpoint("labels", step[0])?;
         }
     }
-    let run = StudyRun {
-        example: "labels",
-        steps: a.run.steps,
-        every: a.run.every,
-        compute_seconds: compute,
-        drain_seconds: 0.0,
-    };
-    let stats = common::finish(world, rt, a.run.report.as_deref(), run)?;
+    let stats = common::finish(world, rt, &a.run, "labels", compute)?;
     let mine = [stats.stored_bytes, stats.protected_bytes, changed, iterations];
     let mut sums = [0u64; 4];
     world.all_reduce_into(&mine[..], &mut sums[..], mpi::collective::SystemOperation::sum());

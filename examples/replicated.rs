@@ -27,7 +27,6 @@
 mod common;
 
 use dckpt::config::{Bytes, Config};
-use dckpt::runtime::study::StudyRun;
 use dckpt::runtime::{Region, Runtime};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
@@ -114,14 +113,7 @@ fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
             rt.checkpoint("replicated", step[0])?;
         }
     }
-    let run = StudyRun {
-        example: "replicated",
-        steps: a.run.steps,
-        every: a.run.every,
-        compute_seconds: compute,
-        drain_seconds: 0.0,
-    };
-    let stats = common::finish(world, rt, a.run.report.as_deref(), run)?;
+    let stats = common::finish(world, rt, &a.run, "replicated", compute)?;
     let mine = [stats.stored_bytes, stats.protected_bytes, stats.referenced_bytes];
     let mut sums = [0u64; 3];
     world.all_reduce_into(&mine[..], &mut sums[..], mpi::collective::SystemOperation::sum());

@@ -9,7 +9,6 @@ use dckpt::runtime::Runtime;
 use dckpt::runtime::study::{RunStats, StudyRun, append_study_line};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
-use std::path::Path;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -117,21 +116,29 @@ impl RunFlags {
     }
 }
 
-/// Ends a run: waits for every checkpoint to be durable (`finalize`) and,
-/// with `report`, appends the job's line to the scaling study's CSV (the
-/// drain measured here). Returns what this rank's checkpoint calls cost.
+/// Ends a run of `example`: waits for every checkpoint to be durable
+/// (`finalize`) and, with `--report`, appends the job's line to the scaling
+/// study's CSV (its flags, `compute_seconds` of simulation, the drain
+/// measured here). Returns what this rank's checkpoint calls cost.
 /// Collective.
 pub fn finish(
     world: &SimpleCommunicator,
     rt: Runtime,
-    report: Option<&Path>,
-    mut run: StudyRun<'_>,
+    flags: &RunFlags,
+    example: &str,
+    compute_seconds: f64,
 ) -> dckpt::Result<RunStats> {
     let (stats, config) = (rt.stats(), rt.config().clone());
     let t = std::time::Instant::now();
     rt.finalize()?;
-    if let Some(file) = report {
-        run.drain_seconds = t.elapsed().as_secs_f64();
+    if let Some(file) = flags.report.as_deref() {
+        let run = StudyRun {
+            example,
+            steps: flags.steps,
+            every: flags.every,
+            compute_seconds,
+            drain_seconds: t.elapsed().as_secs_f64(),
+        };
         append_study_line(world, file, &run, &stats, &config)?;
     }
     Ok(stats)

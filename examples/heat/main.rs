@@ -30,7 +30,6 @@ mod common;
 mod gpu;
 
 use dckpt::config::{Bytes, Config};
-use dckpt::runtime::study::StudyRun;
 use dckpt::runtime::{Region, Runtime};
 use mpi::point_to_point as p2p;
 use mpi::topology::{Process, SimpleCommunicator};
@@ -271,14 +270,7 @@ fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
         }
     }
     plate.settle()?;
-    let run = StudyRun {
-        example: "heat",
-        steps: a.run.steps,
-        every: a.run.every,
-        compute_seconds: compute,
-        drain_seconds: 0.0,
-    };
-    let stats = common::finish(world, rt, a.run.report.as_deref(), run)?;
+    let stats = common::finish(world, rt, &a.run, "heat", compute)?;
     let mut held = 0u64;
     world.all_reduce_into(&stats.held_on_gpu, &mut held, mpi::collective::SystemOperation::sum());
     if rank == 0 && held > 0 {
