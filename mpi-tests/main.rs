@@ -318,23 +318,34 @@ fn disagreement(w: &World, root: &Path) {
 /// collective path; every version of every rank restores from every tier,
 /// also after reopening.
 fn tiered(w: &World, root: &Path) {
+    // The collective step on the background thread (the default where MPI
+    // grants MPI_THREAD_MULTIPLE, as here), then in the call.
+    tiered_with(w, &root.join("overlap"), true);
+    tiered_with(w, &root.join("in-call"), false);
+}
+
+fn tiered_with(w: &World, root: &Path, overlap: bool) {
     use dckpt::collective::TieredCollective;
     let backend = test_backend();
-    let opts = CollectiveOptions { backend, ..CollectiveOptions::default() };
+    let opts = CollectiveOptions { backend, overlap, ..CollectiveOptions::default() };
     let tiers = two_tiers(root, (None, None));
     let s = Scenario::Partial;
     let mut sync = Collective::open(w.comm, &root.join("sync"), len() as u64, &store_opts(), &opts).expect("open sync");
     let mut c = TieredCollective::open(w.comm, &tiers, len() as u64, &store_opts(), &opts).expect("open tiered");
+    w.check(c.overlapped() == (overlap && w.size > 1), &format!("overlap {overlap}: overlapped {}", c.overlapped()));
     let lagging = w.size > 1 && w.rank == 0;
     if lagging {
         dckpt::failpoint::delay("store.file_durable", std::time::Duration::from_millis(1000));
     }
-    let mut reported = Vec::new();
     for v in 1..=VERSIONS {
         let data = buffer(s, w.rank, v);
         let r = c.checkpoint(v, &data).expect("tiered collective checkpoint");
-        reported.push(r.checkpoint.file_bytes);
         w.check(r.checkpoint.version == v && r.checkpoint.baseline == (v == 1), "tiered report");
+        w.check(r.settled != c.overlapped(), "a report in the background is not settled");
+        if v == 1 {
+            // Version 1 settles (collective; at once when the step ran in the call).
+            c.settle();
+        }
         if v == 1 && w.size > 1 && w.rank != 0 {
             // This rank's own files become durable while rank 0 still sleeps
             // before its first part: the version is not committed anywhere.
@@ -366,6 +377,13 @@ fn tiered(w: &World, root: &Path) {
             w.check(c.is_durable(v, tier), &format!("version {v} not durable on {tier} after wait"));
         }
     }
+    // Every version's settled report, once, in order.
+    let settled = c.take_settled();
+    w.check(
+        settled.iter().map(|r| r.checkpoint.version).eq(1..=VERSIONS) && settled.iter().all(|r| r.settled),
+        "settled reports",
+    );
+    let reported: Vec<u64> = settled.iter().map(|r| r.checkpoint.file_bytes).collect();
     w.comm.barrier();
     for v in 1..=VERSIONS {
         let name = format!("rank-{:05}/v{v:012}.dckpt", w.rank);
@@ -374,7 +392,10 @@ fn tiered(w: &World, root: &Path) {
             let got = std::fs::read(root.join(tier).join(&name)).unwrap();
             w.check(got == want, &format!("version {v} on {tier} differs from the synchronous path's file"));
         }
-        w.check(reported[v as usize - 1] == want.len() as u64, &format!("version {v}: reported file size"));
+        w.check(
+            reported.get(v as usize - 1) == Some(&(want.len() as u64)),
+            &format!("version {v}: reported file size"),
+        );
         let mut back = vec![0u8; len()];
         c.restore_into(v, dckpt::memory::ProtectedMut::Host(&mut back)).expect("restore_into");
         w.check(back == buffer(s, w.rank, v), &format!("restore_into of version {v}"));
@@ -734,7 +755,8 @@ fn shared_dir(w: &World) -> PathBuf {
 type Test = fn(&World, &Path);
 
 fn main() {
-    let universe = mpi::initialize().expect("MPI init");
+    // MPI_THREAD_MULTIPLE: the collective step may run on a background thread.
+    let (universe, _) = mpi::initialize_with_threading(mpi::Threading::Multiple).expect("MPI init");
     let comm = universe.world();
     let w = World { comm: &comm, rank: comm.rank(), size: comm.size() };
     let p = w.size as usize;

@@ -35,7 +35,7 @@ check() {
         fi
     done; done; done
 }
-points="checkpoint.deduplicated checkpoint.cached store.temp_written store.renamed store.file_durable flush.durable:1 flush.durable:2"
+points="checkpoint.deduplicated checkpoint.cached collective.reduced store.temp_written store.renamed store.file_durable flush.durable:1 flush.durable:2"
 for who in 0 1; do
     for p in $points; do
         rm -rf sh lo

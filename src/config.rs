@@ -15,6 +15,7 @@
 //! threshold = 131072             # K of the collective step
 //! region_bytes = 0               # largest region offered (0: automatic)
 //! min_region_bytes = 0           # smallest region offered (0: all; larger: a shorter reduction, more bytes)
+//! overlap = true                 # the reduction on a background thread (needs MPI_THREAD_MULTIPLE)
 //! host_cache_size = "4G"         # bytes, or a size with K, M, G, T
 //! prefetch_cache_size = "2G"     # the restore cache (0: none)
 //! eviction = "gap-aware"         # fifo | lru | gap-aware
@@ -117,6 +118,9 @@ pub struct Config {
     pub region_bytes: Bytes,
     /// Smallest region offered to the collective step (0: every region).
     pub min_region_bytes: Bytes,
+    /// Whether the collective step's reduction runs on a background thread
+    /// (where MPI grants `MPI_THREAD_MULTIPLE`), off the application's path.
+    pub overlap: bool,
     /// Host memory for diffs on their way to the disks, allocated at open.
     pub host_cache_size: Bytes,
     /// Host memory for prefetched restores (0: none).
@@ -153,6 +157,7 @@ impl Default for Config {
             threshold: collective.threshold,
             region_bytes: Bytes(collective.region_bytes),
             min_region_bytes: Bytes(collective.min_region_bytes),
+            overlap: collective.overlap,
             host_cache_size: Bytes(tiers.host_cache_bytes),
             prefetch_cache_size: Bytes(tiers.prefetch_cache_bytes),
             eviction: tiers.eviction,
@@ -178,6 +183,7 @@ pub const KEYS: &[&str] = &[
     "threshold",
     "region_bytes",
     "min_region_bytes",
+    "overlap",
     "host_cache_size",
     "prefetch_cache_size",
     "eviction",
@@ -295,6 +301,7 @@ impl Config {
             threshold: self.threshold,
             region_bytes: self.region_bytes.0,
             min_region_bytes: self.min_region_bytes.0,
+            overlap: self.overlap,
             backend: self.backend,
             local_only: !self.collective,
         }
@@ -349,6 +356,7 @@ mod tests {
             threshold = 1024
             region_bytes = "64K"
             min_region_bytes = "4K"
+            overlap = false
             host_cache_size = "2G"
             prefetch_cache_size = 1048576
             eviction = "lru"
@@ -374,7 +382,7 @@ mod tests {
         assert_eq!(t.gpu_cache, GpuCache::Bytes(512 << 20));
         let k = c.collective_options();
         assert_eq!((k.threshold, k.region_bytes, k.backend, k.local_only), (1024, 64 << 10, BackendKind::Cpu, true));
-        assert_eq!(k.min_region_bytes, 4 << 10);
+        assert_eq!((k.min_region_bytes, k.overlap), (4 << 10, false));
         // What --check prints reads back to the same configuration.
         let again = load(&c.to_toml().expect("toml"), &[]).expect("reparse");
         assert_eq!(again, c);

@@ -23,6 +23,11 @@ pub const POINTS: &[&str] = &[
     "flush.durable",
 ];
 
+/// The points only a collective checkpoint reaches (several ranks): the
+/// reduction done on the collective step's background thread, the
+/// version not yet settled (`scripts/kill-collective-tiers.sh`).
+pub const COLLECTIVE_POINTS: &[&str] = &["collective.reduced"];
+
 static ARMED: OnceLock<Option<(String, u64)>> = OnceLock::new();
 static HITS: AtomicU64 = AtomicU64::new(0);
 static DELAYED: AtomicBool = AtomicBool::new(false);

@@ -20,7 +20,7 @@ pub fn main<A>(
     parse: impl FnOnce() -> Result<A, String>,
     run: impl FnOnce(&SimpleCommunicator, &A) -> dckpt::Result<()>,
 ) -> ExitCode {
-    let Some(universe) = mpi::initialize() else {
+    let Some((universe, _)) = mpi::initialize_with_threading(mpi::Threading::Multiple) else {
         eprintln!("{name}: MPI could not be initialized");
         return ExitCode::FAILURE;
     };
@@ -123,13 +123,15 @@ impl RunFlags {
 /// Collective.
 pub fn finish(
     world: &SimpleCommunicator,
-    rt: Runtime,
+    mut rt: Runtime,
     flags: &RunFlags,
     example: &str,
     compute_seconds: f64,
 ) -> dckpt::Result<RunStats> {
-    let (stats, config) = (rt.stats(), rt.config().clone());
     let t = std::time::Instant::now();
+    // The last version's collective step may still run in the background.
+    rt.settle();
+    let (stats, config) = (rt.stats(), rt.config().clone());
     rt.finalize()?;
     if let Some(file) = flags.report.as_deref() {
         let run = StudyRun {

@@ -35,11 +35,12 @@ impl CpuBackend {
     }
 }
 
-/// A CPU version's pending record and leaf changes, and, once regions were
+/// A CPU version's pending record and leaf changes; once regions were
 /// given away, the diff as de-duplicated (its file is then made from it and
-/// rewritten: at once by `serialize`, in the flush worker by the tiers).
+/// rewritten: at once by `serialize`, in the flush worker by the tiers);
+/// and where the FIRST data of the file handed over begin.
 #[derive(Debug)]
-struct CpuPending(Pending, Option<Diff>);
+struct CpuPending(Pending, Option<Diff>, usize);
 
 impl PendingVersion for CpuPending {
     fn first_bytes<'a>(&'a self, diff: &'a Diff, data: &'a [u8]) -> Result<FirstBytes<'a>> {
@@ -87,7 +88,7 @@ impl Backend for CpuBackend {
         self.forget_restarted();
         let outcome = self.method.deduplicator().deduplicate(&self.state, &DedupInput { data, version, baseline })?;
         self.restart_pending = outcome.pending.bounds().record_restarts > 0;
-        Ok(Deduplicated { diff: outcome.diff, pending: Box::new(CpuPending(outcome.pending, None)), gpu: None })
+        Ok(Deduplicated { diff: outcome.diff, pending: Box::new(CpuPending(outcome.pending, None, 0)), gpu: None })
     }
 
     /// The rewritten diff encoded from the buffer at once (the same bytes
@@ -113,7 +114,15 @@ impl Backend for CpuBackend {
             let data_start = body.len() - before.data_bytes() as usize;
             return Ok((DiffBytes::Owned(body), Some(Rewrite::new(before, version.diff.clone(), data_start))));
         }
-        Ok((DiffBytes::Owned(crate::format::encode_diff(&version.diff, data)), None))
+        let body = crate::format::encode_body(&version.diff, data);
+        p.2 = body.len() - version.diff.data_bytes() as usize;
+        Ok((DiffBytes::Owned(crate::format::finish_body(body, p.2)), None))
+    }
+
+    fn settle_given_away(&mut self, version: &mut Deduplicated) -> Result<Option<Rewrite>> {
+        // The record already moved with the give-away (`remap_entries`).
+        let p = version.pending.as_any_mut().downcast_mut::<CpuPending>().ok_or_else(foreign)?;
+        Ok(p.1.take().map(|before| Rewrite::new(before, version.diff.clone(), p.2)))
     }
 
     fn commit(&mut self, version: Deduplicated) -> Result<()> {

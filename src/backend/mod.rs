@@ -187,6 +187,13 @@ pub trait Backend: Send {
         hand_over_bytes(self, version, data, sink)
     }
 
+    /// For a version handed over ([`Backend::hand_over`]) before regions were
+    /// given away (the collective step finished in the background): moves
+    /// the record entries of the regions given away since (the device table
+    /// on the CUDA backend) and returns the rewrite the handed-over file
+    /// now needs, if any.
+    fn settle_given_away(&mut self, version: &mut Deduplicated) -> Result<Option<Rewrite>>;
+
     /// Makes a serialized version's state permanent (its files are durable).
     fn commit(&mut self, version: Deduplicated) -> Result<()>;
 

@@ -167,20 +167,25 @@ pub struct ModeResult {
     pub local_seconds: f64,
     /// Of which finding the regions offered and their digests (collective).
     pub offer_seconds: f64,
-    /// Of which the reduction (collective mode), the slowest rank's.
+    /// The reduction (collective mode), the slowest rank's: part of
+    /// `seconds`, or (`overlapped`) of the background step's thread, not
+    /// waited for. Through the tiers, the slowest rank's total.
     pub reduce_seconds: f64,
     /// Each version's seconds (the slowest rank's).
     pub version_seconds: Vec<f64>,
     /// Tiered: seconds from the last checkpoint's return until every version
     /// was durable on every rank (the background flush left to finish).
     pub drain_seconds: f64,
+    /// Whether the collective step ran on a background thread
+    /// (`CollectiveOptions::overlap` through the tiers).
+    pub overlapped: bool,
 }
 
 /// One mode's checkpointing, synchronous or through the tiers.
 enum Runner<'c, C: Communicator> {
     Collective(Collective<'c, C>),
     Local(Engine),
-    TieredCollective(TieredCollective),
+    TieredCollective(Box<TieredCollective>),
     TieredLocal(TieredEngine),
 }
 
@@ -199,7 +204,10 @@ impl<C: Communicator> Runner<'_, C> {
                 let r = all_agree(comm, "checkpoint", v, e.checkpoint(v, data))?;
                 (r.file_bytes, [r.dedup_seconds, 0.0, 0.0])
             }
-            Runner::TieredCollective(c) => c.checkpoint(v, data).map(|r| (r.checkpoint.file_bytes, split(&r)))?,
+            // Bytes and reductions are counted when settled ([`Runner::settled`]).
+            Runner::TieredCollective(c) => {
+                c.checkpoint(v, data).map(|r| (0, [r.local_seconds, r.offer_seconds, 0.0]))?
+            }
             Runner::TieredLocal(e) => {
                 let r = all_agree(comm, "checkpoint", v, e.checkpoint(v, data))?;
                 (r.file_bytes, [r.dedup_seconds, 0.0, 0.0])
@@ -214,6 +222,30 @@ impl<C: Communicator> Runner<'_, C> {
             Runner::TieredCollective(c) => c.engine().backend(),
             Runner::TieredLocal(e) => e.backend(),
         }
+    }
+
+    /// The stored bytes and reduction seconds of the versions whose
+    /// collective step settled since the last call (through the tiers, a
+    /// version settles in a later call when its step runs in the background).
+    fn settled(&mut self) -> (u64, f64) {
+        match self {
+            Runner::TieredCollective(c) => {
+                c.take_settled().iter().fold((0, 0.0), |(b, s), r| (b + r.checkpoint.file_bytes, s + r.reduce_seconds))
+            }
+            _ => (0, 0.0),
+        }
+    }
+
+    /// Settles the last version (a collective step in the background).
+    fn settle(&mut self) {
+        if let Runner::TieredCollective(c) = self {
+            c.settle();
+        }
+    }
+
+    /// Whether the collective step runs on a background thread.
+    fn overlapped(&self) -> bool {
+        matches!(self, Runner::TieredCollective(c) if c.overlapped())
     }
 
     /// Waits for the background flush (tiers); nothing to do when synchronous.
@@ -295,6 +327,7 @@ pub fn mixed_workload<C: Communicator>(
         };
         let mut bufs = MixedBuffers::new(p, rank)?;
         let (mut bytes, mut seconds, mut split, mut version_seconds) = (0u64, 0.0, [0.0f64; 3], Vec::new());
+        let mut background_reduce = 0.0;
         // The same backend and GPU in every mode.
         let device = comm.split_shared(0).rank().max(0) as usize % crate::backend::cuda::device_count().max(1);
         let len = p.size as u64;
@@ -308,7 +341,7 @@ pub fn mixed_workload<C: Communicator>(
         });
         let mut runner = match (&tiers, mode == "collective") {
             (None, true) => Runner::Collective(Collective::open(comm, &dir, len, &store, copts)?),
-            (Some(t), true) => Runner::TieredCollective(TieredCollective::open(comm, t, len, &store, copts)?),
+            (Some(t), true) => Runner::TieredCollective(Box::new(TieredCollective::open(comm, t, len, &store, copts)?)),
             (None, false) => {
                 let opened = Engine::open_on_device(&dir, rank, len, &store, copts.backend, device);
                 Runner::Local(all_agree(comm, "open", 0, opened)?)
@@ -350,10 +383,16 @@ pub fn mixed_workload<C: Communicator>(
             for (sum, x) in split.iter_mut().zip(parts) {
                 *sum += slowest(comm, x);
             }
-            bytes += file_bytes;
+            let (settled_bytes, settled_reduce) = runner.settled();
+            bytes += file_bytes + settled_bytes;
+            background_reduce += settled_reduce;
             bufs.advance();
         }
-        let backend = runner.backend();
+        runner.settle();
+        let (settled_bytes, settled_reduce) = runner.settled();
+        bytes += settled_bytes;
+        split[2] += slowest(comm, background_reduce + settled_reduce);
+        let (backend, overlapped) = (runner.backend(), runner.overlapped());
         let t = Instant::now();
         runner.finish(comm)?;
         let drain_seconds = if tiers.is_some() { slowest(comm, t.elapsed().as_secs_f64()) } else { 0.0 };
@@ -373,6 +412,7 @@ pub fn mixed_workload<C: Communicator>(
             reduce_seconds: split[2],
             version_seconds,
             drain_seconds,
+            overlapped,
         });
     }
     Ok(out)

@@ -17,11 +17,12 @@
 //!   version is committed on a tier once every rank's are durable there.
 
 #[cfg(feature = "mpi")]
+mod background;
+#[cfg(feature = "mpi")]
 pub mod bench;
 pub mod merge;
 #[cfg(feature = "mpi")]
 pub mod mpi;
-#[cfg(feature = "mpi")]
 mod reduce;
 pub mod regions;
 pub mod step;
@@ -83,6 +84,13 @@ pub struct CollectiveOptions {
     /// fewer tuples make a shorter reduction, at the price of the bytes
     /// the small regions repeated across ranks would have saved. Opt-in.
     pub min_region_bytes: u64,
+    /// Runs the reduction and the give-away of a checkpoint through the
+    /// tiers on a background thread with its own communicator, so the call
+    /// returns once the rank's diff is cached (the version settles at the
+    /// next collective call: checkpoint, wait, finalize). Takes effect only
+    /// where MPI granted `MPI_THREAD_MULTIPLE`; otherwise the step runs in
+    /// the call, as with `false`.
+    pub overlap: bool,
 }
 
 impl Default for CollectiveOptions {
@@ -93,6 +101,7 @@ impl Default for CollectiveOptions {
             backend: BackendKind::Auto,
             local_only: false,
             min_region_bytes: 0,
+            overlap: true,
         }
     }
 }

@@ -58,8 +58,15 @@ pub struct CollectiveReport<R = CheckpointReport> {
     pub offer_seconds: f64,
     /// Seconds of the reduction (reduce + broadcast).
     pub reduce_seconds: f64,
-    /// Seconds from the call to the published version.
+    /// Seconds from the call to its return (what the application waited).
     pub total_seconds: f64,
+    /// Whether the collective step is over for this version. `false` for
+    /// the report a checkpoint through the tiers returns when its reduction
+    /// runs in the background (`CollectiveOptions::overlap`): the reduction's
+    /// fields are zero and `checkpoint.file_bytes` counts the file as
+    /// de-duplicated locally; the settled report follows from
+    /// [`TieredCollective::take_settled`](super::TieredCollective::take_settled).
+    pub settled: bool,
 }
 
 /// When the steps of one collective checkpoint started and ended on this rank.
@@ -98,6 +105,7 @@ impl<R> CollectiveReport<R> {
             offer_seconds: clock.offer_seconds,
             reduce_seconds: (clock.reduced_at - clock.reduced_from).as_secs_f64(),
             total_seconds: clock.start.elapsed().as_secs_f64(),
+            settled: true,
         }
     }
 }
@@ -302,20 +310,9 @@ pub(crate) fn offer_and_reduce<'a, C: Communicator, E: LocalSide + ?Sized>(
     max_level: u32,
     opts: &CollectiveOptions,
 ) -> Result<(step::Offer<'a>, Vec<HashFreq>, Instant, Instant)> {
-    // Local-only, or one rank (no other rank to reference): no regions
-    // offered, nothing merged, every region stays this rank's.
-    let alone = opts.local_only || comm.size() == 1;
-    let offer = match alone {
-        true => engine.deduplicate_local(version, input).map(|local| step::offer_of(local, Vec::new(), 1)),
-        false => step::offer(engine, version, input, max_level, opts.threshold)
-            .map(|o| o.without_regions_below(opts.min_region_bytes, opts.threshold)),
-    };
-    let offer = {
-        let _span = crate::profile::Span::new("agree-dedup", version);
-        agree_or_abandon(comm, engine, "de-duplication", version, offer)?
-    };
+    let offer = agreed_offer(comm, engine, version, input, max_level, opts)?;
     let reduced_from = Instant::now();
-    if alone {
+    if alone(comm, opts) {
         return Ok((offer, Vec::new(), reduced_from, reduced_from));
     }
     crate::profile::count("offered-entries", version, offer.set.len() as u64);
@@ -331,6 +328,33 @@ pub(crate) fn offer_and_reduce<'a, C: Communicator, E: LocalSide + ?Sized>(
         }
     };
     Ok((offer, merged, reduced_from, Instant::now()))
+}
+
+/// Whether no reduction runs: local-only, or one rank (no other rank to
+/// reference).
+pub(crate) fn alone<C: Communicator>(comm: &C, opts: &CollectiveOptions) -> bool {
+    opts.local_only || comm.size() == 1
+}
+
+/// The first step of a collective checkpoint: this rank's de-duplication
+/// and offer (no regions when [`alone`]: every region stays this rank's),
+/// agreed by every rank; on a failure anywhere every rank abandons the
+/// version. Collective.
+pub(crate) fn agreed_offer<'a, C: Communicator, E: LocalSide + ?Sized>(
+    comm: &C,
+    engine: &mut E,
+    version: u64,
+    input: Protected<'a>,
+    max_level: u32,
+    opts: &CollectiveOptions,
+) -> Result<step::Offer<'a>> {
+    let offer = match alone(comm, opts) {
+        true => engine.deduplicate_local(version, input).map(|local| step::offer_of(local, Vec::new(), 1)),
+        false => step::offer(engine, version, input, max_level, opts.threshold)
+            .map(|o| o.without_regions_below(opts.min_region_bytes, opts.threshold)),
+    };
+    let _span = crate::profile::Span::new("agree-dedup", version);
+    agree_or_abandon(comm, engine, "de-duplication", version, offer)
 }
 
 /// What opening a collective needs on this rank, checked before anything

@@ -79,3 +79,29 @@ pub fn reduce_sets<C: Communicator>(comm: &C, set: &[HashFreq], threshold: usize
         )
     })
 }
+
+/// A communicator that a background thread owns: the collective step run
+/// off the application's path ([`super::background`]). Made only where MPI
+/// granted `MPI_THREAD_MULTIPLE`.
+pub(crate) struct ThreadComm(::mpi::topology::SimpleCommunicator);
+
+impl ThreadComm {
+    /// `comm` for another thread, or `None` when MPI's thread level does
+    /// not let two threads call it at once.
+    pub(crate) fn new(comm: ::mpi::topology::SimpleCommunicator) -> Option<Self> {
+        (::mpi::environment::threading_support() == ::mpi::Threading::Multiple).then_some(ThreadComm(comm))
+    }
+
+    /// The communicator.
+    pub(crate) fn comm(&self) -> &::mpi::topology::SimpleCommunicator {
+        &self.0
+    }
+}
+
+// SAFETY: a `SimpleCommunicator` is a handle (an `MPI_Comm` value) that
+// rsmpi does not mark `Send` only because it wraps a raw pointer. MPI lets
+// any thread call it under `MPI_THREAD_MULTIPLE`, which `ThreadComm::new`
+// checks; the handle is moved, never shared (no `Sync`), so one thread at a
+// time uses it, and it is freed (`MPI_Comm_free`) by the thread that owns it
+// before the application finalizes MPI (the owner joins that thread on drop).
+unsafe impl Send for ThreadComm {}

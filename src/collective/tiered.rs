@@ -1,28 +1,41 @@
 //! The collective checkpoint through the asynchronous tiers: the
-//! application waits for the local de-duplication, the reduction and the
-//! copy of its rewritten diff into the host cache; each rank's flush workers
-//! then make **its own** files durable on every tier and write its commit
-//! part there (`crate::store::commits`). A version is committed on a tier
-//! once every rank's part is there, so a restore never follows a reference
-//! to an owner's file that is not durable on the tier it reads.
+//! application waits for the local de-duplication and the copy of its diff
+//! into the host cache; each rank's flush workers then make **its own**
+//! files durable on every tier and write its commit part there
+//! (`crate::store::commits`). A version is committed on a tier once every
+//! rank's part is there, so a restore never follows a reference to an
+//! owner's file that is not durable on the tier it reads.
+//!
+//! Where MPI grants `MPI_THREAD_MULTIPLE` (and `CollectiveOptions::overlap`
+//! is on, the default) the reduction and the give-away run on a background
+//! thread with its own communicator, off the application's path; the next
+//! collective call (checkpoint, wait, finalize) settles the version:
 //!
 //! ```text
-//! checkpoint(v): agree(baseline?) ─► dedup ─► agree ─► reduce ─► give away ─► cache ─► agree ─► queue ─► return
-//!                                                                      each rank's flush workers, in the background:
-//!                                                                      file durable on tier t ─► its part on tier t
-//! wait(v):       every rank waits for its own flushes ─► allgather ─► durable on tier t iff on every rank
+//! checkpoint(v): settle(v-1) ─► agree(baseline?) ─► dedup ─► agree ─► cache ─► agree ─► hand to the thread ─► return
+//!                the step's thread (own communicator):       reduce ─► give away (the diff, the record)
+//! settle(v):     collect ─► record moves, rewrite attached ─► agree ─► commit + queue (or abandon everywhere)
+//!                each rank's flush workers, in the background: rewrite ─► file durable on tier t ─► its part on tier t
+//! wait(v):       settle ─► every rank waits for its own flushes ─► allgather ─► durable on tier t iff on every rank
 //! ```
+//!
+//! Otherwise the step runs in the call: `agree ─► dedup ─► agree ─► reduce
+//! ─► give away ─► cache ─► agree ─► queue ─► return`.
 //!
 //! A flush that fails on any rank makes the next version a baseline on
 //! every rank (the first agreement of each checkpoint carries it), so no
-//! chain on any tier is built over a version some rank could not write.
+//! chain on any tier is built over a version some rank could not write. A
+//! version whose background step fails anywhere is abandoned on every rank
+//! (its `wait` says why); the next one continues the chain before it.
 
 use super::CollectiveOptions;
+use super::background::{Settled, StepWorker, Task};
 use super::merge::HashFreq;
 use super::mpi::{
-    CollectiveReport, StepClock, agree_or_abandon, all_agree, exchange_layouts, offer_and_reduce, open_checks,
-    reduce_sets,
+    CollectiveReport, StepClock, agree_or_abandon, agreed_offer, all_agree, alone, exchange_layouts, offer_and_reduce,
+    open_checks, reduce_sets,
 };
+use super::reduce::ThreadComm;
 use super::step;
 use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
@@ -31,6 +44,7 @@ use crate::tiers::{Listing, TierOptions, TieredEngine, TieredReport};
 use crate::{Error, Result};
 use ::mpi::topology::SimpleCommunicator;
 use ::mpi::traits::*;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// A rank's collective checkpointing through the asynchronous tiers.
@@ -49,13 +63,21 @@ use std::time::Instant;
 /// # Ok(()) }
 /// ```
 pub struct TieredCollective {
+    /// The thread running the collective step off the application's path
+    /// (`opts.overlap`, where MPI allows it). First, so that it is joined
+    /// (its task's cached version dropped) before the engine goes.
+    worker: Option<StepWorker>,
     /// A duplicate of the application's communicator (the handle borrows
     /// nothing; its collectives never mix with the application's).
     comm: SimpleCommunicator,
     engine: TieredEngine,
     opts: CollectiveOptions,
-    layouts: Vec<Layout>,
+    layouts: Arc<Vec<Layout>>,
     max_level: u32,
+    /// The call's report of the version handed to `worker`, not settled yet.
+    in_flight: Option<CollectiveReport<TieredReport>>,
+    /// Settled reports not taken yet ([`TieredCollective::take_settled`]).
+    settled: Vec<CollectiveReport<TieredReport>>,
 }
 
 impl TieredCollective {
@@ -75,7 +97,55 @@ impl TieredCollective {
         let engine = all_agree(comm, "open", 0, opened)?;
         let layout = Layout::new(data_len, store.chunk_size)?;
         let (layouts, max_level) = exchange_layouts(comm, layout, store, opts)?;
-        Ok(TieredCollective { comm: comm.duplicate(), engine, opts: opts.clone(), layouts, max_level })
+        let layouts = Arc::new(layouts);
+        let comm = comm.duplicate();
+        let worker = Self::start_worker(&comm, rank, &layouts, opts)?;
+        Ok(TieredCollective {
+            comm,
+            engine,
+            opts: opts.clone(),
+            layouts,
+            max_level,
+            worker,
+            in_flight: None,
+            settled: Vec::new(),
+        })
+    }
+
+    /// The background step's thread, when `opts.overlap` asks for it and
+    /// every rank's MPI grants `MPI_THREAD_MULTIPLE`. Collective.
+    fn start_worker(
+        comm: &SimpleCommunicator,
+        rank: u32,
+        layouts: &Arc<Vec<Layout>>,
+        opts: &CollectiveOptions,
+    ) -> Result<Option<StepWorker>> {
+        let able =
+            opts.overlap && !alone(comm, opts) && ::mpi::environment::threading_support() == ::mpi::Threading::Multiple;
+        let mut everywhere = 0u8;
+        comm.all_reduce_into(&u8::from(able), &mut everywhere, ::mpi::collective::SystemOperation::min());
+        if everywhere == 0 {
+            return Ok(None);
+        }
+        let worker = match ThreadComm::new(comm.duplicate()) {
+            Some(own) => StepWorker::start(own, rank, Arc::clone(layouts), opts.threshold),
+            None => Err(Error::Internal("MPI_THREAD_MULTIPLE was granted, then not".into())),
+        };
+        all_agree(comm, "starting the collective step's thread", 0, worker).map(Some)
+    }
+
+    /// Whether the collective step runs on a background thread (see the
+    /// module documentation): `CollectiveOptions::overlap` on, several
+    /// ranks, and `MPI_THREAD_MULTIPLE` granted on every rank.
+    pub fn overlapped(&self) -> bool {
+        self.worker.is_some()
+    }
+
+    /// The final reports of the versions settled since the last call, oldest
+    /// first: every version's report arrives here once (also when the
+    /// collective step ran in the call).
+    pub fn take_settled(&mut self) -> Vec<CollectiveReport<TieredReport>> {
+        std::mem::take(&mut self.settled)
     }
 
     /// The rank's tiered engine (its tiers, states, backend).
@@ -95,11 +165,15 @@ impl TieredCollective {
     ) -> Result<CollectiveReport<TieredReport>> {
         let input = data.into();
         let t0 = Instant::now();
-        let me = self.comm.rank().max(0) as u32;
+        self.settle();
         {
             let _span = crate::profile::Span::new("agree-baseline", version);
             self.agree_on_baseline(version)?;
         }
+        if self.worker.is_some() {
+            return self.checkpoint_overlapped(version, input, t0);
+        }
+        let me = self.comm.rank().max(0) as u32;
         let (offer, merged, reduced_from, reduced_at) =
             offer_and_reduce(&self.comm, &mut self.engine, version, input, self.max_level, &self.opts)?;
         let (offer_seconds, offered) = (offer.regions_seconds, offer.regions.len());
@@ -122,7 +196,110 @@ impl TieredCollective {
             self.engine.submit(cached)?
         };
         let clock = StepClock { start: t0, offer_seconds, reduced_from, reduced_at };
-        Ok(CollectiveReport::new(me, self.layouts.len() as u32, checkpoint, offered, merged.len(), &conv, &clock))
+        let report =
+            CollectiveReport::new(me, self.layouts.len() as u32, checkpoint, offered, merged.len(), &conv, &clock);
+        self.settled.push(report.clone());
+        Ok(report)
+    }
+
+    /// The call's part when the step runs in the background: the offer,
+    /// the copy into the host cache (the file as de-duplicated locally),
+    /// then the version goes to the step's thread. The returned report is
+    /// not settled.
+    fn checkpoint_overlapped(
+        &mut self,
+        version: u64,
+        input: Protected<'_>,
+        t0: Instant,
+    ) -> Result<CollectiveReport<TieredReport>> {
+        let offer = agreed_offer(&self.comm, &mut self.engine, version, input, self.max_level, &self.opts)?;
+        let local_end = Instant::now();
+        let (offer_seconds, offered) = (offer.regions_seconds, offer.regions.len());
+        let step::Offer { local, regions, set, .. } = offer;
+        let cached = {
+            let _span = crate::profile::Span::new("cache", version);
+            self.engine.cache(local, input.host_bytes())
+        };
+        let cached = {
+            let _span = crate::profile::Span::new("agree-cache", version);
+            self.agree_or_abandon("the copy into the host cache", version, cached)?
+        };
+        let checkpoint = cached.report();
+        let worker = self.worker.as_ref().ok_or_else(|| Error::Internal("no collective step thread".into()))?;
+        if let Err(e) = worker.submit(Task { cached, set, regions }) {
+            let _ = self.engine.abandon();
+            return Err(e);
+        }
+        let report = CollectiveReport {
+            rank: self.comm.rank().max(0) as u32,
+            ranks: self.layouts.len() as u32,
+            checkpoint,
+            regions_offered: offered,
+            merged_entries: 0,
+            regions_referenced: 0,
+            bytes_referenced: 0,
+            local_seconds: (local_end - t0).as_secs_f64(),
+            offer_seconds,
+            reduce_seconds: 0.0,
+            total_seconds: t0.elapsed().as_secs_f64(),
+            settled: false,
+        };
+        self.in_flight = Some(report.clone());
+        Ok(report)
+    }
+
+    /// Settles the version whose collective step runs in the background,
+    /// if any: waits for the step's thread, moves the record entries and
+    /// attaches the file's rewrite, then every rank agrees and commits and
+    /// queues it, or abandons it everywhere (its `wait` then says why).
+    /// Collective; a no-op when nothing is in flight (the same on every
+    /// rank). Called by every collective call first; call it before
+    /// [`TieredCollective::take_settled`] to have every version's report.
+    pub fn settle(&mut self) {
+        let (Some(worker), Some(mut report)) = (self.worker.as_ref(), self.in_flight.take()) else { return };
+        let version = report.checkpoint.version;
+        let _span = crate::profile::Span::new("settle", version);
+        let collected = {
+            let _span = crate::profile::Span::new("settle-collect", version);
+            worker.collect()
+        };
+        let collected = collected.and_then(|mut s| {
+            let _span = crate::profile::Span::new("settle-record", version);
+            self.engine.settle_given_away(&mut s.cached)?;
+            Ok(s)
+        });
+        let agreed = {
+            let _span = crate::profile::Span::new("settle-agree", version);
+            agree_or_abandon(&self.comm, &mut self.engine, "the collective step", version, collected)
+        };
+        let Settled { cached, merged, conv, seconds } = match agreed {
+            Ok(s) => s,
+            Err(e) => return self.engine.fail_version(version, &e.to_string()),
+        };
+        let submitted = {
+            let _span = crate::profile::Span::new("settle-submit", version);
+            self.engine.submit(cached)
+        };
+        match submitted {
+            Ok(checkpoint) => {
+                // The settled file; what the call waited and held stays the call's.
+                let call = std::mem::replace(&mut report.checkpoint, checkpoint);
+                report.checkpoint.total_seconds = call.total_seconds;
+                report.checkpoint.held_on_gpu = call.held_on_gpu;
+                report.merged_entries = merged;
+                report.regions_referenced = conv.len();
+                report.bytes_referenced = conv.iter().map(|c| c.region.bytes).sum();
+                report.reduce_seconds = seconds;
+                report.settled = true;
+                self.settled.push(report);
+            }
+            // This rank's history lacks the version the others took: the
+            // next checkpoint's first agreement makes it a baseline everywhere.
+            Err(e) => {
+                self.engine.force_baseline();
+                self.engine.fail_version(version, &e.to_string());
+            }
+        }
     }
 
     /// The first agreement of a checkpoint: the same version everywhere,
@@ -152,7 +329,8 @@ impl TieredCollective {
     /// Blocks until `version` is durable on every tier on every rank.
     /// Collective. An error names the first tier where some rank's files
     /// are not durable, and those ranks.
-    pub fn wait(&self, version: u64) -> Result<()> {
+    pub fn wait(&mut self, version: u64) -> Result<()> {
+        self.settle();
         let mine: Vec<u64> = self.engine.own_durable(version).into_iter().map(u64::from).collect();
         let tiers = mine.len();
         let mut all = vec![0u64; tiers * self.comm.size() as usize];
@@ -192,7 +370,8 @@ impl TieredCollective {
     /// it and all meet; a restore after this reads only what every rank
     /// published (or fails with the reason). Collective; returns at once
     /// (after one reduction) for a committed version.
-    pub fn settle_for_restore(&self, version: u64) {
+    pub fn settle_for_restore(&mut self, version: u64) {
+        self.settle();
         let committed = self.engine.tiers().iter().any(|t| self.engine.is_durable(version, t));
         let mut everywhere = 0u64;
         self.comm.all_reduce_into(&u64::from(committed), &mut everywhere, ::mpi::collective::SystemOperation::min());
@@ -210,7 +389,8 @@ impl TieredCollective {
     /// Waits until every version taken is settled on every tier on every
     /// rank, and stops the flush workers. Collective; the first failure
     /// anywhere, if any.
-    pub fn finalize(self) -> Result<()> {
+    pub fn finalize(mut self) -> Result<()> {
+        self.settle();
         let settled = all_agree(&self.comm, "finalize", 0, self.engine.wait_all());
         if settled.is_ok() {
             // Every rank's parts are on every tier: a last retention pass

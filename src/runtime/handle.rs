@@ -73,7 +73,9 @@ impl Runtime {
         &self.config
     }
 
-    /// What this rank's checkpoint calls cost so far (every name).
+    /// What this rank's checkpoint calls cost so far (every name). A
+    /// version whose collective step still runs in the background counts
+    /// its stored bytes and reduction once settled ([`Runtime::settle`]).
     pub fn stats(&self) -> RunStats {
         self.stats
     }
@@ -155,12 +157,39 @@ impl Runtime {
             s.opening_seconds += seconds;
         }
         s.dedup_seconds += report.local_seconds;
-        s.reduce_seconds += report.reduce_seconds;
         s.held_on_gpu += u64::from(report.checkpoint.held_on_gpu);
-        s.stored_bytes += report.checkpoint.file_bytes;
-        s.referenced_bytes += report.bytes_referenced;
         s.protected_bytes += self.regions.values().map(|r| r.len() as u64).sum::<u64>();
+        self.account_settled();
         Ok(report)
+    }
+
+    /// Adds the versions settled since the last call to the statistics:
+    /// their stored and referenced bytes and reductions (a version whose
+    /// collective step runs in the background settles at the next
+    /// collective call).
+    fn account_settled(&mut self) {
+        for named in self.names.values_mut() {
+            for r in named.ckpt.take_settled() {
+                self.stats.reduce_seconds += r.reduce_seconds;
+                self.stats.stored_bytes += r.checkpoint.file_bytes;
+                self.stats.referenced_bytes += r.bytes_referenced;
+            }
+        }
+    }
+
+    /// Settles every name's version whose collective step still runs in the
+    /// background (see [`crate::collective::TieredCollective::settle`]), so
+    /// that [`Runtime::stats`] counts every version taken. Collective.
+    pub fn settle(&mut self) {
+        let mut names: Vec<&String> = self.names.keys().collect();
+        names.sort(); // the same order on every rank
+        let names: Vec<String> = names.into_iter().cloned().collect();
+        for name in names {
+            if let Some(named) = self.names.get_mut(&name) {
+                named.ckpt.settle();
+            }
+        }
+        self.account_settled();
     }
 
     fn checkpoint_untimed(&mut self, name: &str, version: u64) -> Result<CollectiveReport<TieredReport>> {
@@ -185,7 +214,7 @@ impl Runtime {
         // the others waiting in `wait`.
         let report = all_agree(&self.comm, "the checkpoint", version, taken)?;
         if sync {
-            let named = self.names.get(name).ok_or_else(|| Error::Internal("named checkpoint".into()))?;
+            let named = self.names.get_mut(name).ok_or_else(|| Error::Internal("named checkpoint".into()))?;
             named.ckpt.wait(version)?;
         }
         Ok(report)
@@ -212,6 +241,7 @@ impl Runtime {
     /// none. Collective.
     pub fn latest(&mut self, name: &str) -> Result<Option<u64>> {
         let named = self.named(name)?;
+        named.ckpt.settle();
         let mine = named.ckpt.engine().latest().unwrap_or(0);
         let mut newest = 0u64;
         self.comm.all_reduce_into(&mine, &mut newest, ::mpi::collective::SystemOperation::min());
@@ -272,7 +302,9 @@ impl Runtime {
     /// Blocks until `version` of `name` is durable on every tier of every
     /// rank. Collective.
     pub fn wait(&mut self, name: &str, version: u64) -> Result<()> {
-        self.named(name)?.ckpt.wait(version)
+        let waited = self.named(name)?.ckpt.wait(version);
+        self.account_settled();
+        waited
     }
 
     /// Hints that `version` of `name` will be restored after the versions

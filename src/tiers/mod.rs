@@ -35,8 +35,9 @@ use crate::backend::{Backend, BackendKind};
 use crate::engine::LocalCheckpoint;
 use crate::engine::{Engine, OpenReport};
 use crate::format::Compression;
+use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
-use crate::regions::{Region, Rewrite};
+use crate::regions::{Conversion, Region, Rewrite};
 use crate::store::{Store, StoreOptions};
 use crate::{Error, Result};
 use cache::Cached;
@@ -199,6 +200,39 @@ pub(crate) struct CachedVersion {
     cache_started: Instant,
     copied: Duration,
     waited: Duration,
+}
+
+impl CachedVersion {
+    /// Turns the converted regions into references to their owners after
+    /// the hand-over (the collective step run in the background): the diff
+    /// and the pending record change; the cached bytes wait for
+    /// [`TieredEngine::settle_given_away`]'s rewrite.
+    pub(crate) fn give_away(&mut self, conv: &[Conversion], layouts: &[Layout]) -> Result<()> {
+        if conv.is_empty() {
+            return Ok(());
+        }
+        let Deduplicated { diff, pending, .. } = &mut self.version;
+        pending.give_away(diff, conv, layouts)
+    }
+
+    /// What the version cost the application until now (its file's length
+    /// after the rewrite, if one is attached).
+    pub(crate) fn report(&self) -> TieredReport {
+        let file_bytes = self.rewrite.as_ref().map_or(self.cached.len() as u64, Rewrite::file_len);
+        let (v, d) = (&self.version, &self.version.diff);
+        let mut report = report_of(
+            d.version,
+            d.baseline,
+            file_bytes,
+            self.started,
+            self.cache_started,
+            self.copied,
+            self.waited,
+            v.gpu,
+        );
+        report.held_on_gpu = self.cached.deferred();
+        report
+    }
 }
 
 impl TieredEngine {
@@ -424,18 +458,35 @@ impl TieredEngine {
         Ok(CachedVersion { version, cached, sealed, rewrite, started, cache_started, copied, waited })
     }
 
+    /// Collective step 2b, for a version cached before its regions were
+    /// given away ([`CachedVersion::give_away`]): moves the backend's record
+    /// entries and attaches the rewrite the cached file needs.
+    pub(crate) fn settle_given_away(&mut self, c: &mut CachedVersion) -> Result<()> {
+        if let Some(rewrite) = self.backend.settle_given_away(&mut c.version)? {
+            c.rewrite = Some(rewrite);
+        }
+        Ok(())
+    }
+
     /// Collective step 3 (every rank has cached its file): the backend
     /// commits the version and the flush workers take it.
     pub(crate) fn submit(&mut self, c: CachedVersion) -> Result<TieredReport> {
-        let CachedVersion { version, cached, sealed, rewrite, started, cache_started, copied, waited } = c;
-        let (number, baseline, gpu) = (version.diff.version, version.diff.baseline, version.gpu);
-        let file_bytes = rewrite.as_ref().map_or(cached.len() as u64, Rewrite::file_len);
-        let held_on_gpu = cached.deferred();
+        let report = c.report();
+        let CachedVersion { version, cached, sealed, rewrite, .. } = c;
+        let (number, baseline) = (version.diff.version, version.diff.baseline);
         self.backend.commit(version)?;
         self.enqueue(number, baseline, cached, sealed, rewrite)?;
-        let mut report = report_of(number, baseline, file_bytes, started, cache_started, copied, waited, gpu);
-        report.held_on_gpu = held_on_gpu;
         Ok(report)
+    }
+
+    /// Marks `version` failed on every tier with `reason` (the collective
+    /// step gave it up after its call returned): [`TieredEngine::wait`]
+    /// then says why.
+    pub(crate) fn fail_version(&self, version: u64, reason: &str) {
+        self.shared.progress.register(version);
+        for tier in 0..self.roots.len() {
+            self.shared.progress.set(version, tier, TierState::Failed(reason.to_string()));
+        }
     }
 
     /// Gives up a version between steps 1 and 3 (another rank failed): the
@@ -464,7 +515,8 @@ impl TieredEngine {
     /// tier where it is not (it may still be durable on another: see
     /// [`TieredEngine::is_durable`]).
     pub fn wait(&self, version: u64) -> Result<()> {
-        if self.latest.is_none_or(|l| version > l) {
+        let tracked = self.shared.progress.states(version).is_some();
+        if !tracked && self.latest.is_none_or(|l| version > l) {
             return Err(Error::MissingVersion { dir: self.roots[0].clone(), rank: self.rank, version });
         }
         if self.shared.progress.wait(version)? {

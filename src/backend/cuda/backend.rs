@@ -313,6 +313,10 @@ impl Backend for CudaBackend {
         Ok(rewrite)
     }
 
+    fn settle_given_away(&mut self, version: &mut Deduplicated) -> Result<Option<Rewrite>> {
+        self.settle_given(version)
+    }
+
     fn commit(&mut self, version: Deduplicated) -> Result<()> {
         version.pending.into_any().downcast::<GpuPending>().map_err(|_| foreign())?;
         self.dev.commit()

@@ -538,18 +538,13 @@ impl GpuDedup {
         b.arg(&t).arg(&version32).arg(&me).arg(&n).arg(&nruns);
         b.arg(&dst).arg(&count).arg(&src).arg(&rank).arg(&ver).arg(&chunks);
         // SAFETY: arguments follow table_locate's signature; the run arrays
-        // hold `nruns` elements (at least one) and outlive the launch, which
-        // `read_table_stats` synchronizes.
+        // hold `nruns` elements (at least one) and are freed in stream order
+        // after the launch (cudarc's drop waits for their events).
         unsafe { b.launch(self.grid_stride()) }.map_err(cuda_err)?;
-        self.read_table_stats()?;
+        // The count is read when asked for (`record_entries`) or by the next
+        // version: the caller does not wait for the stream here.
+        self.entries_stale = true;
         Ok(())
-    }
-
-    fn read_table_stats(&mut self) -> Result<(u64, bool)> {
-        let stats = self.gpu.stream.clone_dtoh(&self.table.stats).map_err(cuda_err)?;
-        self.table_entries = stats[0];
-        self.entries_stale = false;
-        Ok((stats[0], stats[1] as u32 != 0))
     }
 
     /// Exclusive scan `input` → `output` of `counters[n_slot]` elements (at

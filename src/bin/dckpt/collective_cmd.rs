@@ -71,6 +71,10 @@ pub struct BenchCollectiveArgs {
     /// mixed: smallest region offered (0 = every region).
     #[arg(long, default_value_t = 0)]
     min_region_bytes: u64,
+    /// mixed, with --tiered: run the collective step in the call instead of
+    /// on a background thread (`overlap = false`).
+    #[arg(long, requires = "tiered")]
+    no_overlap: bool,
     /// mixed: the modes, in order (collective, local, full; a mode may repeat).
     #[arg(long, value_delimiter = ',', default_value = "collective,local,full")]
     modes: Vec<String>,
@@ -82,7 +86,7 @@ pub struct BenchCollectiveArgs {
 /// Runs `body` with MPI initialized; an error on any rank is printed by that
 /// rank and makes the command fail (MPI is finalized first).
 fn with_mpi(body: impl FnOnce(&mpi::topology::SimpleCommunicator) -> Result<()>) -> Result<ExitCode> {
-    let (universe, _) = mpi::initialize_with_threading(mpi::Threading::Funneled)
+    let (universe, _) = mpi::initialize_with_threading(mpi::Threading::Multiple)
         .ok_or_else(|| Error::InvalidOption("MPI could not be initialized".into()))?;
     let world = universe.world();
     let rank = world.rank();
@@ -110,6 +114,7 @@ pub fn checkpoint(a: CheckpointArgs) -> Result<ExitCode> {
         backend: a.backend,
         local_only: a.local_only,
         min_region_bytes: a.min_region_bytes,
+        ..CollectiveOptions::default()
     };
     with_mpi(|world| {
         let rank = world.rank();
@@ -122,8 +127,10 @@ pub fn checkpoint(a: CheckpointArgs) -> Result<ExitCode> {
             for w in &ckpt.engine().open_report().warnings {
                 eprintln!("dckpt: warning: {w}");
             }
-            let r = ckpt.checkpoint(a.version, &data)?;
+            ckpt.checkpoint(a.version, &data)?;
             ckpt.wait(a.version)?;
+            // The settled report (the collective step may have run in the background).
+            let r = ckpt.take_settled().pop().ok_or_else(|| Error::Internal("no settled report".into()))?;
             ckpt.finalize()?;
             println!(
                 "rank {} version {}: {} bytes, {} regions referenced on other ranks, returned after {:.3} s, durable on every tier{}",
@@ -186,6 +193,7 @@ pub fn bench(a: BenchCollectiveArgs) -> Result<ExitCode> {
                     threshold: a.threshold as usize,
                     backend: a.backend,
                     min_region_bytes: a.min_region_bytes,
+                    overlap: !a.no_overlap,
                     ..CollectiveOptions::default()
                 };
                 let modes = mixed_workload(world, &a.dir, &p, &copts)?;

@@ -1,0 +1,111 @@
+//! The collective step off the application's path: a thread with its own
+//! communicator runs each version's reduction and give-away while the
+//! application computes. The call that checkpoints hands it the version
+//! (already cached, its tuple set and regions); the next collective call
+//! collects the outcome and commits or abandons it. Tasks run one at a time,
+//! in the order every rank submits them, so the threads of all ranks meet
+//! in the same reductions.
+
+use super::merge::HashFreq;
+use super::reduce::{ThreadComm, reduce_sets};
+use super::regions::{Conversion, Region, conversions};
+use crate::layout::Layout;
+use crate::tiers::CachedVersion;
+use crate::{Error, Result};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+/// A version handed to the background step.
+pub(crate) struct Task {
+    /// The version, cached and not yet committed.
+    pub cached: CachedVersion,
+    /// Its tuple set (the reduction's input).
+    pub set: Vec<HashFreq>,
+    /// Its FIRST regions offered.
+    pub regions: Vec<Region>,
+}
+
+/// What the background step made of a [`Task`].
+pub(crate) struct Settled {
+    /// The version, its regions given away (not yet committed).
+    pub cached: CachedVersion,
+    /// Entries of the reduction's result.
+    pub merged: usize,
+    /// The regions given away.
+    pub conv: Vec<Conversion>,
+    /// Seconds of the reduction and the give-away.
+    pub seconds: f64,
+}
+
+/// The background thread of one [`super::TieredCollective`].
+pub(crate) struct StepWorker {
+    tasks: Option<Sender<Task>>,
+    done: Receiver<Result<Settled>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl StepWorker {
+    /// Starts the thread over its own communicator; `me` is this rank,
+    /// `layouts[r]` rank r's layout, `threshold` the reduction's K.
+    pub(crate) fn start(comm: ThreadComm, me: u32, layouts: Arc<Vec<Layout>>, threshold: usize) -> Result<Self> {
+        let (tasks, todo) = channel::<Task>();
+        let (report, done) = channel();
+        let thread = std::thread::Builder::new()
+            .name(format!("dckpt-collective-{me}"))
+            .spawn(move || {
+                for task in todo {
+                    let outcome = run(comm.comm(), me, &layouts, threshold, task);
+                    if report.send(outcome).is_err() {
+                        break;
+                    }
+                }
+                // `comm` is freed here, on the thread that used it.
+            })
+            .map_err(|e| Error::Internal(format!("starting the collective step's thread: {e}")))?;
+        Ok(StepWorker { tasks: Some(tasks), done, thread: Some(thread) })
+    }
+
+    /// Hands `task` to the thread.
+    pub(crate) fn submit(&self, task: Task) -> Result<()> {
+        self.tasks
+            .as_ref()
+            .and_then(|t| t.send(task).ok())
+            .ok_or_else(|| Error::Internal("the collective step's thread has stopped".into()))
+    }
+
+    /// Waits for the outcome of the oldest task not collected yet.
+    pub(crate) fn collect(&self) -> Result<Settled> {
+        self.done.recv().map_err(|_| Error::Internal("the collective step's thread has stopped".into()))?
+    }
+}
+
+impl Drop for StepWorker {
+    fn drop(&mut self) {
+        // The thread finishes the task it has (every rank submitted it, so
+        // its reduction completes) and frees its communicator.
+        drop(self.tasks.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One task: the reduction over `comm`, then the give-away of the regions
+/// other ranks own.
+fn run(
+    comm: &::mpi::topology::SimpleCommunicator,
+    me: u32,
+    layouts: &[Layout],
+    k: usize,
+    task: Task,
+) -> Result<Settled> {
+    let t = Instant::now();
+    let Task { mut cached, set, regions } = task;
+    let merged = reduce_sets(comm, &set, k)?;
+    crate::failpoint::hit("collective.reduced");
+    let conv = conversions(me, &regions, &merged, layouts);
+    cached.give_away(&conv, layouts)?;
+    Ok(Settled { cached, merged: merged.len(), conv, seconds: t.elapsed().as_secs_f64() })
+}
