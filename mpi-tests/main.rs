@@ -642,6 +642,56 @@ fn retention_with_dense_versions(w: &World, root: &Path, opts: &CollectiveOption
     w.comm.barrier();
 }
 
+/// The collective step on its background thread fails on one rank after
+/// every call returned: that version is abandoned on every rank (`wait`
+/// says why), the next version continues the chain before it, and every
+/// other version restores byte-exactly on every rank.
+fn background_failure(w: &World, root: &Path) {
+    use dckpt::collective::TieredCollective;
+    let opts = CollectiveOptions { backend: test_backend(), ..CollectiveOptions::default() };
+    let mut c = TieredCollective::open(w.comm, &two_tiers(root, (None, None)), len() as u64, &store_opts(), &opts)
+        .expect("open");
+    if !c.overlapped() {
+        return; // one rank, or no MPI_THREAD_MULTIPLE: no background step
+    }
+    let s = Scenario::Partial;
+    for v in 1..=4u64 {
+        if v == 2 {
+            // Version 1's step is over everywhere: the failure hits version 2's.
+            c.settle();
+            if w.rank == w.size - 1 {
+                dckpt::failpoint::fail_next("collective.reduced");
+            }
+        }
+        c.checkpoint(v, &buffer(s, w.rank, v)).expect("every call returns");
+    }
+    let waited = c.wait(2);
+    w.check(
+        waited
+            .as_ref()
+            .is_err_and(|e| e.kind() == dckpt::ErrorKind::NotDurable && e.to_string().contains("collective step")),
+        &format!("the abandoned version: wait says {waited:?}"),
+    );
+    for v in [1, 3, 4] {
+        c.wait(v).expect("the other versions are durable");
+    }
+    let settled: Vec<u64> = c.take_settled().iter().map(|r| r.checkpoint.version).collect();
+    w.check(settled == [1, 3, 4], &format!("settled reports {settled:?}"));
+    // Finalizing reports the abandoned version, and nothing else.
+    if let Err(e) = c.finalize() {
+        w.check(e.to_string().contains("collective step"), &format!("finalize: {e}"));
+    }
+    w.comm.barrier();
+    for r in 0..w.size {
+        for v in [1, 3, 4] {
+            let got = dckpt::restore::restore_version(&root.join("shared"), r as u32, v);
+            w.check(got.is_ok_and(|g| g == buffer(s, r, v)), &format!("rank {r} version {v} after the failure"));
+        }
+        let gone = dckpt::restore::restore_version(&root.join("shared"), r as u32, 2);
+        w.check(gone.is_err(), &format!("rank {r}: the abandoned version 2 restores"));
+    }
+}
+
 /// Faults on collective tiers: a second writer on the same tiers is refused
 /// on every rank while the first goes on; a shared tier too small for any
 /// version (a tmpfs, where mounting is allowed) fails every version there,
@@ -768,7 +818,7 @@ fn main() {
     if w.rank == 0 {
         println!("mpi-tests: backend auto (set DCKPT_MPI_TEST_BACKEND=cpu|cuda to choose)");
     }
-    let tests: [(&str, Test); 12] = [
+    let tests: [(&str, Test); 13] = [
         ("identical", |w, r| {
             identical(w, r);
             temporal(w, r);
@@ -784,6 +834,7 @@ fn main() {
         ("gpu-cache", collective_gpu_cache),
         ("retention", retention),
         ("tier-faults", tier_faults),
+        ("background-failure", background_failure),
         ("runtime", runtime::runtime),
     ];
     for (name, test) in tests {

@@ -33,6 +33,27 @@ static HITS: AtomicU64 = AtomicU64::new(0);
 static DELAYED: AtomicBool = AtomicBool::new(false);
 static DELAYS: Mutex<Vec<(String, Duration)>> = Mutex::new(Vec::new());
 
+static FAILS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Makes the next [`failed`] check of point `name` in this process report a
+/// failure (once). For tests of error paths that no input can reach, such
+/// as the collective step's background thread failing on one rank.
+pub fn fail_next(name: &str) {
+    FAILS.lock().unwrap_or_else(PoisonError::into_inner).push(name.to_string());
+}
+
+/// Whether point `name` was armed by [`fail_next`] (disarming it).
+pub fn failed(name: &str) -> bool {
+    let mut f = FAILS.lock().unwrap_or_else(PoisonError::into_inner);
+    match f.iter().position(|n| n == name) {
+        Some(i) => {
+            f.remove(i);
+            true
+        }
+        None => false,
+    }
+}
+
 /// Makes every later hit of point `name` in this process sleep for `pause`
 /// (a zero `pause` removes the delay). For tests.
 pub fn delay(name: &str, pause: Duration) {

@@ -105,6 +105,9 @@ fn run(
     let Task { mut cached, set, regions } = task;
     let merged = reduce_sets(comm, &set, k)?;
     crate::failpoint::hit("collective.reduced");
+    if crate::failpoint::failed("collective.reduced") {
+        return Err(Error::Internal("an injected failure of the collective step (test)".into()));
+    }
     let conv = conversions(me, &regions, &merged, layouts);
     cached.give_away(&conv, layouts)?;
     Ok(Settled { cached, merged: merged.len(), conv, seconds: t.elapsed().as_secs_f64() })

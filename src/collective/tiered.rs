@@ -339,6 +339,11 @@ impl TieredCollective {
             let missing: Vec<usize> =
                 all.chunks(tiers).enumerate().filter(|(_, w)| w[t] == 0).map(|(r, _)| r).collect();
             if !missing.is_empty() {
+                // This rank's own reason where it has one (every rank has
+                // it for a version the collective step abandoned).
+                if let Err(e @ Error::NotDurable { .. }) = self.engine.wait(version) {
+                    return Err(e);
+                }
                 return Err(Error::NotDurable {
                     version,
                     tier: name.clone(),
