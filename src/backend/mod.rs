@@ -39,6 +39,18 @@ pub struct Deduplicated {
     pub gpu: Option<cuda::GpuTimings>,
 }
 
+impl Deduplicated {
+    /// Turns the converted regions into references to their owners
+    /// (`layouts[r]` is rank r's layout); the pending record follows
+    /// ([`PendingVersion::give_away`]).
+    pub fn give_away(&mut self, conv: &[Conversion], layouts: &[Layout]) -> Result<()> {
+        if conv.is_empty() {
+            return Ok(());
+        }
+        self.pending.give_away(&mut self.diff, conv, layouts)
+    }
+}
+
 /// The backend-specific part of a [`Deduplicated`] version.
 pub trait PendingVersion: fmt::Debug + Send {
     /// Where the diff's FIRST bytes are: `data` (the protected host buffer,

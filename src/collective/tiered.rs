@@ -47,6 +47,10 @@ use ::mpi::traits::*;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// Settled reports a handle keeps for [`TieredCollective::take_settled`]
+/// (older ones are dropped when nobody takes them).
+pub const KEPT_REPORTS: usize = 4096;
+
 /// A rank's collective checkpointing through the asynchronous tiers.
 ///
 /// ```no_run
@@ -76,7 +80,8 @@ pub struct TieredCollective {
     max_level: u32,
     /// The call's report of the version handed to `worker`, not settled yet.
     in_flight: Option<CollectiveReport<TieredReport>>,
-    /// Settled reports not taken yet ([`TieredCollective::take_settled`]).
+    /// Settled reports not taken yet ([`TieredCollective::take_settled`]),
+    /// the newest [`KEPT_REPORTS`] at most.
     settled: Vec<CollectiveReport<TieredReport>>,
 }
 
@@ -141,9 +146,18 @@ impl TieredCollective {
         self.worker.is_some()
     }
 
+    /// Keeps a settled report for [`TieredCollective::take_settled`].
+    fn keep(&mut self, report: CollectiveReport<TieredReport>) {
+        if self.settled.len() >= KEPT_REPORTS {
+            self.settled.remove(0);
+        }
+        self.settled.push(report);
+    }
+
     /// The final reports of the versions settled since the last call, oldest
     /// first: every version's report arrives here once (also when the
-    /// collective step ran in the call).
+    /// collective step ran in the call; the newest [`KEPT_REPORTS`] when
+    /// they are not taken).
     pub fn take_settled(&mut self) -> Vec<CollectiveReport<TieredReport>> {
         std::mem::take(&mut self.settled)
     }
@@ -198,7 +212,7 @@ impl TieredCollective {
         let clock = StepClock { start: t0, offer_seconds, reduced_from, reduced_at };
         let report =
             CollectiveReport::new(me, self.layouts.len() as u32, checkpoint, offered, merged.len(), &conv, &clock);
-        self.settled.push(report.clone());
+        self.keep(report.clone());
         Ok(report)
     }
 
@@ -291,7 +305,7 @@ impl TieredCollective {
                 report.bytes_referenced = conv.iter().map(|c| c.region.bytes).sum();
                 report.reduce_seconds = seconds;
                 report.settled = true;
-                self.settled.push(report);
+                self.keep(report);
             }
             // This rank's history lacks the version the others took: the
             // next checkpoint's first agreement makes it a baseline everywhere.

@@ -53,11 +53,7 @@ impl<'a> LocalCheckpoint<'a> {
     /// owners' copies (on the GPU, in the device table), so later versions
     /// reference them. Both backends write the same files.
     pub fn give_away(&mut self, conv: &[Conversion], layouts: &[Layout]) -> Result<()> {
-        if conv.is_empty() {
-            return Ok(());
-        }
-        let Deduplicated { diff, pending, .. } = &mut self.version;
-        pending.give_away(diff, conv, layouts)
+        self.version.give_away(conv, layouts)
     }
 }
 

@@ -208,11 +208,7 @@ impl CachedVersion {
     /// and the pending record change; the cached bytes wait for
     /// [`TieredEngine::settle_given_away`]'s rewrite.
     pub(crate) fn give_away(&mut self, conv: &[Conversion], layouts: &[Layout]) -> Result<()> {
-        if conv.is_empty() {
-            return Ok(());
-        }
-        let Deduplicated { diff, pending, .. } = &mut self.version;
-        pending.give_away(diff, conv, layouts)
+        self.version.give_away(conv, layouts)
     }
 
     /// What the version cost the application until now (its file's length
