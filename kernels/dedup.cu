@@ -26,6 +26,7 @@
 #define SLOT_DEAD 3u
 
 #define INDEX_BITS 58
+#define RUN_WORDS 5
 
 // One record entry: 32 bytes, so a probe touches one 32-byte sector.
 struct Slot {
@@ -664,16 +665,16 @@ extern "C" __global__ void commit_leaves(const u64* counters, const u64* idx, co
 }
 
 // The collective step's region digests, read off the tree this version just
-// built: out[i] = dig[idx[i]] (a node's index over all levels). A node not
-// labelled FIRST has no digest of this version's bytes: *bad counts them (the
-// host then hashes the regions itself).
-extern "C" __global__ void gather_digests(const u64* dig, const u8* lab, const u64* idx, u64 count, u64* out,
-                                          u64* bad) {
+// built: out[3i, 3i + 1] = dig[idx[i]] (a node's index over all levels) and
+// out[3i + 2] = 1, or 0 for a node not labelled FIRST, which has no digest of
+// this version's bytes (the host then hashes the region itself, or leaves it
+// out of the offer).
+extern "C" __global__ void gather_digests(const u64* dig, const u8* lab, const u64* idx, u64 count, u64* out) {
     for (u64 k = blockIdx.x * (u64)blockDim.x + threadIdx.x; k < count; k += (u64)gridDim.x * blockDim.x) {
         u64 i = idx[k];
-        if (lab[i] != L_FIRST) atomicAdd((unsigned long long*)bad, 1ull);
-        out[2 * k] = dig[2 * i];
-        out[2 * k + 1] = dig[2 * i + 1];
+        out[3 * k] = dig[2 * i];
+        out[3 * k + 1] = dig[2 * i + 1];
+        out[3 * k + 2] = lab[i] == L_FIRST ? 1ull : 0ull;
     }
 }
 
@@ -820,12 +821,11 @@ extern "C" __global__ void block_digests(const u8* data, u64 len, u8* out) {
 // as a baseline, so every live entry of version `latest` names a node of it.
 // Each is moved to where the node's bytes are stored — `runs` map this
 // version's chunks [dst, dst + count) to chunks [src, ...) of (rank, ver),
-// sorted by dst — or dropped when they are not contiguous in one run at an
+// sorted by dst, RUN_WORDS words each: dst, count, src, owner_chunks,
+// rank | ver << 32 — or dropped when they are not contiguous in one run at an
 // aligned node of the same shape in the owner's tree (`owner_chunks` leaves),
 // exactly as `locate` in src/engine/rebuild.rs.
-extern "C" __global__ void table_locate(Table t, u32 latest, u32 me, u64 n, u64 nruns, const u64* rdst,
-                                        const u64* rcount, const u64* rsrc, const u32* rrank, const u32* rver,
-                                        const u64* rchunks) {
+extern "C" __global__ void table_locate(Table t, u32 latest, u32 me, u64 n, u64 nruns, const u64* runs) {
     for (u64 s = blockIdx.x * (u64)blockDim.x + threadIdx.x; s <= t.mask; s += (u64)gridDim.x * blockDim.x) {
         Slot* sl = &t.slots[s];
         if (sl->flags != SLOT_FULL || sl->ver != latest) continue;
@@ -837,25 +837,26 @@ extern "C" __global__ void table_locate(Table t, u32 latest, u32 me, u64 n, u64 
         u64 lo = 0, hi = nruns;  // first run with dst + count > a
         while (lo < hi) {
             u64 mid = (lo + hi) / 2;
-            if (rdst[mid] + rcount[mid] <= a) lo = mid + 1; else hi = mid;
+            if (runs[RUN_WORDS * mid] + runs[RUN_WORDS * mid + 1] <= a) lo = mid + 1; else hi = mid;
         }
-        bool keep = lo < nruns && rdst[lo] <= a && b <= rdst[lo] + rcount[lo];
+        const u64* r = &runs[RUN_WORDS * (lo < nruns ? lo : 0)];
+        bool keep = lo < nruns && r[0] <= a && b <= r[0] + r[1];
         u64 first = 0, ni = 0;
         if (keep) {
-            first = rsrc[lo] + (a - rdst[lo]);
+            first = r[2] + (a - r[0]);
             keep = (first & ((1ull << k) - 1)) == 0;
         }
         if (keep) {
-            const u64 no = rchunks[lo];
+            const u64 no = r[3];
             const u32 levels = 64 - __clzll(no - 1) + 1;
             ni = first >> k;
             const u64 end = ((ni + 1) << k) < no ? ((ni + 1) << k) : no;
             keep = k < levels && ni < ((no + (1ull << k) - 1) >> k) && end - first == b - a && ni < (1ull << 40);
         }
         if (keep) {
-            const u32 owner = rrank[lo];
+            const u32 owner = (u32)r[4];
             sl->node = ((u64)k << INDEX_BITS) | ni | (owner != me ? ((u64)owner + 1) << 40 : 0ull);
-            sl->ver = rver[lo];
+            sl->ver = (u32)(r[4] >> 32);
         } else {
             sl->flags = SLOT_DEAD;
             atomicAdd(t.count, (u64)-1ll);

@@ -34,6 +34,45 @@ pub struct Region {
     pub bytes: u64,
 }
 
+/// A version's regions whose digests may still be on their way (a copy
+/// back from the device in flight): resolved later, on any thread (the
+/// collective step's), so the application does not wait for them.
+pub struct PendingRegions(Pending);
+
+enum Pending {
+    Ready(Vec<Region>),
+    Deferred(Box<dyn FnOnce() -> crate::Result<Vec<Region>> + Send>),
+}
+
+impl PendingRegions {
+    /// Regions already known.
+    pub fn ready(regions: Vec<Region>) -> Self {
+        PendingRegions(Pending::Ready(regions))
+    }
+
+    /// Regions that `resolve` produces when asked (it may wait for a device).
+    pub fn deferred(resolve: impl FnOnce() -> crate::Result<Vec<Region>> + Send + 'static) -> Self {
+        PendingRegions(Pending::Deferred(Box::new(resolve)))
+    }
+
+    /// The regions, waiting for them if needed.
+    pub fn resolve(self) -> crate::Result<Vec<Region>> {
+        match self.0 {
+            Pending::Ready(regions) => Ok(regions),
+            Pending::Deferred(resolve) => resolve(),
+        }
+    }
+}
+
+impl std::fmt::Debug for PendingRegions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Pending::Ready(r) => write!(f, "PendingRegions::Ready({} regions)", r.len()),
+            Pending::Deferred(_) => f.write_str("PendingRegions::Deferred"),
+        }
+    }
+}
+
 /// The largest node level whose nodes hold at most `region_bytes` bytes
 /// (level 0, one chunk, at least).
 pub fn max_region_level(chunk_size: u32, region_bytes: u64) -> u32 {
@@ -45,20 +84,20 @@ pub fn max_region_level(chunk_size: u32, region_bytes: u64) -> u32 {
 }
 
 /// Cuts `chunks` into the largest nodes of `layout` (at most `max_level`)
-/// that lie inside it, left to right.
-fn node_cover(layout: &Layout, chunks: Range<u64>, max_level: u32) -> Vec<NodeId> {
-    let mut out = Vec::new();
+/// that lie inside it, left to right, appended to `out`.
+fn node_cover(layout: &Layout, chunks: Range<u64>, max_level: u32, out: &mut Vec<NodeId>) {
+    let top = max_level.min(layout.levels() - 1);
     let mut at = chunks.start;
     while at < chunks.end {
-        let mut k = max_level.min(at.trailing_zeros()).min(layout.levels() - 1);
-        while k > 0 && layout.node_chunks(NodeId::new(k, at >> k)).end > chunks.end {
+        // The largest aligned node at `at` that ends inside the range (the
+        // buffer's last node may be short: it ends at the last chunk).
+        let mut k = top.min(at.trailing_zeros());
+        while k > 0 && (at + (1u64 << k)).min(layout.chunks()) > chunks.end {
             k -= 1;
         }
-        let node = NodeId::new(k, at >> k);
-        out.push(node);
-        at = layout.node_chunks(node).end;
+        out.push(NodeId::new(k, at >> k));
+        at = (at + (1u64 << k)).min(layout.chunks());
     }
-    out
 }
 
 pub use crate::hash::subtree_digest;
@@ -153,13 +192,23 @@ impl<'a> FirstBytes<'a> {
 /// The nodes a collective step offers for `diff`'s FIRST runs: each run cut
 /// into the largest aligned nodes of at most `2^max_level` chunks, in order.
 pub fn region_nodes(diff: &Diff, max_level: u32) -> Vec<NodeId> {
-    let layout = diff.layout;
-    diff.first.iter().flat_map(|r| node_cover(&layout, r.start..r.start + r.count, max_level)).collect()
+    let mut out = Vec::with_capacity(diff.first.len());
+    for r in &diff.first {
+        node_cover(&diff.layout, r.start..r.start + r.count, max_level, &mut out);
+    }
+    out
 }
 
 /// The regions of `nodes` (from [`region_nodes`]) with their `digests`, in order.
 pub fn regions_of(layout: &Layout, nodes: &[NodeId], digests: &[Digest]) -> Vec<Region> {
     nodes.iter().zip(digests).map(|(&node, &digest)| region(layout, node, digest)).collect()
+}
+
+/// The regions of `nodes` whose digest is known, in order: a node without
+/// one is not offered (it stays this rank's, as a region below
+/// `min_region_bytes` does).
+pub fn known_regions(layout: &Layout, nodes: &[NodeId], digests: &[Option<Digest>]) -> Vec<Region> {
+    nodes.iter().zip(digests).filter_map(|(&node, digest)| Some(region(layout, node, (*digest)?))).collect()
 }
 
 fn region(layout: &Layout, node: NodeId, digest: Digest) -> Region {
@@ -354,7 +403,8 @@ mod tests {
             for max in [0, 1, 3, 10] {
                 for a in 0..n.min(20) {
                     for b in (a + 1)..=n {
-                        let nodes = node_cover(&layout, a..b, max);
+                        let mut nodes = Vec::new();
+                        node_cover(&layout, a..b, max, &mut nodes);
                         let mut at = a;
                         for node in nodes {
                             assert!(node.level() <= max && layout.contains(node));

@@ -21,7 +21,7 @@ pub mod ring;
 use crate::diff::Diff;
 use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
-use crate::regions::{self, Conversion, FirstBytes, Region, Rewrite};
+use crate::regions::{self, Conversion, FirstBytes, PendingRegions, Region, Rewrite};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::any::Any;
@@ -162,6 +162,15 @@ pub trait Backend: Send {
     fn regions(&mut self, version: &Deduplicated, data: &[u8], max_level: u32) -> Result<Vec<Region>> {
         let bytes = version.pending.first_bytes(&version.diff, data)?;
         Ok(regions::first_regions(&version.diff, &bytes, max_level))
+    }
+
+    /// As [`Backend::regions`], but where the digests come from a device
+    /// the copy back may still be in flight: the result resolves on any
+    /// thread (the collective step's), after this version's kernels. A
+    /// region whose digest the device turns out not to hold is left out
+    /// there (never offered). By default the regions, computed now.
+    fn regions_deferred(&mut self, version: &Deduplicated, data: &[u8], max_level: u32) -> Result<PendingRegions> {
+        self.regions(version, data, max_level).map(PendingRegions::ready)
     }
 
     /// The diff file of `version` (after regions were given away); applies

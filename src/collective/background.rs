@@ -1,14 +1,15 @@
 //! The collective step off the application's path: a thread with its own
 //! communicator runs each version's reduction and give-away while the
 //! application computes. The call that checkpoints hands it the version
-//! (already cached, its tuple set and regions); the next collective call
+//! (already cached) and its regions; the thread builds the tuple set, so
+//! its sort never delays the application. The next collective call
 //! collects the outcome and commits or abandons it. Tasks run one at a time,
 //! in the order every rank submits them, so the threads of all ranks meet
 //! in the same reductions.
 
-use super::merge::HashFreq;
+use super::merge::local_set;
 use super::reduce::{ThreadComm, reduce_sets};
-use super::regions::{Conversion, Region, conversions};
+use super::regions::{Conversion, PendingRegions, conversions};
 use crate::layout::Layout;
 use crate::tiers::CachedVersion;
 use crate::{Error, Result};
@@ -21,16 +22,31 @@ use std::time::Instant;
 pub(crate) struct Task {
     /// The version, cached and not yet committed.
     pub cached: CachedVersion,
-    /// Its tuple set (the reduction's input).
-    pub set: Vec<HashFreq>,
-    /// Its FIRST regions offered.
-    pub regions: Vec<Region>,
+    /// Its FIRST regions, their digests possibly still on their way from
+    /// the device (those below the handle's `min_region_bytes` included:
+    /// the thread leaves them out).
+    pub regions: PendingRegions,
+}
+
+/// What every task of one handle shares: this rank, the ranks' layouts and
+/// the reduction's options.
+pub(crate) struct StepParams {
+    /// This rank.
+    pub me: u32,
+    /// `layouts[r]` is rank r's layout.
+    pub layouts: Arc<Vec<Layout>>,
+    /// The reduction's K.
+    pub threshold: usize,
+    /// Regions smaller than this stay the rank's, outside the reduction.
+    pub min_region_bytes: u64,
 }
 
 /// What the background step made of a [`Task`].
 pub(crate) struct Settled {
     /// The version, its regions given away (not yet committed).
     pub cached: CachedVersion,
+    /// Regions offered to the reduction.
+    pub offered: usize,
     /// Entries of the reduction's result.
     pub merged: usize,
     /// The regions given away.
@@ -47,16 +63,15 @@ pub(crate) struct StepWorker {
 }
 
 impl StepWorker {
-    /// Starts the thread over its own communicator; `me` is this rank,
-    /// `layouts[r]` rank r's layout, `threshold` the reduction's K.
-    pub(crate) fn start(comm: ThreadComm, me: u32, layouts: Arc<Vec<Layout>>, threshold: usize) -> Result<Self> {
+    /// Starts the thread over its own communicator.
+    pub(crate) fn start(comm: ThreadComm, params: StepParams) -> Result<Self> {
         let (tasks, todo) = channel::<Task>();
         let (report, done) = channel();
         let thread = std::thread::Builder::new()
-            .name(format!("dckpt-collective-{me}"))
+            .name(format!("dckpt-collective-{}", params.me))
             .spawn(move || {
                 for task in todo {
-                    let outcome = run(comm.comm(), me, &layouts, threshold, task);
+                    let outcome = run(comm.comm(), &params, task);
                     if report.send(outcome).is_err() {
                         break;
                     }
@@ -92,23 +107,26 @@ impl Drop for StepWorker {
     }
 }
 
-/// One task: the reduction over `comm`, then the give-away of the regions
-/// other ranks own.
-fn run(
-    comm: &::mpi::topology::SimpleCommunicator,
-    me: u32,
-    layouts: &[Layout],
-    k: usize,
-    task: Task,
-) -> Result<Settled> {
+/// One task: the tuple set, the reduction over `comm`, then the give-away
+/// of the regions other ranks own.
+fn run(comm: &::mpi::topology::SimpleCommunicator, params: &StepParams, task: Task) -> Result<Settled> {
     let t = Instant::now();
-    let Task { mut cached, set, regions } = task;
-    let merged = reduce_sets(comm, &set, k)?;
+    let StepParams { me, ref layouts, threshold, min_region_bytes } = *params;
+    let Task { mut cached, regions } = task;
+    let version = cached.version();
+    let mut regions = regions.resolve()?;
+    regions.retain(|r| r.bytes >= min_region_bytes);
+    let set = local_set(me, regions.iter().map(|r| (r.digest, r.bytes, r.node)), threshold);
+    crate::profile::count("offered-entries", version, set.len() as u64);
+    let merged = {
+        let _span = crate::profile::Span::new("reduce", version);
+        reduce_sets(comm, &set, threshold)?
+    };
     crate::failpoint::hit("collective.reduced");
     if crate::failpoint::failed("collective.reduced") {
         return Err(Error::Internal("an injected failure of the collective step (test)".into()));
     }
     let conv = conversions(me, &regions, &merged, layouts);
     cached.give_away(&conv, layouts)?;
-    Ok(Settled { cached, merged: merged.len(), conv, seconds: t.elapsed().as_secs_f64() })
+    Ok(Settled { cached, offered: regions.len(), merged: merged.len(), conv, seconds: t.elapsed().as_secs_f64() })
 }

@@ -63,7 +63,8 @@ pub struct CollectiveReport<R = CheckpointReport> {
     /// Whether the collective step is over for this version. `false` for
     /// the report a checkpoint through the tiers returns when its reduction
     /// runs in the background (`CollectiveOptions::overlap`): the reduction's
-    /// fields are zero and `checkpoint.file_bytes` counts the file as
+    /// fields (and `regions_offered`, whose digests may still be on their
+    /// way from the device) are zero and `checkpoint.file_bytes` counts the file as
     /// de-duplicated locally; the settled report follows from
     /// [`TieredCollective::take_settled`](super::TieredCollective::take_settled).
     pub settled: bool,
@@ -298,7 +299,8 @@ pub(crate) fn agree_or_abandon<C: Communicator, E: LocalSide + ?Sized, T>(
 }
 
 /// The first steps of a collective checkpoint, the same over either local
-/// engine: this rank's de-duplication and offer, agreed by every rank, then
+/// engine: this rank's de-duplication and offer (no regions when
+/// [`alone`]: every region stays this rank's), agreed by every rank, then
 /// the reduction. On any failure every rank abandons the version. The
 /// offer, the merged set (the same on every rank) and when the reduction
 /// started and ended. Collective.
@@ -310,7 +312,15 @@ pub(crate) fn offer_and_reduce<'a, C: Communicator, E: LocalSide + ?Sized>(
     max_level: u32,
     opts: &CollectiveOptions,
 ) -> Result<(step::Offer<'a>, Vec<HashFreq>, Instant, Instant)> {
-    let offer = agreed_offer(comm, engine, version, input, max_level, opts)?;
+    let offer = match alone(comm, opts) {
+        true => engine.deduplicate_local(version, input).map(|local| step::offer_of(local, Vec::new(), 1)),
+        false => step::offer(engine, version, input, max_level, opts.threshold)
+            .map(|o| o.without_regions_below(opts.min_region_bytes, opts.threshold)),
+    };
+    let offer = {
+        let _span = crate::profile::Span::new("agree-dedup", version);
+        agree_or_abandon(comm, engine, "de-duplication", version, offer)?
+    };
     let reduced_from = Instant::now();
     if alone(comm, opts) {
         return Ok((offer, Vec::new(), reduced_from, reduced_from));
@@ -334,27 +344,6 @@ pub(crate) fn offer_and_reduce<'a, C: Communicator, E: LocalSide + ?Sized>(
 /// reference).
 pub(crate) fn alone<C: Communicator>(comm: &C, opts: &CollectiveOptions) -> bool {
     opts.local_only || comm.size() == 1
-}
-
-/// The first step of a collective checkpoint: this rank's de-duplication
-/// and offer (no regions when [`alone`]: every region stays this rank's),
-/// agreed by every rank; on a failure anywhere every rank abandons the
-/// version. Collective.
-pub(crate) fn agreed_offer<'a, C: Communicator, E: LocalSide + ?Sized>(
-    comm: &C,
-    engine: &mut E,
-    version: u64,
-    input: Protected<'a>,
-    max_level: u32,
-    opts: &CollectiveOptions,
-) -> Result<step::Offer<'a>> {
-    let offer = match alone(comm, opts) {
-        true => engine.deduplicate_local(version, input).map(|local| step::offer_of(local, Vec::new(), 1)),
-        false => step::offer(engine, version, input, max_level, opts.threshold)
-            .map(|o| o.without_regions_below(opts.min_region_bytes, opts.threshold)),
-    };
-    let _span = crate::profile::Span::new("agree-dedup", version);
-    agree_or_abandon(comm, engine, "de-duplication", version, offer)
 }
 
 /// What opening a collective needs on this rank, checked before anything

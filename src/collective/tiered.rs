@@ -12,8 +12,8 @@
 //! collective call (checkpoint, wait, finalize) settles the version:
 //!
 //! ```text
-//! checkpoint(v): settle(v-1) ─► agree(baseline?) ─► dedup ─► agree ─► cache ─► agree ─► hand to the thread ─► return
-//!                the step's thread (own communicator):       reduce ─► give away (the diff, the record)
+//! checkpoint(v): settle(v-1) ─► agree(baseline?) ─► dedup ─► regions ─► cache ─► agree ─► hand to the thread ─► return
+//!                the step's thread (own communicator): region digests (from the device) ─► tuple set ─► reduce ─► give away
 //! settle(v):     collect ─► record moves, rewrite attached ─► agree ─► commit + queue (or abandon everywhere)
 //!                each rank's flush workers, in the background: rewrite ─► file durable on tier t ─► its part on tier t
 //! wait(v):       settle ─► every rank waits for its own flushes ─► allgather ─► durable on tier t iff on every rank
@@ -29,11 +29,11 @@
 //! (its `wait` says why); the next one continues the chain before it.
 
 use super::CollectiveOptions;
-use super::background::{Settled, StepWorker, Task};
+use super::background::{Settled, StepParams, StepWorker, Task};
 use super::merge::HashFreq;
 use super::mpi::{
-    CollectiveReport, StepClock, agree_or_abandon, agreed_offer, all_agree, alone, exchange_layouts, offer_and_reduce,
-    open_checks, reduce_sets,
+    CollectiveReport, StepClock, agree_or_abandon, all_agree, alone, exchange_layouts, offer_and_reduce, open_checks,
+    reduce_sets,
 };
 use super::reduce::ThreadComm;
 use super::step;
@@ -133,7 +133,15 @@ impl TieredCollective {
             return Ok(None);
         }
         let worker = match ThreadComm::new(comm.duplicate()) {
-            Some(own) => StepWorker::start(own, rank, Arc::clone(layouts), opts.threshold),
+            Some(own) => StepWorker::start(
+                own,
+                StepParams {
+                    me: rank,
+                    layouts: Arc::clone(layouts),
+                    threshold: opts.threshold,
+                    min_region_bytes: opts.min_region_bytes,
+                },
+            ),
             None => Err(Error::Internal("MPI_THREAD_MULTIPLE was granted, then not".into())),
         };
         all_agree(comm, "starting the collective step's thread", 0, worker).map(Some)
@@ -216,31 +224,40 @@ impl TieredCollective {
         Ok(report)
     }
 
-    /// The call's part when the step runs in the background: the offer,
-    /// the copy into the host cache (the file as de-duplicated locally),
-    /// then the version goes to the step's thread. The returned report is
-    /// not settled.
+    /// The call's part when the step runs in the background: the local
+    /// de-duplication, the regions and their digests, the copy into the host
+    /// cache (the file as de-duplicated locally), one agreement, then the
+    /// version goes to the step's thread (which builds the tuple set). The
+    /// returned report is not settled.
     fn checkpoint_overlapped(
         &mut self,
         version: u64,
         input: Protected<'_>,
         t0: Instant,
     ) -> Result<CollectiveReport<TieredReport>> {
-        let offer = agreed_offer(&self.comm, &mut self.engine, version, input, self.max_level, &self.opts)?;
-        let local_end = Instant::now();
-        let (offer_seconds, offered) = (offer.regions_seconds, offer.regions.len());
-        let step::Offer { local, regions, set, .. } = offer;
-        let cached = {
-            let _span = crate::profile::Span::new("cache", version);
-            self.engine.cache(local, input.host_bytes())
+        let host = input.host_bytes();
+        let local = {
+            let _span = crate::profile::Span::new("dedup-local", version);
+            self.engine.deduplicate_local(version, input)
         };
-        let cached = {
+        let local_end = Instant::now();
+        let offered = local.and_then(|local| {
+            let _span = crate::profile::Span::new("regions", version);
+            let regions = self.engine.regions_deferred(&local, host, self.max_level)?;
+            Ok((local, regions))
+        });
+        let offered_at = Instant::now();
+        let cached = offered.and_then(|(local, regions)| {
+            let _span = crate::profile::Span::new("cache", version);
+            Ok((self.engine.cache(local, host)?, regions))
+        });
+        let (cached, regions) = {
             let _span = crate::profile::Span::new("agree-cache", version);
-            self.agree_or_abandon("the copy into the host cache", version, cached)?
+            self.agree_or_abandon("the de-duplication or the copy into the host cache", version, cached)?
         };
         let checkpoint = cached.report();
         let worker = self.worker.as_ref().ok_or_else(|| Error::Internal("no collective step thread".into()))?;
-        if let Err(e) = worker.submit(Task { cached, set, regions }) {
+        if let Err(e) = worker.submit(Task { cached, regions }) {
             let _ = self.engine.abandon();
             return Err(e);
         }
@@ -248,12 +265,12 @@ impl TieredCollective {
             rank: self.comm.rank().max(0) as u32,
             ranks: self.layouts.len() as u32,
             checkpoint,
-            regions_offered: offered,
+            regions_offered: 0,
             merged_entries: 0,
             regions_referenced: 0,
             bytes_referenced: 0,
-            local_seconds: (local_end - t0).as_secs_f64(),
-            offer_seconds,
+            local_seconds: (offered_at - t0).as_secs_f64(),
+            offer_seconds: (offered_at - local_end).as_secs_f64(),
             reduce_seconds: 0.0,
             total_seconds: t0.elapsed().as_secs_f64(),
             settled: false,
@@ -286,7 +303,7 @@ impl TieredCollective {
             let _span = crate::profile::Span::new("settle-agree", version);
             agree_or_abandon(&self.comm, &mut self.engine, "the collective step", version, collected)
         };
-        let Settled { cached, merged, conv, seconds } = match agreed {
+        let Settled { cached, offered, merged, conv, seconds } = match agreed {
             Ok(s) => s,
             Err(e) => return self.engine.fail_version(version, &e.to_string()),
         };
@@ -300,6 +317,7 @@ impl TieredCollective {
                 let call = std::mem::replace(&mut report.checkpoint, checkpoint);
                 report.checkpoint.total_seconds = call.total_seconds;
                 report.checkpoint.held_on_gpu = call.held_on_gpu;
+                report.regions_offered = offered;
                 report.merged_entries = merged;
                 report.regions_referenced = conv.len();
                 report.bytes_referenced = conv.iter().map(|c| c.region.bytes).sum();

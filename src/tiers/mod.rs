@@ -37,7 +37,7 @@ use crate::engine::{Engine, OpenReport};
 use crate::format::Compression;
 use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
-use crate::regions::{Conversion, Region, Rewrite};
+use crate::regions::{Conversion, PendingRegions, Region, Rewrite};
 use crate::store::{Store, StoreOptions};
 use crate::{Error, Result};
 use cache::Cached;
@@ -203,6 +203,11 @@ pub(crate) struct CachedVersion {
 }
 
 impl CachedVersion {
+    /// The version's number.
+    pub(crate) fn version(&self) -> u64 {
+        self.version.diff.version
+    }
+
     /// Turns the converted regions into references to their owners after
     /// the hand-over (the collective step run in the background): the diff
     /// and the pending record change; the cached bytes wait for
@@ -440,6 +445,17 @@ impl TieredEngine {
     /// ([`Engine::regions`]).
     pub(crate) fn regions(&mut self, local: &LocalCheckpoint<'_>, data: &[u8], max_level: u32) -> Result<Vec<Region>> {
         self.backend.regions(local.deduplicated(), data, max_level)
+    }
+
+    /// As [`TieredEngine::regions`], their digests possibly still on their
+    /// way from the device ([`Backend::regions_deferred`]).
+    pub(crate) fn regions_deferred(
+        &mut self,
+        local: &LocalCheckpoint<'_>,
+        data: &[u8],
+        max_level: u32,
+    ) -> Result<PendingRegions> {
+        self.backend.regions_deferred(local.deduplicated(), data, max_level)
     }
 
     /// Collective step 2: serializes the (rewritten) diff into the host

@@ -12,9 +12,9 @@ use super::device_cache::Staged;
 use super::{GpuDedup, StoredRun, cuda_err};
 use crate::backend::{Backend, BackendKind, Deduplicated, DiffBytes, PendingVersion, Sink, foreign, hand_over_bytes};
 use crate::diff::Diff;
-use crate::layout::Layout;
+use crate::layout::{Layout, NodeId};
 use crate::memory::{Protected, ProtectedMut};
-use crate::regions::{self, Conversion, FirstBytes, FirstIndex, Region, Rewrite};
+use crate::regions::{self, Conversion, FirstBytes, FirstIndex, PendingRegions, Region, Rewrite};
 use crate::{Error, Result};
 use std::any::Any;
 use std::sync::Arc;
@@ -28,6 +28,36 @@ impl CudaBackend {
     /// The backend over a device pipeline (fresh or rebuilt).
     pub fn new(dev: GpuDedup) -> Self {
         CudaBackend { dev }
+    }
+
+    /// The regions of `nodes` hashed from `version`'s FIRST bytes where they
+    /// lie: on the device (the output buffer, the input of a version stored
+    /// whole, the arena), or on the host for a file already in pinned
+    /// memory.
+    fn hashed_regions(&self, version: &Deduplicated, nodes: &[NodeId], max_level: u32) -> Result<Vec<Region>> {
+        let diff = &version.diff;
+        let p = version.pending.as_ref().as_any().downcast_ref::<GpuPending>().ok_or_else(foreign)?;
+        let base = match &p.file {
+            GpuFile::OnDevice { prepared: Some(prepared), .. } => self.dev.first_data_addr(prepared)?,
+            GpuFile::Staged { staged: Some(file), .. } => file.device_addr() + p.data_start as u64,
+            GpuFile::Pinned { file_len, .. } => {
+                let data_end = p.data_start + diff.data_bytes() as usize;
+                let first = self.dev.pinned_prefix(*file_len)?.get(p.data_start..data_end);
+                let bytes = FirstBytes::gathered(diff, first.ok_or_else(|| Error::Internal("GPU diff data".into()))?);
+                return Ok(regions::first_regions(diff, &bytes, max_level));
+            }
+            _ => return Err(pinned_here()),
+        };
+        let index = FirstIndex::gathered(diff);
+        let spans: Vec<(u64, u64)> = nodes
+            .iter()
+            .map(|&node| {
+                let at = index.locate(diff.layout.node_chunks(node));
+                (base + at.start, at.end - at.start)
+            })
+            .collect();
+        let digests = self.dev.hash_spans(&spans)?;
+        Ok(regions::regions_of(&diff.layout, nodes, &digests))
     }
 
     /// Moves the device record's entries of regions given away, and gives
@@ -221,31 +251,37 @@ impl Backend for CudaBackend {
         let _span = crate::profile::Span::new("cuda-regions", version.diff.version);
         let diff = &version.diff;
         let nodes = regions::region_nodes(diff, max_level);
-        if let Some(digests) = self.dev.node_digests(diff.version, &nodes)? {
-            return Ok(regions::regions_of(&diff.layout, &nodes, &digests));
-        }
-        let p = version.pending.as_ref().as_any().downcast_ref::<GpuPending>().ok_or_else(foreign)?;
-        let base = match &p.file {
-            GpuFile::OnDevice { prepared: Some(prepared), .. } => self.dev.first_data_addr(prepared)?,
-            GpuFile::Staged { staged: Some(file), .. } => file.device_addr() + p.data_start as u64,
-            GpuFile::Pinned { file_len, .. } => {
-                let data_end = p.data_start + diff.data_bytes() as usize;
-                let first = self.dev.pinned_prefix(*file_len)?.get(p.data_start..data_end);
-                let bytes = FirstBytes::gathered(diff, first.ok_or_else(|| Error::Internal("GPU diff data".into()))?);
-                return Ok(regions::first_regions(diff, &bytes, max_level));
+        if let Some(gathered) = self.dev.node_digests(diff.version, &nodes)? {
+            let digests: Option<Vec<_>> = gathered.wait()?.into_iter().collect();
+            if let Some(digests) = digests {
+                return Ok(regions::regions_of(&diff.layout, &nodes, &digests));
             }
-            _ => return Err(pinned_here()),
+        }
+        self.hashed_regions(version, &nodes, max_level)
+    }
+
+    /// Off the device's tree, the copy back left in flight for the
+    /// collective step's thread; where the tree holds no digests, computed
+    /// now as [`Backend::regions`] does.
+    fn regions_deferred(&mut self, version: &Deduplicated, data: &[u8], max_level: u32) -> Result<PendingRegions> {
+        let diff = &version.diff;
+        let nodes = {
+            let _span = crate::profile::Span::new("regions-nodes", diff.version);
+            regions::region_nodes(diff, max_level)
         };
-        let index = FirstIndex::gathered(diff);
-        let spans: Vec<(u64, u64)> = nodes
-            .iter()
-            .map(|&node| {
-                let at = index.locate(diff.layout.node_chunks(node));
-                (base + at.start, at.end - at.start)
-            })
-            .collect();
-        let digests = self.dev.hash_spans(&spans)?;
-        Ok(regions::regions_of(&diff.layout, &nodes, &digests))
+        let Some(gathered) = self.dev.node_digests(diff.version, &nodes)? else {
+            return self.regions(version, data, max_level).map(PendingRegions::ready);
+        };
+        let (layout, v) = (diff.layout, diff.version);
+        Ok(PendingRegions::deferred(move || {
+            let digests = {
+                let _span = crate::profile::Span::new("regions-wait", v);
+                gathered.wait()?
+            };
+            let regions = regions::known_regions(&layout, &nodes, &digests);
+            crate::profile::count("regions-unknown", v, (nodes.len() - regions.len()) as u64);
+            Ok(regions)
+        }))
     }
 
     fn serialize_deferred<'a>(

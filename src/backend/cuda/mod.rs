@@ -12,6 +12,7 @@
 mod backend;
 pub mod bench;
 mod device_cache;
+mod gathered;
 mod pipeline;
 mod restore;
 mod staging;

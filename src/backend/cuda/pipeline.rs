@@ -2,6 +2,7 @@
 //! checkpoint (kernels/dedup.cu explains each stage).
 
 use super::device_cache::{DeviceCache, Staged};
+use super::gathered::{DigestPool, GATHER_WORDS, GatheredDigests};
 use super::{Gpu, LevelArgs, TableArgs, cuda_err};
 use crate::backend::budget::{DevicePlan, GpuCache, GpuMemory, max_file_prefix};
 use crate::dedup::{BoundsHit, Limits};
@@ -61,6 +62,9 @@ pub struct StoredRun {
     /// Chunks of that rank's buffer.
     pub owner_chunks: u64,
 }
+
+/// Words per run in `table_locate`'s packed run array.
+const RUN_WORDS: usize = 5;
 
 /// Where [`GpuDedup::compute`] left a file in pinned memory.
 #[derive(Clone, Copy, Debug)]
@@ -311,6 +315,8 @@ pub struct GpuDedup {
     counters: CudaSlice<u64>,
     out: CudaSlice<u8>,
     pinned: Option<PinnedHostSlice<u8>>,
+    /// Page-locked buffers the region digests are copied back into.
+    digest_pool: DigestPool,
     /// The largest file a version can produce (the pinned buffer's cap).
     max_body: usize,
     table: DeviceTable,
@@ -416,6 +422,7 @@ impl GpuDedup {
             counters: z64(COUNTERS as u64)?,
             out: z8(plan.out_bytes)?,
             pinned: None,
+            digest_pool: DigestPool::default(),
             max_body: max_body as usize,
             table,
             plan,
@@ -521,25 +528,23 @@ impl GpuDedup {
         if let Some(r) = runs.iter().find(|r| u64::from(r.rank) + 1 >= 1 << (58 - OWNER_SHIFT)) {
             return Err(Error::Gpu(format!("rank {} exceeds what the GPU record can name", r.rank)));
         }
-        let st = self.gpu.stream.clone();
-        let col = |f: fn(&StoredRun) -> u64| -> Result<CudaSlice<u64>> {
-            let v: Vec<u64> = runs.iter().map(f).collect();
-            st.clone_htod(if v.is_empty() { &[0u64][..] } else { &v }).map_err(cuda_err)
-        };
-        let (dst, count, src, chunks) = (col(|r| r.dst)?, col(|r| r.count)?, col(|r| r.src)?, col(|r| r.owner_chunks)?);
-        let col32 = |f: fn(&StoredRun) -> u32| -> Result<CudaSlice<u32>> {
-            let v: Vec<u32> = runs.iter().map(f).collect();
-            st.clone_htod(if v.is_empty() { &[0u32][..] } else { &v }).map_err(cuda_err)
-        };
-        let (rank, ver) = (col32(|r| r.rank)?, col32(|r| r.version)?);
+        // One upload: RUN_WORDS words per run (table_locate's layout), at
+        // least one run's worth.
+        let mut words: Vec<u64> = runs
+            .iter()
+            .flat_map(|r| [r.dst, r.count, r.src, r.owner_chunks, u64::from(r.rank) | (u64::from(r.version) << 32)])
+            .collect();
+        words.resize(words.len().max(RUN_WORDS), 0);
+        let st = &self.gpu.stream;
+        let runs_dev = st.clone_htod(&words).map_err(cuda_err)?;
         let t = self.table.args(&self.gpu);
         let (me, n, nruns) = (self.rank, self.layout.chunks(), runs.len() as u64);
         let mut b = st.launch_builder(&self.gpu.k.table_locate);
-        b.arg(&t).arg(&version32).arg(&me).arg(&n).arg(&nruns);
-        b.arg(&dst).arg(&count).arg(&src).arg(&rank).arg(&ver).arg(&chunks);
-        // SAFETY: arguments follow table_locate's signature; the run arrays
-        // hold `nruns` elements (at least one) and are freed in stream order
-        // after the launch (cudarc's drop waits for their events).
+        b.arg(&t).arg(&version32).arg(&me).arg(&n).arg(&nruns).arg(&runs_dev);
+        // SAFETY: arguments follow table_locate's signature; `runs_dev` holds
+        // RUN_WORDS words for each of the `nruns` runs (at least one run's
+        // worth) and is freed in stream order after the launch (cudarc's
+        // drop waits for its event).
         unsafe { b.launch(self.grid_stride()) }.map_err(cuda_err)?;
         // The count is read when asked for (`record_entries`) or by the next
         // version: the caller does not wait for the stream here.
@@ -1049,22 +1054,22 @@ impl GpuDedup {
         Ok(())
     }
 
-    /// The digests of `nodes` of pending version `version`'s tree, read off
-    /// the device (16 bytes per node crosses the bus). `None` where the
-    /// device holds no such digests: another method than Tree, a dense
-    /// version (its tree is not built), another version, or a node that is
-    /// not one of this version's FIRST subtrees. The caller then hashes the
-    /// regions' bytes where they lie ([`GpuDedup::hash_spans`]); both give
-    /// the same digests.
-    pub fn node_digests(&self, version: u64, nodes: &[NodeId]) -> Result<Option<Vec<Digest>>> {
+    /// The digests of `nodes` of pending version `version`'s tree, gathered
+    /// on the device and copied back to page-locked memory in stream order
+    /// (16 bytes and a flag per node cross the bus); nothing here waits for
+    /// the device: [`GatheredDigests::wait`] does, on any thread. `None`
+    /// where the device holds no such digests: another method than Tree, a
+    /// dense version (its tree is not built), another version. A node that
+    /// is not one of this version's FIRST subtrees has no digest in the
+    /// result; the caller then hashes the regions' bytes where they lie
+    /// ([`GpuDedup::hash_spans`]) or leaves it out; both give the same
+    /// digests.
+    pub(crate) fn node_digests(&self, version: u64, nodes: &[NodeId]) -> Result<Option<GatheredDigests>> {
         let current = u32::try_from(version).ok().is_some_and(|v| self.pending == Some(v));
         if self.method != Method::Tree || self.pending_dense || !current {
             return Ok(None);
         }
-        if nodes.is_empty() {
-            return Ok(Some(Vec::new()));
-        }
-        let mut idx = Vec::with_capacity(nodes.len());
+        let mut idx = Vec::with_capacity(nodes.len().max(1));
         for node in nodes {
             let (k, i) = (node.level() as usize, node.index());
             match (self.level_off.get(k), self.level_len.get(k)) {
@@ -1072,22 +1077,27 @@ impl GpuDedup {
                 _ => return Ok(None),
             }
         }
+        let words = GATHER_WORDS * nodes.len();
+        let mut host = self.digest_pool.take(words, &self.gpu)?;
+        if nodes.is_empty() {
+            return GatheredDigests::after(&self.gpu.stream, host, 0, self.digest_pool.clone()).map(Some);
+        }
         let st = &self.gpu.stream;
         let idx_dev = st.clone_htod(&idx).map_err(cuda_err)?;
-        let mut out = st.alloc_zeros::<u64>(2 * idx.len()).map_err(gpu_oom)?;
-        let mut bad = st.alloc_zeros::<u64>(1).map_err(gpu_oom)?;
-        let count = idx.len() as u64;
+        // As long as the page-locked buffer: cudarc's copy moves the
+        // destination's length.
+        let mut out = st.alloc_zeros::<u64>(host.len()).map_err(gpu_oom)?;
+        let count = nodes.len() as u64;
         let mut b = st.launch_builder(&self.gpu.k.gather_digests);
-        b.arg(&self.dig).arg(&self.lab).arg(&idx_dev).arg(&count).arg(&mut out).arg(&mut bad);
+        b.arg(&self.dig).arg(&self.lab).arg(&idx_dev).arg(&count).arg(&mut out);
         // SAFETY: arguments follow gather_digests' signature; `idx_dev` holds
         // `count` indices below the node arrays' length (checked above), `out`
-        // 2 * count words; the copies below synchronize the stream.
+        // at least GATHER_WORDS * count words; `idx_dev` and `out` are freed in stream
+        // order after the kernel and the copy (cudarc's drop waits for their
+        // events).
         unsafe { b.launch(cfg(blocks(count, 256).min(self.gpu.sms * 8), 256)) }.map_err(cuda_err)?;
-        let words = st.clone_dtoh(&out).map_err(cuda_err)?;
-        if st.clone_dtoh(&bad).map_err(cuda_err)?.first().copied().unwrap_or(1) != 0 {
-            return Ok(None);
-        }
-        Ok(Some(words.chunks_exact(2).map(|w| Digest(u128::from(w[0]) | (u128::from(w[1]) << 64))).collect()))
+        st.memcpy_dtoh(&out, &mut host).map_err(cuda_err)?;
+        GatheredDigests::after(st, host, nodes.len(), self.digest_pool.clone()).map(Some)
     }
 
     /// Where the FIRST data of the file the counters describe starts, and its length.
