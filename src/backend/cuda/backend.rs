@@ -261,16 +261,16 @@ impl Backend for CudaBackend {
     }
 
     /// Off the device's tree, the copy back left in flight for the
-    /// collective step's thread; where the tree holds no digests, computed
-    /// now as [`Backend::regions`] does.
-    fn regions_deferred(&mut self, version: &Deduplicated, data: &[u8], max_level: u32) -> Result<PendingRegions> {
+    /// collective step's thread; where the tree holds no digests, hashed
+    /// now where the bytes lie.
+    fn regions_deferred(&mut self, version: &Deduplicated, _: &[u8], max_level: u32) -> Result<PendingRegions> {
         let diff = &version.diff;
         let nodes = {
             let _span = crate::profile::Span::new("regions-nodes", diff.version);
             regions::region_nodes(diff, max_level)
         };
         let Some(gathered) = self.dev.node_digests(diff.version, &nodes)? else {
-            return self.regions(version, data, max_level).map(PendingRegions::ready);
+            return self.hashed_regions(version, &nodes, max_level).map(PendingRegions::ready);
         };
         let (layout, v) = (diff.layout, diff.version);
         Ok(PendingRegions::deferred(move || {
