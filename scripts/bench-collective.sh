@@ -33,18 +33,8 @@ fi
 mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cores=$(nproc)
-# Oversubscribed ranks must yield the CPU while they wait, or they starve each other.
-# Otherwise each rank is bound to its share of the cores (PE=cores/np): its
-# de-duplication threads and its background flush workers run there (bound to
-# one core each, a rank's flush competes with its own checkpoint call).
-mpirun_for() {
-    local np=$1
-    if [ "$np" -gt "$cores" ]; then
-        echo mpirun --oversubscribe --mca mpi_yield_when_idle 1 -np "$np"
-    else
-        echo mpirun --map-by "slot:PE=$((cores / np))" -np "$np"
-    fi
-}
+# shellcheck source=scripts/placement.sh
+. scripts/placement.sh
 host=${HOST_LABEL:-"$(hostname) ($cores cores), $(date -u +%Y-%m-%d)"}
 reduce_csv="$out/reduce.csv"
 mixed_csv="$out/mixed.csv"

@@ -16,7 +16,7 @@
 # STEPS (60), EVERY (10), TOTAL_ROWS (1024), ROWS_PER_RANK (128), COLS (1024),
 # TABLE (2M), LOCAL (256K), SWEEP_RANKS (4), CHUNKS ("64 128 512 4096"),
 # EVERYS ("1 5 10 30"), NAME (devbox-cpu), BIN_DIR (target/release/examples),
-# DEVICE (heat: auto | cpu | gpu), APPEND=1 (add to the CSV: several
+# DEVICE (heat: auto | cpu | gpu), MPIRUN_FLAGS (placement: scripts/placement.sh), APPEND=1 (add to the CSV: several
 # invocations with other sizes or examples), PLOT_ONLY=1 (redraw from the CSV).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +30,8 @@ if [ -z "$bins" ]; then
 fi
 bins=$(realpath "$bins")
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# shellcheck source=scripts/placement.sh
+. scripts/placement.sh
 mkdir -p "$out"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -86,7 +88,7 @@ if [ -z "${PLOT_ONLY:-}" ]; then
         device=()
         [ "$ex" = heat ] && [ -n "${DEVICE:-}" ] && device=(--device "$DEVICE")
         # shellcheck disable=SC2046
-        env "${env_mode[@]}" DCKPT_CHUNK_SIZE="$chunk" timeout 900 mpirun --oversubscribe -np "$p" "$bins/$ex" \
+        env "${env_mode[@]}" DCKPT_CHUNK_SIZE="$chunk" timeout 900 $(mpirun_for "$p") "$bins/$ex" \
             --steps "${STEPS:-60}" --every "$every" $(sizes "$study" "$ex" "$p") --dir "$work/run" \
             --report "$work/line.csv" "${device[@]}" </dev/null >/dev/null
         [ -f "$csv" ] || echo "study,$(head -1 "$work/line.csv")" >"$csv"

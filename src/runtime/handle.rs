@@ -58,7 +58,10 @@ enum Staging {
 impl Runtime {
     /// A runtime over a duplicate of `comm` with `config` (checked already:
     /// [`Config::load`]). Nothing is opened until a checkpoint or restart.
+    /// Collective; rank 0 warns on standard error when a rank is bound to
+    /// one CPU of a node with CPUs to spare ([`super::placement`]).
     pub fn init<C: Communicator>(comm: &C, config: Config) -> Runtime {
+        super::placement::warn_if_crowded(comm);
         Runtime {
             comm: comm.duplicate(),
             config,

@@ -30,6 +30,7 @@
 
 #[cfg(feature = "mpi")]
 mod handle;
+pub mod placement;
 #[cfg(feature = "mpi")]
 mod raw;
 #[cfg(feature = "mpi")]
