@@ -8,7 +8,7 @@
 //! in the same reductions.
 
 use super::merge::local_set;
-use super::reduce::{ThreadComm, reduce_sets};
+use super::reduce::{Reducer, ThreadComm};
 use super::regions::{Conversion, PendingRegions, conversions};
 use crate::layout::Layout;
 use crate::tiers::CachedVersion;
@@ -70,8 +70,9 @@ impl StepWorker {
         let thread = std::thread::Builder::new()
             .name(format!("dckpt-collective-{}", params.me))
             .spawn(move || {
+                let mut reducer = Reducer::default();
                 for task in todo {
-                    let outcome = run(comm.comm(), &params, task);
+                    let outcome = run(comm.comm(), &params, &mut reducer, task);
                     if report.send(outcome).is_err() {
                         break;
                     }
@@ -109,7 +110,12 @@ impl Drop for StepWorker {
 
 /// One task: the tuple set, the reduction over `comm`, then the give-away
 /// of the regions other ranks own.
-fn run(comm: &::mpi::topology::SimpleCommunicator, params: &StepParams, task: Task) -> Result<Settled> {
+fn run(
+    comm: &::mpi::topology::SimpleCommunicator,
+    params: &StepParams,
+    reducer: &mut Reducer,
+    task: Task,
+) -> Result<Settled> {
     let t = Instant::now();
     let StepParams { me, ref layouts, threshold, min_region_bytes } = *params;
     let Task { mut cached, regions } = task;
@@ -120,13 +126,13 @@ fn run(comm: &::mpi::topology::SimpleCommunicator, params: &StepParams, task: Ta
     crate::profile::count("offered-entries", version, set.len() as u64);
     let merged = {
         let _span = crate::profile::Span::new("reduce", version);
-        reduce_sets(comm, &set, threshold)?
+        reducer.reduce(comm, &set, threshold)?
     };
     crate::failpoint::hit("collective.reduced");
     if crate::failpoint::failed("collective.reduced") {
         return Err(Error::Internal("an injected failure of the collective step (test)".into()));
     }
-    let conv = conversions(me, &regions, &merged, layouts);
+    let conv = conversions(me, &regions, merged, layouts);
     cached.give_away(&conv, layouts)?;
     Ok(Settled { cached, offered: regions.len(), merged: merged.len(), conv, seconds: t.elapsed().as_secs_f64() })
 }

@@ -8,7 +8,8 @@
 //!   replicated on every rank, collective vs local-only vs Full.
 
 use super::merge::{HashFreq, local_set};
-use super::mpi::{CollectiveReport, all_agree, reduce_sets};
+use super::mpi::{CollectiveReport, all_agree};
+use super::reduce::Reducer;
 use super::{Collective, CollectiveOptions, TieredCollective};
 use crate::engine::Engine;
 use crate::generate::{Shape, Workload};
@@ -87,10 +88,13 @@ pub fn reduce_timing<C: Communicator>(comm: &C, threshold: usize, case: SetCase,
     );
     let mut times = Vec::with_capacity(repeat);
     let mut merged = 0;
+    // One reducer for every repeat, as a run keeps one for its checkpoints
+    // (the first, untimed repetition warms its buffers).
+    let mut reducer = Reducer::default();
     for i in 0..=repeat {
         comm.barrier();
         let t = Instant::now();
-        merged = reduce_sets(comm, &set, threshold).map_or(0, |m| m.len());
+        merged = reducer.reduce(comm, &set, threshold).map_or(0, <[HashFreq]>::len);
         let mine = t.elapsed().as_secs_f64();
         let mut slowest = 0.0f64;
         comm.all_reduce_into(&mine, &mut slowest, SystemOperation::max());
@@ -183,7 +187,7 @@ pub struct ModeResult {
 
 /// One mode's checkpointing, synchronous or through the tiers.
 enum Runner<'c, C: Communicator> {
-    Collective(Collective<'c, C>),
+    Collective(Box<Collective<'c, C>>),
     Local(Engine),
     TieredCollective(Box<TieredCollective>),
     TieredLocal(TieredEngine),
@@ -340,7 +344,7 @@ pub fn mixed_workload<C: Communicator>(
             ..TierOptions::default()
         });
         let mut runner = match (&tiers, mode == "collective") {
-            (None, true) => Runner::Collective(Collective::open(comm, &dir, len, &store, copts)?),
+            (None, true) => Runner::Collective(Box::new(Collective::open(comm, &dir, len, &store, copts)?)),
             (Some(t), true) => Runner::TieredCollective(Box::new(TieredCollective::open(comm, t, len, &store, copts)?)),
             (None, false) => {
                 let opened = Engine::open_on_device(&dir, rank, len, &store, copts.backend, device);

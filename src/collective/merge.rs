@@ -84,9 +84,10 @@ pub struct Merger {
 }
 
 impl Merger {
-    /// A merger for wire sets of a communicator of `ranks` ranks.
-    pub fn for_ranks(ranks: u32) -> Self {
-        Merger { ranks, ..Merger::default() }
+    /// Rejects wire sets naming an owner at or beyond `ranks` from now on
+    /// (a merger reused on another communicator).
+    pub fn set_ranks(&mut self, ranks: u32) {
+        self.ranks = ranks;
     }
 
     /// [`merge`] into the internal output buffer, returned.

@@ -19,7 +19,7 @@
 
 use super::CollectiveOptions;
 use super::merge::{self, HashFreq};
-pub use super::reduce::reduce_sets;
+pub use super::reduce::{Reducer, reduce_sets};
 use super::regions::{self, Conversion};
 use super::step::{self, LocalSide};
 use crate::backend::BackendKind;
@@ -131,6 +131,8 @@ pub struct Collective<'c, C: Communicator> {
     opts: CollectiveOptions,
     layouts: Vec<Layout>,
     max_level: u32,
+    /// The reduction's buffers, reused by every checkpoint.
+    reducer: Reducer,
 }
 
 /// Status words exchanged by [`agree`].
@@ -153,7 +155,7 @@ impl<'c, C: Communicator> Collective<'c, C> {
         let opened = backend.and_then(|b| Engine::open_on_device(root, rank, data_len, store, b, device));
         let engine = all_agree(comm, "open", 0, opened)?;
         let (layouts, max_level) = exchange_layouts(comm, engine.store().layout()?, store, opts)?;
-        Ok(Collective { comm, engine, opts: opts.clone(), layouts, max_level })
+        Ok(Collective { comm, engine, opts: opts.clone(), layouts, max_level, reducer: Reducer::default() })
     }
 
     /// The rank's engine (its store, options, backend).
@@ -170,8 +172,15 @@ impl<'c, C: Communicator> Collective<'c, C> {
         let input = data.into();
         let t0 = Instant::now();
         let me = self.engine.store().manifest().rank;
-        let (offer, merged, reduced_from, reduced_at) =
-            offer_and_reduce(self.comm, &mut self.engine, version, input, self.max_level, &self.opts)?;
+        let (offer, merged, reduced_from, reduced_at) = offer_and_reduce(
+            self.comm,
+            &mut self.engine,
+            &mut self.reducer,
+            version,
+            input,
+            self.max_level,
+            &self.opts,
+        )?;
         let (offer_seconds, offered) = (offer.regions_seconds, offer.regions.len());
         let host = input.host_bytes();
         let settled = {
@@ -307,6 +316,7 @@ pub(crate) fn agree_or_abandon<C: Communicator, E: LocalSide + ?Sized, T>(
 pub(crate) fn offer_and_reduce<'a, C: Communicator, E: LocalSide + ?Sized>(
     comm: &C,
     engine: &mut E,
+    reducer: &mut Reducer,
     version: u64,
     input: Protected<'a>,
     max_level: u32,
@@ -328,7 +338,7 @@ pub(crate) fn offer_and_reduce<'a, C: Communicator, E: LocalSide + ?Sized>(
     crate::profile::count("offered-entries", version, offer.set.len() as u64);
     let merged = {
         let _span = crate::profile::Span::new("reduce", version);
-        reduce_sets(comm, &offer.set, opts.threshold)
+        reducer.reduce(comm, &offer.set, opts.threshold).map(<[HashFreq]>::to_vec)
     };
     let merged = match merged {
         Ok(m) => m,

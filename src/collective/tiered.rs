@@ -35,7 +35,7 @@ use super::mpi::{
     CollectiveReport, StepClock, agree_or_abandon, all_agree, alone, exchange_layouts, offer_and_reduce, open_checks,
     reduce_sets,
 };
-use super::reduce::ThreadComm;
+use super::reduce::{Reducer, ThreadComm};
 use super::step;
 use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
@@ -83,6 +83,9 @@ pub struct TieredCollective {
     /// Settled reports not taken yet ([`TieredCollective::take_settled`]),
     /// the newest [`KEPT_REPORTS`] at most.
     settled: Vec<CollectiveReport<TieredReport>>,
+    /// The reduction's buffers when it runs in the call (the step's thread
+    /// keeps its own).
+    reducer: Reducer,
 }
 
 impl TieredCollective {
@@ -114,6 +117,7 @@ impl TieredCollective {
             worker,
             in_flight: None,
             settled: Vec::new(),
+            reducer: Reducer::default(),
         })
     }
 
@@ -196,8 +200,15 @@ impl TieredCollective {
             return self.checkpoint_overlapped(version, input, t0);
         }
         let me = self.comm.rank().max(0) as u32;
-        let (offer, merged, reduced_from, reduced_at) =
-            offer_and_reduce(&self.comm, &mut self.engine, version, input, self.max_level, &self.opts)?;
+        let (offer, merged, reduced_from, reduced_at) = offer_and_reduce(
+            &self.comm,
+            &mut self.engine,
+            &mut self.reducer,
+            version,
+            input,
+            self.max_level,
+            &self.opts,
+        )?;
         let (offer_seconds, offered) = (offer.regions_seconds, offer.regions.len());
         let host = input.host_bytes();
         let cached = {
