@@ -24,7 +24,7 @@ sharing one GPU (P/G), or one core (P/C) on the CPU machine, at least 1; K entri
    machine class (h200x4 for the GPU machines), K = min(2^17, P x regions a rank offers at most, from the
    automatic region size). On absolute errors: its milliseconds scatter additively, up to 25x between
    examples at one P, and relative errors would pull the fit to zero.
-3. Stored bytes per checkpoint, weak scaling, per mode: S(P) = U + R P (U once, R per rank).
+3. Stored bytes per checkpoint, weak scaling, per mode: B(P) = U + R P (U once, R per rank).
 4. Drain (the flush backlog at the end): drain_s = f0 + B_run / B_node + f2 files, B_run = the run's stored
    bytes, files = P x checkpoints (one node, one disk).
 5. Application-visible steady call, weak scaling: T_call = t0 + t1 L + t2 (S - 1).
@@ -59,7 +59,8 @@ K_DEFAULT, CHUNK, ENTRY_BYTES = 1 << 17, 128, 40
 PER_NODE, A_NET, BW_NET = 8, 5e-6, 25e9
 P_OUT = [64, 256, 1024, 4096]
 P_LINE = np.unique(np.round(np.logspace(0, 12, 97, base=2)))
-EXAMPLES, COLOR = ("heat", "labels", "replicated"), {"devbox-cpu": "C3", "h100": "C2", "h200x2": "C0"}
+EXAMPLES, MODES = ("heat", "labels", "replicated"), ("collective", "local", "full")
+COLOR = {"devbox-cpu": "C3", "h100": "C2", "h200x2": "C0"}
 
 
 def read_csv(rel):
@@ -119,7 +120,8 @@ def reduce_terms(p, k, pn):
 def predict_reduce(par, p, k, variant="cluster"):
     """T_red at P ranks: 'node' (Pn = P), 'cluster' (Pn = min(P, 8)), 'network' (+ inter-node links)."""
     p = np.asarray(p, float)
-    t = sum(par.get(n, 0) * v for n, v in reduce_terms(p, k, p if variant == "node" else np.minimum(p, PER_NODE)).items())
+    pn = p if variant == "node" else np.minimum(p, PER_NODE)
+    t = sum(par.get(n, 0) * v for n, v in reduce_terms(p, k, pn).items())
     hops = np.maximum(levels(p) - levels(PER_NODE), 0)
     return t + (hops * (A_NET + ENTRY_BYTES * np.asarray(k, float) / BW_NET) if variant == "network" else 0)
 
@@ -153,8 +155,8 @@ def fit_step(spec, rows, micro):
         r["K_eff"] = tuples_offered(r["ranks"], r["state_bytes_per_rank"])
     p, y = arr(rows, "ranks"), arr(rows, "reduce_s") / arr(rows, "checkpoints")
     use, t_red = ~np.isin(p, spec["bad"]), predict_reduce(micro, p, arr(rows, "K_eff"), "node")
-    out = fit(rows, y, {"s0": 1, "s2": sharing(spec, p) - 1, "reduction": t_red}, ("study", "example", "ranks", "K_eff"),
-              use, fixed={"reduction": 1.0}, relative=False)
+    terms = {"s0": 1, "s2": sharing(spec, p) - 1, "reduction": t_red}
+    out = fit(rows, y, terms, ("study", "example", "ranks", "K_eff"), use, fixed={"reduction": 1.0}, relative=False)
     ratio = y[use] / t_red[use]
     out.update(K_eff_median=float(np.median(arr(rows, "K_eff"))), measured_over_reduction_model=dict(
         median=float(np.median(ratio)), min=float(ratio.min()), max=float(ratio.max())))
@@ -211,7 +213,7 @@ def analyse():
         rows = [r for r in read_csv(spec["csv"]) if r["study"] in ("strong", "weak")
                 and r["chunk_size"] == 128 and r["every"] == 10]
         micro = res["reduction"][spec["micro"]]["tree+node"]["params"]
-        stored = fit_weak(dict(spec, bad=[]), rows, ("collective", "local", "full"),  # bytes: every row
+        stored = fit_weak(dict(spec, bad=[]), rows, MODES,  # bytes: every row
                           lambda sel: arr(sel, "stored_bytes") / arr(sel, "checkpoints"), lambda p: {"U": 1, "R": p})
         call = fit_weak(spec, rows, ("collective", "local"), lambda sel: arr(sel, "steady_call_ms") / 1e3,
                         lambda p: {"t0": 1, "t1": levels(p), "t2": sharing(spec, p) - 1})
@@ -231,12 +233,12 @@ def extrapolate(res):
         ex[f"step {m} heat weak (ms)"] = 1e3 * predict_step(r["step"]["params"], micro, ps, r["heat_weak_state"])
         ex.update({f"stored {m} {e} {md}/coll (x)": predict_stored(r["stored"], e, md, ps) /
                    predict_stored(r["stored"], e, "collective", ps) for e in EXAMPLES for md in ("local", "full")})
-        ex.update({f"flush {m} heat {md} (s per checkpoint per node)":
+        ex.update({f"drain {m} heat {md} (s, one checkpoint a node)":
                    predict_drain(r["drain"], predict_stored(r["stored"], "heat", md, ps), ps)
-                   for md in ("collective", "local", "full")})
+                   for md in MODES})
         ex.update({f"call {m} heat {md} (ms)": 1e3 * predict_call(r["call"][f"heat/{md}"]["params"], ps)
                    for md in ("collective", "local")})
-    order = ["reduction", "step", "stored", "flush", "call"]
+    order = ["reduction", "step", "stored", "drain", "call"]
     return {k: [float(x) for x in ex[k]] for k in sorted(ex, key=lambda k: order.index(k.split()[0]))}
 
 
@@ -298,15 +300,17 @@ def plot(res, path):
     for m, r in runs.items():
         call, spec = r["call"]["heat/collective"], RUNS[m]
         scatter(ax, call["points"], COLOR[m], "o", f"{m} steady call")
-        lines(ax, lambda p: predict_call(call["params"], p), lambda p: predict_call(call["params"], p, sharing(spec, p)),
-              COLOR[m], f"{m} call model")
+        cp = call["params"]
+        lines(ax, lambda p: predict_call(cp, p), lambda p: predict_call(cp, p, sharing(spec, p)), COLOR[m],
+              f"{m} call model")
         scatter(ax, [q for q in r["drain"]["points"] if (q["study"], q["example"], q["mode"]) ==
                      ("weak", "heat", "collective")], COLOR[m], "s", f"{m} drain")
         per = lambda p, s=r["stored"]: predict_stored(s, "heat", "collective", p)  # noqa: E731
         lines(ax, lambda p: predict_drain(r["drain"], per(p), p, 6),
               lambda p: predict_drain(r["drain"], per(p), p, 6, True), COLOR[m], f"{m} drain model", ls="--")
     ax.set_ylim(1e-3, 1e3)
-    decorate(ax, "heat weak, collective: steady call (●) and drain of 6 checkpoints (■)", "seconds", ncol=3)
+    decorate(ax, "heat weak, collective: steady call (●) and drain of 6 checkpoints (■)", "seconds",
+             loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -356,8 +360,8 @@ def markdown(res, ex):
             table(["machine", "s0", "s2 /(S−1)", "n", "R² (log)", "median err", "max err",
                    "median K", "measured ÷ reduction model"], rows)]
     rows = [[m, e] + ["{:.2f} + {:.3f} P".format(*(f["params"][t] / 2**20 for t in "UR"))
-                      for f in (r["stored"][f"{e}/{md}"] for md in ("collective", "local", "full"))] +
-            [f"{100 * max(r['stored'][f'{e}/{md}']['quality']['max_rel'] for md in ('collective', 'local', 'full')):.0f}%"]
+                      for f in (r["stored"][f"{e}/{md}"] for md in MODES)] +
+            [f"{100 * max(r['stored'][f'{e}/{md}']['quality']['max_rel'] for md in MODES):.0f}%"]
             for m, r in runs.items() for e in EXAMPLES]
     out += ["Stored bytes per checkpoint, weak scaling, U + R·P (MiB):\n",
             table(["machine", "example", "collective", "local-only", "Full", "max err"], rows)]
@@ -386,7 +390,8 @@ def main():
     ex = extrapolate(res)
     plot(res, out_dir / "cost-model.png")
     assumptions = dict(ranks_per_node=PER_NODE, a_net_s=A_NET, bw_net_Bps=BW_NET, K_default=K_DEFAULT,
-                       chunk_bytes=CHUNK, entry_bytes=ENTRY_BYTES, left_out_of_time_fits={m: s["bad"] for m, s in RUNS.items()})
+                       chunk_bytes=CHUNK, entry_bytes=ENTRY_BYTES,
+                       left_out_of_time_fits={m: s["bad"] for m, s in RUNS.items()})
     doc = dict(assumptions=assumptions, fits=res, extrapolation=dict(ranks=P_OUT, **ex))
     (out_dir / "cost-model.json").write_text(json.dumps(doc, indent=1) + "\n")
     print(markdown(res, ex))

@@ -282,9 +282,12 @@ pub struct Conversion {
 /// Rewrites `diff`: every converted region leaves the FIRST runs and becomes
 /// a cross-rank reference to its owner's copy in the same version. A dense
 /// version with conversions stays a baseline but is no longer dense.
-pub fn apply(diff: &mut Diff, conv: &[Conversion]) {
+/// Returns the diff as it was (its runs moved out, nothing copied), `None`
+/// when there is nothing to convert. Linear in the runs (a baseline of
+/// small chunks has hundreds of thousands of SHIFT runs into itself).
+pub fn apply(diff: &mut Diff, conv: &[Conversion]) -> Option<Diff> {
     if conv.is_empty() {
-        return;
+        return None;
     }
     let mut first = Vec::with_capacity(diff.first.len() + conv.len());
     let mut k = 0;
@@ -302,35 +305,46 @@ pub fn apply(diff: &mut Diff, conv: &[Conversion]) {
             first.push(FirstRun { start: at, count: end - at });
         }
     }
-    let refs = conv.iter().map(|c| ShiftRun {
+    let (me, version) = (diff.rank, diff.version);
+    let mut shift = Vec::with_capacity(diff.shift.len() + conv.len());
+    for s in &diff.shift {
+        if s.src_rank == me && s.src_version == version {
+            redirect_into(s, conv, &mut shift);
+        } else {
+            shift.push(*s);
+        }
+    }
+    shift.extend(conv.iter().map(|c| ShiftRun {
         start: c.region.start,
         count: c.region.count,
-        src_version: diff.version,
+        src_version: version,
         src_rank: c.owner,
         src_start: c.owner_start,
         reference: Some(c.region.digest),
-    });
-    let (me, version) = (diff.rank, diff.version);
-    let mut shift: Vec<ShiftRun> = diff
-        .shift
-        .iter()
-        .flat_map(|s| if s.src_rank == me && s.src_version == version { redirect(s, conv) } else { vec![*s] })
-        .chain(refs)
-        .collect();
+    }));
+    // Two sorted sequences (the runs kept, the references): nearly linear.
     shift.sort_unstable_by_key(|s| s.start);
-    diff.first = first;
-    diff.shift = shift;
+    let before = Diff {
+        first: std::mem::replace(&mut diff.first, first),
+        shift: std::mem::replace(&mut diff.shift, shift),
+        ..*diff
+    };
     diff.dense = false;
     diff.coalesce();
+    Some(before)
 }
 
-/// A SHIFT run pointing into this very version, cut where its source
-/// crosses converted regions: the pieces inside one point at the owner's
-/// copy instead (the bytes left this file), the others stay.
-fn redirect(s: &ShiftRun, conv: &[Conversion]) -> Vec<ShiftRun> {
+/// Appends to `out` a SHIFT run pointing into this very version, cut where
+/// its source crosses converted regions: the pieces inside one point at the
+/// owner's copy instead (the bytes left this file), the others stay. A run
+/// whose source meets no converted region is appended as it is.
+fn redirect_into(s: &ShiftRun, conv: &[Conversion], out: &mut Vec<ShiftRun>) {
     let (mut at, end) = (s.src_start, s.src_start + s.count);
-    let mut out = Vec::new();
     let mut k = conv.partition_point(|x| x.region.start + x.region.count <= at);
+    if conv.get(k).is_none_or(|x| x.region.start >= end) {
+        out.push(*s);
+        return;
+    }
     while at < end {
         let piece = |from: u64, to: u64, rank: u32, src: u64| ShiftRun {
             start: s.start + (from - s.src_start),
@@ -356,7 +370,6 @@ fn redirect(s: &ShiftRun, conv: &[Conversion]) -> Vec<ShiftRun> {
             }
         }
     }
-    out
 }
 
 /// Where a record entry of this version points after the conversions: an
@@ -417,6 +430,48 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn applied_conversions_redirect_runs_into_the_given_regions_and_return_the_diff_as_it_was() {
+        use crate::diff::RegionEncoding;
+        let layout = Layout::new(64 * 64, 64).unwrap();
+        let own = |start, count, src_start| ShiftRun {
+            start,
+            count,
+            src_version: 3,
+            src_rank: 0,
+            src_start,
+            reference: None,
+        };
+        let older = ShiftRun { src_version: 2, ..own(40, 4, 8) };
+        let diff = Diff {
+            version: 3,
+            rank: 0,
+            layout,
+            hash: HashAlgo::Murmur3,
+            method: crate::Method::Tree,
+            baseline: true,
+            dense: false,
+            first: vec![FirstRun { start: 0, count: 16 }],
+            // Into chunks 4..6 (inside the region 4..8), 6..10 (across its end),
+            // 12..14 (outside it), and one run into an older version.
+            shift: vec![own(20, 2, 4), own(24, 4, 6), own(30, 2, 12), older],
+            encoding: RegionEncoding::Table,
+        };
+        let region = Region { digest: Digest(7), node: NodeId::new(2, 1), start: 4, count: 4, bytes: 4 * 64 };
+        let conv = [Conversion { region, owner: 1, owner_start: 100 }];
+        let mut after = diff.clone();
+        assert_eq!(apply(&mut after, &[]), None);
+        assert_eq!(apply(&mut after, &conv), Some(diff));
+        assert_eq!(after.first, vec![FirstRun { start: 0, count: 4 }, FirstRun { start: 8, count: 8 }]);
+        let theirs = |start, count, src_start| ShiftRun { src_rank: 1, src_start, ..own(start, count, 0) };
+        let reference = ShiftRun { reference: Some(Digest(7)), ..theirs(4, 4, 100) };
+        assert_eq!(
+            after.shift,
+            vec![reference, theirs(20, 2, 100), theirs(24, 2, 102), own(26, 2, 8), own(30, 2, 12), older]
+        );
+        assert!(!after.dense);
     }
 
     #[test]

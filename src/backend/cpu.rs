@@ -49,8 +49,11 @@ impl PendingVersion for CpuPending {
 
     fn give_away(&mut self, diff: &mut Diff, conv: &[Conversion], layouts: &[Layout]) -> Result<()> {
         let (me, layout) = (diff.rank, diff.layout);
-        self.1.get_or_insert_with(|| diff.clone());
-        regions::apply(diff, conv);
+        if let Some(before) = regions::apply(diff, conv) {
+            // The first give-away's diff is the file as written (a later one
+            // rewrites the same file).
+            self.1.get_or_insert(before);
+        }
         self.0.remap_entries(|e| regions::relocate(e, me, &layout, conv, layouts));
         Ok(())
     }

@@ -7,9 +7,9 @@
 //! in the order every rank submits them, so the threads of all ranks meet
 //! in the same reductions.
 
-use super::merge::local_set;
 use super::reduce::{Reducer, ThreadComm};
 use super::regions::{Conversion, PendingRegions, conversions};
+use super::step::tuple_set;
 use crate::layout::Layout;
 use crate::tiers::CachedVersion;
 use crate::{Error, Result};
@@ -120,9 +120,11 @@ fn run(
     let StepParams { me, ref layouts, threshold, min_region_bytes } = *params;
     let Task { mut cached, regions } = task;
     let version = cached.version();
-    let mut regions = regions.resolve()?;
-    regions.retain(|r| r.bytes >= min_region_bytes);
-    let set = local_set(me, regions.iter().map(|r| (r.digest, r.bytes, r.node)), threshold);
+    let mut regions = {
+        let _span = crate::profile::Span::new("step-regions", version);
+        regions.resolve()?
+    };
+    let set = tuple_set(me, &mut regions, min_region_bytes, threshold);
     crate::profile::count("offered-entries", version, set.len() as u64);
     let merged = {
         let _span = crate::profile::Span::new("reduce", version);
@@ -133,6 +135,9 @@ fn run(
         return Err(Error::Internal("an injected failure of the collective step (test)".into()));
     }
     let conv = conversions(me, &regions, merged, layouts);
-    cached.give_away(&conv, layouts)?;
+    {
+        let _span = crate::profile::Span::new("step-give-away", version);
+        cached.give_away(&conv, layouts)?;
+    }
     Ok(Settled { cached, offered: regions.len(), merged: merged.len(), conv, seconds: t.elapsed().as_secs_f64() })
 }

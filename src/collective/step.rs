@@ -89,17 +89,25 @@ impl<'a> Offer<'a> {
             return self;
         }
         let Offer { local, mut regions, regions_seconds, .. } = self;
-        regions.retain(|r| r.bytes >= min_bytes);
-        Offer { regions_seconds, ..offer_of(local, regions, threshold) }
+        let set = tuple_set(local.diff().rank, &mut regions, min_bytes, threshold);
+        Offer { local, regions, set, regions_seconds }
     }
 }
 
 /// The offer of a version already de-duplicated (by the engine or by the
 /// asynchronous tiers) whose FIRST `regions` are known.
-pub fn offer_of(local: LocalCheckpoint<'_>, regions: Vec<Region>, threshold: usize) -> Offer<'_> {
-    let rank = local.diff().rank;
-    let set = local_set(rank, regions.iter().map(|r| (r.digest, r.bytes, r.node)), threshold);
+pub fn offer_of(local: LocalCheckpoint<'_>, mut regions: Vec<Region>, threshold: usize) -> Offer<'_> {
+    let set = tuple_set(local.diff().rank, &mut regions, 0, threshold);
     Offer { local, regions, set, regions_seconds: 0.0 }
+}
+
+/// The tuple set `rank` sends to the reduction for its FIRST `regions`,
+/// once the regions smaller than `min_bytes` are dropped from them (they
+/// stay this rank's, outside the reduction; 0 keeps every one). The same
+/// in the call and on the collective step's thread.
+pub fn tuple_set(rank: u32, regions: &mut Vec<Region>, min_bytes: u64, threshold: usize) -> Vec<HashFreq> {
+    regions.retain(|r| r.bytes >= min_bytes);
+    local_set(rank, regions.iter().map(|r| (r.digest, r.bytes, r.node)), threshold)
 }
 
 /// Applies the merged set: the regions other ranks own become references

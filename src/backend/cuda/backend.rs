@@ -170,8 +170,10 @@ impl PendingVersion for GpuPending {
             // CPU's pending record moves (regions::relocate).
             self.given = Some(stored_runs(diff.version, me, &layout, conv, layouts)?);
         }
-        self.made_as.get_or_insert_with(|| diff.clone());
-        regions::apply(diff, conv);
+        if let Some(before) = regions::apply(diff, conv) {
+            // The first give-away's diff is the file as the device made it.
+            self.made_as.get_or_insert(before);
+        }
         Ok(())
     }
 
