@@ -1,10 +1,10 @@
-//! Criterion: one step of the collective reduction without MPI — the top-K
-//! merge of two K-entry sets (what each inner node of the MPI_Reduce tree
-//! computes), with the wire decode/encode around it, worst case (all
+//! Criterion: one step of the collective reduction without MPI — what each
+//! inner node of the reduction tree computes: decode the child's K-entry
+//! set off the wire and merge it with its own (top-K), worst case (all
 //! digests unique, the result is cut to K) and best case (all shared).
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use dckpt::collective::merge::{Merger, encode_wire, local_set, wire_words};
+use dckpt::collective::merge::{Merger, decode_wire_into, encode_wire, local_set, wire_words};
 use dckpt::hash::Digest;
 use dckpt::layout::NodeId;
 use std::hint::black_box;
@@ -22,15 +22,13 @@ fn merge_step(c: &mut Criterion) {
         g.throughput(Throughput::Elements(2 * k as u64));
         for (case, base_right) in [("unique", 1u64 << 40), ("shared", 0)] {
             let (l, r) = (set(0, 0, k), set(1, base_right, k));
-            let (mut wl, mut wr) = (vec![0u64; wire_words(k)], vec![0u64; wire_words(k)]);
-            encode_wire(&l, &mut wl);
-            encode_wire(&r, &mut wr);
-            let mut merger = Merger::default();
-            let mut inout = wr.clone();
+            let mut wire = vec![0u64; wire_words(k)];
+            encode_wire(&r, &mut wire);
+            let (mut merger, mut theirs) = (Merger::default(), Vec::new());
             g.bench_with_input(BenchmarkId::new(case, k), &k, |b, &k| {
                 b.iter(|| {
-                    inout.copy_from_slice(&wr);
-                    black_box(merger.merge_wire(&wl, &mut inout, k))
+                    decode_wire_into(&wire, &mut theirs);
+                    black_box(merger.merge_sets(&l, &theirs, k).len())
                 })
             });
         }

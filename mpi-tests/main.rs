@@ -804,6 +804,51 @@ fn shared_dir(w: &World) -> PathBuf {
 /// A scenario: the world and its directory.
 type Test = fn(&World, &Path);
 
+/// The reduction tree computes what the reference reduction does (the same
+/// set on every rank, pairing the ranks as `reduce_all`), with a reducer
+/// reused across thresholds and set sizes, and a malformed set on one rank
+/// fails the reduction on every rank.
+fn reduction(w: &World, _: &Path) {
+    use dckpt::collective::HashFreq;
+    use dckpt::collective::merge::{local_set, reduce_all};
+    use dckpt::collective::mpi::{Reducer, reduce_sets};
+    use dckpt::hash::Digest;
+    use dckpt::layout::NodeId;
+    let digest = |x: u64| Digest(u128::from(x).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c834));
+    // Rank r holds the shared digests 0..40 (sizes vary), every third of
+    // 100..160 shared with rank r + 1, and 30 + 7r of its own.
+    let set_of = |r: u32, k: usize| -> Vec<HashFreq> {
+        let shared = (0..40u64).map(|i| (digest(i), 512 * (1 + i % 5), NodeId::new(2, i)));
+        let pairs = (0..60u64)
+            .filter(|i| (i + u64::from(r)) % 3 == 0)
+            .map(|i| (digest(100 + i + 60 * u64::from(r / 2)), 4096, NodeId::new(3, i)));
+        let own = (0..30 + 7 * u64::from(r))
+            .map(|i| (digest(1_000_000 * (u64::from(r) + 1) + i), 1024 + i, NodeId::new(1, i)));
+        local_set(r, shared.chain(pairs).chain(own), k)
+    };
+    let sets = |k: usize| (0..w.size as u32).map(|r| set_of(r, k)).collect::<Vec<_>>();
+    let mut reducer = Reducer::default();
+    for k in [1usize << 17, 64, 7, 1 << 17] {
+        let expected = reduce_all(&sets(k), k);
+        let mine = set_of(w.rank as u32, k);
+        let reused = reducer.reduce(w.comm, &mine, k).map(<[HashFreq]>::to_vec);
+        w.check(reused.as_ref().is_ok_and(|m| *m == expected), &format!("reused reducer, K = {k}"));
+        let fresh = reduce_sets(w.comm, &mine, k);
+        w.check(fresh.is_ok_and(|m| m == expected), &format!("fresh reducer, K = {k}"));
+    }
+    // An owner beyond the communicator on the last rank: no rank gets a set.
+    let mut bad = set_of(w.rank as u32, 1 << 17);
+    if w.rank == w.size - 1 && w.size > 1 {
+        bad[0].owner = w.size as u32 + 3;
+    }
+    let failed = reducer.reduce(w.comm, &bad, 1 << 17).is_err();
+    w.check(failed == (w.size > 1), "a malformed set fails the reduction everywhere");
+    // The next reduction proceeds.
+    let k = 1 << 17;
+    let again = reducer.reduce(w.comm, &set_of(w.rank as u32, k), k).map(<[HashFreq]>::to_vec);
+    w.check(again.is_ok_and(|m| m == reduce_all(&sets(k), k)), "a reduction after a failed one");
+}
+
 fn main() {
     // MPI_THREAD_MULTIPLE: the collective step may run on a background thread.
     let (universe, _) = mpi::initialize_with_threading(mpi::Threading::Multiple).expect("MPI init");
@@ -818,7 +863,8 @@ fn main() {
     if w.rank == 0 {
         println!("mpi-tests: backend auto (set DCKPT_MPI_TEST_BACKEND=cpu|cuda to choose)");
     }
-    let tests: [(&str, Test); 13] = [
+    let tests: [(&str, Test); 14] = [
+        ("reduction", reduction),
         ("identical", |w, r| {
             identical(w, r);
             temporal(w, r);

@@ -69,25 +69,21 @@ pub fn merge(left: &[HashFreq], right: &[HashFreq], threshold: usize) -> Vec<Has
     std::mem::take(&mut m.out)
 }
 
-/// Reusable buffers for repeated merges (the MPI user operation runs one
-/// per message): large buffers allocated afresh cost more in page faults
-/// than the merge itself.
+/// Reusable buffers for repeated merges (one per level of the reduction
+/// tree, one reduction per checkpoint): large buffers allocated afresh cost
+/// more in page faults than the merge itself.
 #[derive(Default)]
 pub struct Merger {
-    left: Vec<HashFreq>,
-    right: Vec<HashFreq>,
     out: Vec<HashFreq>,
     shared: Vec<(usize, HashFreq)>,
     load: Loads,
-    /// Wire sets naming an owner at or beyond this are rejected (0: no bound).
-    ranks: u32,
 }
 
 impl Merger {
-    /// Rejects wire sets naming an owner at or beyond `ranks` from now on
-    /// (a merger reused on another communicator).
-    pub fn set_ranks(&mut self, ranks: u32) {
-        self.ranks = ranks;
+    /// Exchanges the last merge's result with `set` (both buffers stay
+    /// allocated for the next merge).
+    pub fn swap_out(&mut self, set: &mut Vec<HashFreq>) {
+        std::mem::swap(&mut self.out, set);
     }
 
     /// [`merge`] into the internal output buffer, returned.
@@ -128,21 +124,6 @@ impl Merger {
         }
         truncate_to(out, threshold);
         out
-    }
-
-    /// One step of the MPI reduction: `inout = merge(left, inout)` over wire
-    /// buffers of the same capacity. Returns `false` (leaving `inout` as it
-    /// was) if either buffer is malformed.
-    pub fn merge_wire(&mut self, left: &[u64], inout: &mut [u64], threshold: usize) -> bool {
-        let (mut l, mut r) = (std::mem::take(&mut self.left), std::mem::take(&mut self.right));
-        let owners_ok = |set: &[HashFreq]| self.ranks == 0 || set.iter().all(|e| e.owner < self.ranks);
-        let ok = decode_wire_into(left, &mut l) && decode_wire_into(inout, &mut r) && owners_ok(&l) && owners_ok(&r);
-        if ok {
-            self.merge_sets(&l, &r, threshold);
-            encode_wire(&self.out, inout);
-        }
-        (self.left, self.right) = (l, r);
-        ok
     }
 }
 

@@ -1,39 +1,55 @@
-//! The reduction of the collective step over MPI: every rank's tuple set
-//! travels as one element of a contiguous derived datatype of `1 + 5K`
-//! words, reduced to rank 0 by a non-commutative user operation applying the
-//! top-K merger, then broadcast as plain words.
+//! The reduction of the collective step over MPI: every rank's tuple set is
+//! merged up a binomial tree with the top-K merger (rank r receives from
+//! r + 1, r + 2, r + 4, … while those exist and sends to r − 2^k at its
+//! first set bit), so a set passes ⌈log2 P⌉ merges on its way to rank 0,
+//! which broadcasts the result. Lower ranks are always the merge's left
+//! side: the tree pairs the sets exactly as [`merge::reduce_all`] does, and
+//! every rank gets the same owners. Messages carry only the entries they
+//! hold (a count word, then 5 words an entry).
 //!
-//! The only `unsafe` code outside the CUDA backend lives here: the MPI
-//! views of the wire buffers and the user operation's access to them (see
-//! the SAFETY notes).
-#![allow(unsafe_code)]
+//! `MPI_Reduce` with the merger as a non-commutative user operation did the
+//! same in one call, but OpenMPI's algorithms for such an operation let the
+//! time grow about linearly with the ranks of a node (K = 2^17 on 16 cores:
+//! 8.7 ms at 2 ranks, 78 ms at 16), and it sent `1 + 5K` words whatever the
+//! sets held. The point-to-point messages travel on the [`Reducer`]'s own
+//! duplicate of the communicator, so they never meet the application's.
 
 use super::merge::{self, HashFreq, decode_wire_into, encode_wire, wire_words};
 use crate::{Error, Result};
-use ::mpi::collective::{SystemOperation, UserOperation};
-use ::mpi::datatype::{MutView, UserDatatype, View};
+use ::mpi::collective::SystemOperation;
+use ::mpi::topology::SimpleCommunicator;
 use ::mpi::traits::*;
 
+/// The tag of the tree's messages (on the reducer's own communicator).
+const TREE_TAG: i32 = 0x6463;
+
+/// The count word of a set whose merge failed somewhere below: every rank
+/// above passes it on, and rank 0 broadcasts it as the failure.
+const FAILED_SET: u64 = u64::MAX;
+
 /// Reduces every rank's tuple set (sorted by digest, at most `threshold`
-/// entries) with the top-K merger: `MPI_Reduce` to rank 0 with a
-/// non-commutative user operation over one fixed-capacity element per rank,
-/// then `MPI_Bcast`. Every rank returns the same set. Collective. A
+/// entries) with the top-K merger up a binomial tree to rank 0, then
+/// broadcasts it. Every rank returns the same set. Collective. A
 /// [`Reducer`] kept across reductions does the same without allocating.
 pub fn reduce_sets<C: Communicator>(comm: &C, set: &[HashFreq], threshold: usize) -> Result<Vec<HashFreq>> {
     Reducer::default().reduce(comm, set, threshold).map(<[HashFreq]>::to_vec)
 }
 
 /// The reduction's working memory, kept from one checkpoint's reduction to
-/// the next: the wire buffers (`1 + 5K` words each, megabytes at the
-/// default K), the merger's sets and the merged result. Fresh buffers of
-/// that size cost more in page faults than the merge itself (on the 2-core
-/// machine, 2 ranks at K = 2^17: 45 ms a reduction with fresh buffers).
+/// the next: its own duplicate of the communicator (made at the first
+/// reduction; use a reducer with one communicator), the wire buffers
+/// (`1 + 5K` words each, megabytes at the default K), the merger's sets and
+/// the merged result. Fresh buffers of that size cost more in page faults
+/// than the merge itself (on the 2-core machine, 2 ranks at K = 2^17: 45 ms
+/// a reduction with fresh buffers, 15 ms with these).
 #[derive(Default)]
 pub struct Reducer {
-    merger: std::sync::Mutex<merge::Merger>,
+    comm: Option<SimpleCommunicator>,
+    merger: merge::Merger,
     send: Vec<u64>,
     recv: Vec<u64>,
-    merged: Vec<HashFreq>,
+    mine: Vec<HashFreq>,
+    theirs: Vec<HashFreq>,
 }
 
 impl std::fmt::Debug for Reducer {
@@ -47,74 +63,86 @@ impl Reducer {
     /// on every rank) lives until the next reduction. Collective.
     pub fn reduce<C: Communicator>(&mut self, comm: &C, set: &[HashFreq], threshold: usize) -> Result<&[HashFreq]> {
         // No partial result can hold more than every set together: size the
-        // messages for that when it is below K (small checkpoints stay cheap).
-        let mine = set.len().min(threshold) as u64;
+        // buffers for that when it is below K (small checkpoints stay cheap).
+        let held = set.len().min(threshold) as u64;
         let mut total = 0u64;
-        comm.all_reduce_into(&mine, &mut total, SystemOperation::sum());
+        comm.all_reduce_into(&held, &mut total, SystemOperation::sum());
         // Every rank computes the same capacity (the same K, the same total).
         let threshold = threshold.min(usize::try_from(total).unwrap_or(usize::MAX)).clamp(1, merge::MAX_THRESHOLD);
         let words = wire_words(threshold);
-        let Reducer { merger, send, recv, merged } = self;
-        // Only the count word and the entries are read: stale words beyond
-        // them are harmless, so a buffer of the right length is reused as is.
+        let own = self.comm.get_or_insert_with(|| comm.duplicate());
+        let Reducer { merger, send, recv, mine, theirs, .. } = self;
         for buf in [&mut *send, &mut *recv] {
-            if buf.len() != words {
-                buf.clear();
+            if buf.len() < words {
                 buf.resize(words, 0);
             }
         }
-        // A longer set is cut (callers build it with `local_set`, which keeps the largest regions).
-        encode_wire(&set[..set.len().min(threshold)], send);
-        // MAX_THRESHOLD keeps `words` within an MPI count.
-        let count = i32::try_from(words).unwrap_or(i32::MAX);
-        let element = UserDatatype::contiguous(count, &u64::equivalent_datatype());
-        merger.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).set_ranks(comm.size().max(1) as u32);
-        let merger = &*merger;
-        let op = UserOperation::associative(move |invec, mut inoutvec| {
-            // SAFETY: both buffers hold one element of `element`, i.e. `words`
-            // u64 words, allocated by MPI or by `send`/`recv` below, and are
-            // distinct (MPI passes separate input and in-out buffers).
-            if invec.len() != 1 || inoutvec.len() != 1 {
-                return; // not the one-element call this operation is used with
+        mine.clear();
+        mine.extend_from_slice(&set[..set.len().min(threshold)]);
+        let ranks = own.size().max(1) as u32;
+        let rank = own.rank().max(0) as u32;
+        let mut failed = false;
+        let mut mask = 1u32;
+        while mask < ranks {
+            if rank & mask != 0 {
+                // This rank's subtree is merged: up to its parent.
+                let len = if failed {
+                    send[0] = FAILED_SET;
+                    1
+                } else {
+                    encoded(mine, send)
+                };
+                own.process_at_rank((rank - mask) as i32).send_with_tag(&send[..len], TREE_TAG);
+                break;
             }
-            let (left, right) = unsafe {
-                (
-                    std::slice::from_raw_parts(invec.as_ptr() as *const u64, words),
-                    std::slice::from_raw_parts_mut(inoutvec.as_mut_ptr() as *mut u64, words),
-                )
-            };
-            // MPI computes inoutvec = invec (lower ranks) ∘ inoutvec (higher ranks).
-            // A poisoned lock (a panic cannot happen here) still holds usable buffers.
-            let mut m = merger.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if !m.merge_wire(left, right, threshold) {
-                // Poison the partial result: every later merge fails too, and
-                // every rank decodes the broadcast as a failure.
-                right[0] = u64::MAX;
+            if let Some(child) = rank.checked_add(mask).filter(|&c| c < ranks) {
+                let status = own.process_at_rank(child as i32).receive_into_with_tag(&mut recv[..words], TREE_TAG);
+                let got = usize::try_from(status.count(u64::equivalent_datatype())).unwrap_or(0);
+                let valid = decode_wire_into(&recv[..got.min(words)], theirs)
+                    && theirs.len() <= threshold
+                    && theirs.iter().all(|e| e.owner < ranks);
+                if !failed && valid {
+                    // Lower ranks on the left, as `reduce_all` merges them.
+                    merger.merge_sets(mine, theirs, threshold);
+                    merger.swap_out(mine);
+                } else {
+                    failed = true;
+                }
             }
-        });
-        let root = comm.process_at_rank(0);
-        {
-            // SAFETY: `send` and `recv` are `words` u64 words long: exactly one
-            // element of the contiguous datatype, no padding.
-            let sv = unsafe { View::with_count_and_datatype(&send[..], 1, &element) };
-            if comm.rank() == 0 {
-                let mut rv = unsafe { MutView::with_count_and_datatype(&mut recv[..], 1, &element) };
-                root.reduce_into_root(&sv, &mut rv, &op);
-            } else {
-                root.reduce_into(&sv, &op);
-            }
+            mask <<= 1;
         }
-        // The broadcast applies no operation, so it may cut the set into
-        // segments and pipeline them: send it as plain words.
-        root.broadcast_into(&mut recv[..]);
-        // Every rank received the same words, so every rank fails or none does.
-        if !decode_wire_into(recv, merged) {
+        // Rank 0 holds every rank's merge: its count word first, then the set.
+        let mut count = if failed { FAILED_SET } else { mine.len() as u64 };
+        let root = own.process_at_rank(0);
+        root.broadcast_into(&mut count);
+        if count == FAILED_SET {
             return Err(Error::Collective(
                 "the reduction's merge failed (a malformed or inconsistent tuple set); nothing was written".into(),
             ));
         }
-        Ok(merged)
+        let len = wire_words(usize::try_from(count).unwrap_or(usize::MAX)).min(words);
+        if rank == 0 {
+            encoded(mine, send);
+        }
+        root.broadcast_into(&mut send[..len]);
+        // Every rank received the same words, so every rank fails or none does.
+        if rank != 0 && !decode_wire_into(&send[..len], mine) {
+            return Err(Error::Collective("the reduction's broadcast was malformed".into()));
+        }
+        Ok(mine)
     }
+}
+
+/// Encodes `set` at the start of `wire`; the words written. A set longer
+/// than `wire` holds (none is: every set is cut to the capacity the wire was
+/// sized for) goes as a failed one.
+fn encoded(set: &[HashFreq], wire: &mut [u64]) -> usize {
+    let len = wire_words(set.len());
+    if len <= wire.len() && encode_wire(set, &mut wire[..len]) {
+        return len;
+    }
+    wire[0] = FAILED_SET;
+    1
 }
 
 /// A communicator that a background thread owns: the collective step run
@@ -141,4 +169,5 @@ impl ThreadComm {
 // checks; the handle is moved, never shared (no `Sync`), so one thread at a
 // time uses it, and it is freed (`MPI_Comm_free`) by the thread that owns it
 // before the application finalizes MPI (the owner joins that thread on drop).
+#[allow(unsafe_code)]
 unsafe impl Send for ThreadComm {}
