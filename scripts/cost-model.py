@@ -5,9 +5,11 @@ Usage: python3 scripts/cost-model.py [OUT_DIR]  (default docs/bench/scaling). Wr
 (measured points and model), OUT_DIR/cost-model.json (assumptions, parameters, every point's residual,
 extrapolations) and prints a Markdown summary. numpy and matplotlib only.
 
-Inputs, measured: docs/bench/collective/{h200x4,dev2core}/reduce.csv (+ h200x4/reduce-repeat.csv, a second
-sweep fitted with the first): the reduction alone (`collective::mpi::reduce_sets`), P = 1..64 ranks on one node
-(h200x4: 64 cores; dev2core: 2 cores, oversubscribed beyond 2 ranks), K = 2^14..2^18 entries, median seconds.
+Inputs, measured: docs/bench/collective/{h100-16core,dev2core}/reduce.csv: the reduction alone
+(`collective::mpi::reduce_sets`, the binomial tree of point-to-point merges), P = 1..16 ranks on the H100's
+16-core host and 1..64 on the 2-core machine (oversubscribed beyond 2 ranks), K = 2^14..2^18 entries, median
+seconds; docs/bench/collective/h200x4/reduce{,-repeat}.csv (64 cores, 1..64 ranks): the reduction before the
+tree (one MPI_Reduce with a user operation, fresh buffers), fitted for comparison ("h200x4-mpi").
 docs/bench/scaling/{devbox-cpu,h100,h200x2}.csv: whole checkpointing runs, studies strong and weak, chunk
 128 B, a checkpoint every 10 steps. The 2-rank rows of h200x2 ran with each rank bound to one core: left out
 of every time fit, kept for bytes (which equal the H100's byte for byte).
@@ -21,7 +23,7 @@ sharing one GPU (P/G), or one core (P/C) on the CPU machine, at least 1; K entri
    noise is proportional); the log-tree model alone (g = 0) is fitted too, for comparison.
 2. Collective step per version in whole runs (reduce_s / checkpoints: the background task: tuple set,
    reduction, give-away), P > 1: T_step = s0 + s2 (S - 1) + T_red(P, K), T_red from 1 for the same
-   machine class (h200x4 for the GPU machines), K = min(2^17, P x regions a rank offers at most, from the
+   machine class (h100-tree for the GPU machines), K = min(2^17, P x regions a rank offers at most, from the
    automatic region size). On absolute errors: its milliseconds scatter additively, up to 25x between
    examples at one P, and relative errors would pull the fit to zero.
 3. Stored bytes per checkpoint, weak scaling, per mode: B(P) = U + R P (U once, R per rank).
@@ -47,13 +49,16 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MICRO = {  # machine class -> reduction CSVs
-    "h200x4": ["docs/bench/collective/h200x4/reduce.csv", "docs/bench/collective/h200x4/reduce-repeat.csv"],
+    "h100-tree": ["docs/bench/collective/h100-16core/reduce.csv"],
     "dev2core": ["docs/bench/collective/dev2core/reduce.csv"],
+    # The reduction before the binomial tree (MPI_Reduce, fresh buffers), 64 cores: for comparison.
+    "h200x4-mpi": ["docs/bench/collective/h200x4/reduce.csv", "docs/bench/collective/h200x4/reduce-repeat.csv"],
 }
+GPU_NODE = "h100-tree"  # the reduction model of the GPU machines
 RUNS = {  # machine -> scaling CSV, reduction class, cores, GPUs, rank counts left out of time fits
     "devbox-cpu": dict(csv="docs/bench/scaling/devbox-cpu.csv", micro="dev2core", cores=2, gpus=0, bad=[]),
-    "h100": dict(csv="docs/bench/scaling/h100.csv", micro="h200x4", cores=16, gpus=1, bad=[]),
-    "h200x2": dict(csv="docs/bench/scaling/h200x2.csv", micro="h200x4", cores=32, gpus=2, bad=[2]),
+    "h100": dict(csv="docs/bench/scaling/h100.csv", micro=GPU_NODE, cores=16, gpus=1, bad=[]),
+    "h200x2": dict(csv="docs/bench/scaling/h200x2.csv", micro=GPU_NODE, cores=32, gpus=2, bad=[2]),
 }
 K_DEFAULT, CHUNK, ENTRY_BYTES = 1 << 17, 128, 40
 PER_NODE, A_NET, BW_NET = 8, 5e-6, 25e9
@@ -223,11 +228,13 @@ def analyse():
 
 
 def extrapolate(res):
-    ps, ex, red = np.array(P_OUT, float), {}, res["reduction"]["h200x4"]
+    ps, ex = np.array(P_OUT, float), {}
     for k in (1 << 14, K_DEFAULT, 1 << 18):
-        ex.update({f"reduction h200x4 K={k} {v} (s)": predict_reduce(red["tree+node"]["params"], ps, k, v)
-                   for v in ("cluster", "network", "node")})
-        ex[f"reduction h200x4 K={k} tree only (s)"] = predict_reduce(red["tree only"]["params"], ps, k)
+        for m in (GPU_NODE, "h200x4-mpi"):
+            red = res["reduction"][m]
+            ex.update({f"reduction {m} K={k} {v} (s)": predict_reduce(red["tree+node"]["params"], ps, k, v)
+                       for v in ("cluster", "network", "node")})
+            ex[f"reduction {m} K={k} tree only (s)"] = predict_reduce(red["tree only"]["params"], ps, k)
     for m, r in res["runs"].items():
         micro = res["reduction"][RUNS[m]["micro"]]["tree+node"]["params"]
         ex[f"step {m} heat weak (ms)"] = 1e3 * predict_step(r["step"]["params"], micro, ps, r["heat_weak_state"])
@@ -268,12 +275,14 @@ def lines(ax, cluster, node, color, label, node_to=64, ls="-"):
 def plot(res, path):
     fig, axs = plt.subplots(2, 2, figsize=(14, 11))
     red, runs = res["reduction"], res["runs"]
-    ax, par = axs[0, 0], red["h200x4"]["tree+node"]["params"]
+    ax, par, old = axs[0, 0], red[GPU_NODE]["tree+node"]["params"], red["h200x4-mpi"]["tree+node"]["params"]
     for i, k in enumerate((1 << 14, 1 << 16, 1 << 18)):
-        for m, mk in (("h200x4", "o"), ("dev2core", "^")):
+        for m, mk in ((GPU_NODE, "o"), ("dev2core", "^"), ("h200x4-mpi", "+")):
             scatter(ax, [q for q in red[m]["tree+node"]["points"] if q["threshold"] == k], f"C{i}", mk, f"{m} K={k}")
         lines(ax, lambda p: predict_reduce(par, p, k, "network"), lambda p: predict_reduce(par, p, k, "node"),
-              f"C{i}", f"h200x4 model K={k}", 4096)
+              f"C{i}", f"{GPU_NODE} model K={k}", 4096)
+        ax.plot(P_LINE, predict_reduce(old, P_LINE, k, "network"), "-.", color=f"C{i}", lw=0.7,
+                label=f"h200x4-mpi model K={k}" if i == 0 else None)
         lines(ax, lambda p: np.nan * p, lambda p: predict_reduce(red["dev2core"]["tree+node"]["params"], p, k, "node"),
               f"C{i}", None)
     decorate(ax, "Reduction alone (solid: cluster + network; dotted: one node, as measured)", "seconds")
@@ -356,7 +365,7 @@ def markdown(res, ex):
             [f"{r['step']['K_eff_median']:.0f}", "{median:.2g} ({min:.2g}–{max:.2g})".format(
                 **r["step"]["measured_over_reduction_model"])] for m, r in runs.items()]
     out += ["Collective step per version in whole runs: s0 + s2·(S − 1) + T_red(P, K) (ms), and measured ÷ T_red "
-            "(all ranks on one node; the h200x4 model for the GPU machines):\n",
+            "(all ranks on one node; the h100-tree model for the GPU machines):\n",
             table(["machine", "s0", "s2 /(S−1)", "n", "R² (log)", "median err", "max err",
                    "median K", "measured ÷ reduction model"], rows)]
     rows = [[m, e] + ["{:.2f} + {:.3f} P".format(*(f["params"][t] / 2**20 for t in "UR"))

@@ -17,7 +17,7 @@
 //! | [`regions`] | a diff's regions and the rewrite that gives some to other ranks |
 //! | [`dedup`] | the methods Full, Basic, List and Tree (the CPU engine) |
 //! | [`diff`] | the in-memory result of one de-duplication |
-//! | [`format`] | the on-disk diff file and manifest codecs (bounds-checked) |
+//! | [`format`](mod@format) | the on-disk diff file and manifest codecs (bounds-checked) |
 //! | [`storage`] | the storage contract (durable atomic write, read at offset, list, remove, barrier, lock) and its POSIX implementation |
 //! | [`store`] | a rank's directory: writer lock, atomic commits, manifest, collective commit records |
 //! | [`repair`] | `dckpt repair`: remove what no committed version needs, delist what no longer restores |
@@ -28,7 +28,7 @@
 //! | [`restore`] | chain resolution and byte-exact reconstruction |
 //! | [`verify`] | whole-store integrity and reference checks |
 //! | [`inspect`] | per-version statistics |
-//! | [`bench`] | the in-memory method benchmark behind `dckpt bench` |
+//! | [`bench`](mod@bench) | the in-memory method benchmark behind `dckpt bench` |
 //! | [`bench_e2e`] | `dckpt bench --e2e`: what the application waits for, through the store |
 //! | [`bench_compress`] | `dckpt bench-compression`: de-duplication vs compression vs both |
 //! | [`generate`] | synthetic evolving workloads (clustered / scattered edits) |

@@ -1,14 +1,14 @@
 //! The load-balancing top-K merger of Nicolae (IPDPS'13, Algorithm 2) as a
-//! pure function over sets of [`HashFreq`] tuples, and the fixed-capacity
-//! wire form those sets travel in through the MPI reduction.
+//! pure function over sets of [`HashFreq`] tuples, and the wire form those
+//! sets travel in through the MPI reduction (a count word, 5 words an entry).
 //!
 //! Differences from the paper, all asked for by the design: load is counted
 //! in bytes (regions differ in size, pages did not), and the truncation keeps
 //! the entries that save the most bytes, `(count − 1) × bytes`, not the most
 //! frequent ones. Ties are broken by digest, so a merge is a deterministic
-//! function of its two inputs; with the reduction order fixed (MPI_Reduce with
-//! a non-commutative operation, then a broadcast) every rank gets the same
-//! owners.
+//! function of its two inputs; with the reduction order fixed (a binomial
+//! tree to rank 0, lower ranks on the left, then a broadcast) every rank
+//! gets the same owners.
 
 use crate::hash::Digest;
 use crate::layout::NodeId;

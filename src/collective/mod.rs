@@ -3,15 +3,15 @@
 //! would store are stored once, by one owner chosen so that no rank becomes
 //! the straggler; the others keep a cross-rank reference.
 //!
-//! - [`merge`](self::merge): the top-K merger (Algorithm 2) as a pure function, and the
+//! - [`merge`](mod@self::merge): the top-K merger (Algorithm 2) as a pure function, and the
 //!   fixed-capacity wire form of a tuple set.
 //! - [`regions`]: the FIRST regions a rank offers, and the rewrite of its
 //!   diff and record once owners are known.
 //! - [`step`]: one rank's side of a collective checkpoint around the
 //!   reduction, independent of the transport.
 //! - [`mpi`] (feature `mpi`): [`Collective`], the entry point an
-//!   `mpirun`-launched program calls: the reduction is an `MPI_Reduce` with
-//!   a non-commutative user operation followed by an `MPI_Bcast`.
+//!   `mpirun`-launched program calls: the reduction merges the ranks' sets
+//!   up a binomial tree, then broadcasts the result (`reduce::Reducer`).
 //! - [`tiered`] (feature `mpi`): [`TieredCollective`], the same step through
 //!   the asynchronous tiers: each rank flushes only its own files, and a
 //!   version is committed on a tier once every rank's are durable there.

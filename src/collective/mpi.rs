@@ -8,14 +8,11 @@
 //! written its files: owners' data exists before any reference to it is
 //! committed, and a crash leaves the version everywhere or nowhere.
 //!
-//! The reduction: each rank's tuple set travels as one element of a
-//! contiguous derived datatype of `1 + 5K` words (so MPI never splits a set),
-//! `MPI_Reduce` to rank 0 with a non-commutative user operation applying
-//! [`merge`] (MPI keeps the rank order, and only rank 0 computes the final
-//! set, so the bracketing cannot make ranks disagree), then `MPI_Bcast` of
-//! the result as plain words (which MPI may pipeline): `⌈log2 P⌉` merges
-//! and message steps of at most `40K + 8` bytes on the reduction's critical
-//! path, plus the broadcast.
+//! The reduction ([`Reducer`]): each rank's tuple set is merged up a
+//! binomial tree to rank 0 with [`merge`] (lower ranks always on the left,
+//! and only rank 0 holds the final set, so the bracketing cannot make ranks
+//! disagree), then broadcast: `⌈log2 P⌉` merges and messages of at most
+//! `40K + 8` bytes on the critical path, plus the broadcast.
 
 use super::CollectiveOptions;
 use super::merge::{self, HashFreq};

@@ -1,6 +1,6 @@
 //! The single-rank checkpoint engine: de-duplicate (on the CPU or the GPU),
 //! serialize, commit, and only then remember. Reopening a store continues
-//! its history. [`staged`] splits a checkpoint into steps for the collective
+//! its history. `staged` splits a checkpoint into steps for the collective
 //! layer.
 
 mod rebuild;

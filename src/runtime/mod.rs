@@ -4,7 +4,7 @@
 //! length, any number), and takes each named checkpoint of all of them as
 //! one collective checkpoint through the asynchronous tiers
 //! ([`crate::collective::TieredCollective`]), configured by a
-//! [`Config`].
+//! [`Config`](crate::config::Config).
 //!
 //! ```text
 //! protect(id, region)…   checkpoint(name, v): gather the regions (ids in order) into one

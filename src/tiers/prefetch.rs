@@ -13,7 +13,7 @@
 //!                   sooner than the one it loads)
 //! ```
 //!
-//! A restore reads each file through the tiers' reader ([`super::reader`]):
+//! A restore reads each file through the tiers' reader (`tiers::reader`):
 //! a cached file is served from memory, every other from the fastest tier
 //! holding it (only the bytes the restore needs; a miss is not admitted).
 //! Every byte is verified as on disk (the catalog
@@ -23,7 +23,7 @@
 //!
 //! The cache is also the write side's victim cache (HPDC'23's unified
 //! cache): once the first tier has a version's file durable, its flush
-//! worker offers the bytes it wrote ([`RestoreCache::offer_written`]), so
+//! worker offers the bytes it wrote (`RestoreCache::offer_written`), so
 //! the versions written last are restored from memory even without hints.
 //!
 //! The arena's offsets model one contiguous buffer (what a device cache

@@ -344,7 +344,7 @@ impl GpuDedup {
     /// Allocates the state for a buffer of `layout` on `gpu` within `budget`
     /// (all of it at once: a checkpoint allocates no device memory), with a
     /// GPU cache tier's arena as `cache` says (the asynchronous tiers use
-    /// it, [`GpuDedup::stage`]; `GpuCache::NONE` for the synchronous path).
+    /// it, `GpuDedup::stage`; `GpuCache::NONE` for the synchronous path).
     pub fn with_budget(
         gpu: Arc<Gpu>,
         layout: Layout,
