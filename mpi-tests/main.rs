@@ -811,7 +811,7 @@ type Test = fn(&World, &Path);
 fn reduction(w: &World, _: &Path) {
     use dckpt::collective::HashFreq;
     use dckpt::collective::merge::{local_set, reduce_all};
-    use dckpt::collective::mpi::{Reducer, reduce_sets};
+    use dckpt::collective::mpi::{Reduction, reduce_sets};
     use dckpt::hash::Digest;
     use dckpt::layout::NodeId;
     let digest = |x: u64| Digest(u128::from(x).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c834));
@@ -827,26 +827,29 @@ fn reduction(w: &World, _: &Path) {
         local_set(r, shared.chain(pairs).chain(own), k)
     };
     let sets = |k: usize| (0..w.size as u32).map(|r| set_of(r, k)).collect::<Vec<_>>();
-    let mut reducer = Reducer::default();
+    let mut reduction = Reduction::new(w.comm);
     for k in [1usize << 17, 64, 7, 1 << 17] {
         let expected = reduce_all(&sets(k), k);
         let mine = set_of(w.rank as u32, k);
-        let reused = reducer.reduce(w.comm, &mine, k).map(<[HashFreq]>::to_vec);
+        let reused = reduction.reduce(&mine, k).map(<[HashFreq]>::to_vec);
         w.check(reused.as_ref().is_ok_and(|m| *m == expected), &format!("reused reducer, K = {k}"));
         let fresh = reduce_sets(w.comm, &mine, k);
         w.check(fresh.is_ok_and(|m| m == expected), &format!("fresh reducer, K = {k}"));
     }
-    // An owner beyond the communicator on the last rank: no rank gets a set.
-    let mut bad = set_of(w.rank as u32, 1 << 17);
-    if w.rank == w.size - 1 && w.size > 1 {
-        bad[0].owner = w.size as u32 + 3;
-    }
-    let failed = reducer.reduce(w.comm, &bad, 1 << 17).is_err();
-    w.check(failed == (w.size > 1), "a malformed set fails the reduction everywhere");
-    // The next reduction proceeds.
+    // An owner beyond the communicator on the last rank, then on rank 0
+    // (the root, whose own set no merge received): no rank gets a set, and
+    // the next reduction proceeds.
     let k = 1 << 17;
-    let again = reducer.reduce(w.comm, &set_of(w.rank as u32, k), k).map(<[HashFreq]>::to_vec);
-    w.check(again.is_ok_and(|m| m == reduce_all(&sets(k), k)), "a reduction after a failed one");
+    for culprit in [w.size - 1, 0] {
+        let mut bad = set_of(w.rank as u32, k);
+        if w.rank == culprit {
+            bad[0].owner = w.size as u32 + 3;
+        }
+        let failed = reduction.reduce(&bad, k).is_err();
+        w.check(failed, &format!("a malformed set on rank {culprit} fails the reduction everywhere"));
+        let again = reduction.reduce(&set_of(w.rank as u32, k), k).map(<[HashFreq]>::to_vec);
+        w.check(again.is_ok_and(|m| m == reduce_all(&sets(k), k)), "a reduction after a failed one");
+    }
 }
 
 fn main() {

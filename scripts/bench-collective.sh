@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Measures the collective step under mpirun and writes CSV + a PNG plot:
-#  - the reduction alone (MPI_Reduce with the top-K merger + MPI_Bcast) vs K
+#  - the reduction alone (the top-K merger up a binomial tree + MPI_Bcast) vs K
 #    and ranks, worst case (all digests unique) and best case (all shared),
 #    as in Figures 2 and 3 of Nicolae (IPDPS'13);
 #  - a mixed workload (half of each rank's buffer replicated): collective vs

@@ -3,11 +3,11 @@
 # missing (idempotent: nothing runs when `dpkg -s` finds them all):
 #   libopenmpi-dev openmpi-bin  MPI for the collective layer (rsmpi) and mpirun
 #   libclang-dev                rsmpi's bindgen
-#   libffi-dev pkg-config       user-defined MPI operations (system libffi)
+#   pkg-config                  finding the MPI library
 #   gfortran                    the Fortran example and module (mpifort)
 # Override the list with DCKPT_APT_PACKAGES (e.g. "libmpich-dev mpich ..." for MPICH).
 set -euo pipefail
-packages=${DCKPT_APT_PACKAGES:-"libopenmpi-dev openmpi-bin libclang-dev libffi-dev pkg-config gfortran"}
+packages=${DCKPT_APT_PACKAGES:-"libopenmpi-dev openmpi-bin libclang-dev pkg-config gfortran"}
 command -v dpkg >/dev/null 2>&1 || { echo "install-deps: not a Debian/Ubuntu system; install: $packages" >&2; exit 0; }
 missing=()
 for p in $packages; do

@@ -3,18 +3,22 @@
 # flush workers) run beside the application's; OpenMPI's default binds each
 # of one or two ranks to a single core, where they time-slice against the
 # application (BENCHMARKS.md, "Placement"). Oversubscribed ranks (more than
-# the cores) must yield the CPU while they wait, or they starve each other;
-# otherwise each rank gets its share of the cores (PE = cores / NP).
-#   $(mpirun_for NP) PROGRAM ARGS...       MPIRUN_FLAGS replaces the placement flags
+# the CPUs) must yield the CPU while they wait, or they starve each other;
+# otherwise each rank gets its share of the CPUs (PE = CPUs / NP, counted in
+# hardware threads, as `nproc` counts them).
+#   $(mpirun_for NP) PROGRAM ARGS...
+# MPIRUN_FLAGS replaces the placement flags (all of them: add --oversubscribe
+# yourself beyond the CPUs); its words are split on blanks, not quoted.
 mpirun_for() {
-    local np=$1 cores
-    cores=$(nproc)
+    local np=$1 cpus
+    # nproc honours OMP_NUM_THREADS: count the CPUs this process may use.
+    cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
     if [ -n "${MPIRUN_FLAGS:-}" ]; then
         # shellcheck disable=SC2086 # the flags are words
         echo mpirun $MPIRUN_FLAGS -np "$np"
-    elif [ "$np" -gt "$cores" ]; then
+    elif [ "$np" -gt "$cpus" ]; then
         echo mpirun --oversubscribe --mca mpi_yield_when_idle 1 -np "$np"
     else
-        echo mpirun --map-by "slot:PE=$((cores / np))" -np "$np"
+        echo mpirun --use-hwthread-cpus --map-by "slot:PE=$((cpus / np))" -np "$np"
     fi
 }

@@ -322,8 +322,9 @@ pub fn apply(diff: &mut Diff, conv: &[Conversion]) -> Option<Diff> {
         src_start: c.owner_start,
         reference: Some(c.region.digest),
     }));
-    // Two sorted sequences (the runs kept, the references): nearly linear.
-    shift.sort_unstable_by_key(|s| s.start);
+    // Two sorted sequences (the runs kept, the references): the stable
+    // sort merges them in linear time (the starts are distinct).
+    shift.sort_by_key(|s| s.start);
     let before = Diff {
         first: std::mem::replace(&mut diff.first, first),
         shift: std::mem::replace(&mut diff.shift, shift),
@@ -452,7 +453,7 @@ mod tests {
             hash: HashAlgo::Murmur3,
             method: crate::Method::Tree,
             baseline: true,
-            dense: false,
+            dense: true,
             first: vec![FirstRun { start: 0, count: 16 }],
             // Into chunks 4..6 (inside the region 4..8), 6..10 (across its end),
             // 12..14 (outside it), and one run into an older version.

@@ -9,7 +9,7 @@
 
 use super::merge::{HashFreq, local_set};
 use super::mpi::{CollectiveReport, all_agree};
-use super::reduce::Reducer;
+use super::reduce::Reduction;
 use super::{Collective, CollectiveOptions, TieredCollective};
 use crate::engine::Engine;
 use crate::generate::{Shape, Workload};
@@ -64,7 +64,7 @@ pub struct ReduceTiming {
     pub median_seconds: f64,
     /// Entries of the result.
     pub merged_entries: usize,
-    /// Bytes of one wire set (what each message step carries).
+    /// Bytes of a full wire set (the most one message of the tree carries).
     pub wire_bytes: usize,
 }
 
@@ -88,13 +88,13 @@ pub fn reduce_timing<C: Communicator>(comm: &C, threshold: usize, case: SetCase,
     );
     let mut times = Vec::with_capacity(repeat);
     let mut merged = 0;
-    // One reducer for every repeat, as a run keeps one for its checkpoints
-    // (the first, untimed repetition warms its buffers).
-    let mut reducer = Reducer::default();
+    // One reduction for every repeat, as a run keeps one for its
+    // checkpoints (the first, untimed repetition warms its buffers).
+    let mut reduction = Reduction::new(comm);
     for i in 0..=repeat {
         comm.barrier();
         let t = Instant::now();
-        merged = reducer.reduce(comm, &set, threshold).map_or(0, <[HashFreq]>::len);
+        merged = reduction.reduce(&set, threshold).map_or(0, <[HashFreq]>::len);
         let mine = t.elapsed().as_secs_f64();
         let mut slowest = 0.0f64;
         comm.all_reduce_into(&mine, &mut slowest, SystemOperation::max());

@@ -200,8 +200,8 @@ pub fn reduce_all(sets: &[Vec<HashFreq>], threshold: usize) -> Vec<HashFreq> {
 /// u64 words per wire entry: digest (2), bytes, node, count << 32 | owner.
 pub const WIRE_ENTRY_WORDS: usize = 5;
 
-/// The largest threshold K: its wire buffer (`1 + 5K` words) is one MPI
-/// element whose count must fit in an `i32`.
+/// The largest threshold K: a message of a full set (`1 + 5K` words) has
+/// a count of words that must fit in an `i32`.
 pub const MAX_THRESHOLD: usize = (i32::MAX as usize - 1) / WIRE_ENTRY_WORDS;
 
 /// Words of a wire buffer holding up to `threshold` entries (a count word

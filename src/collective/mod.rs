@@ -4,7 +4,7 @@
 //! the straggler; the others keep a cross-rank reference.
 //!
 //! - [`merge`](mod@self::merge): the top-K merger (Algorithm 2) as a pure function, and the
-//!   fixed-capacity wire form of a tuple set.
+//!   wire form of a tuple set (a count word, then 5 words an entry).
 //! - [`regions`]: the FIRST regions a rank offers, and the rewrite of its
 //!   diff and record once owners are known.
 //! - [`step`]: one rank's side of a collective checkpoint around the
@@ -23,6 +23,7 @@ pub mod bench;
 pub mod merge;
 #[cfg(feature = "mpi")]
 pub mod mpi;
+#[cfg(feature = "mpi")]
 mod reduce;
 pub mod regions;
 pub mod step;

@@ -16,7 +16,7 @@
 
 use super::CollectiveOptions;
 use super::merge::{self, HashFreq};
-pub use super::reduce::{Reducer, reduce_sets};
+pub use super::reduce::{Reducer, Reduction, reduce_sets};
 use super::regions::{self, Conversion};
 use super::step::{self, LocalSide};
 use crate::backend::BackendKind;
@@ -128,8 +128,8 @@ pub struct Collective<'c, C: Communicator> {
     opts: CollectiveOptions,
     layouts: Vec<Layout>,
     max_level: u32,
-    /// The reduction's buffers, reused by every checkpoint.
-    reducer: Reducer,
+    /// The reduction on its own communicator, its buffers reused by every checkpoint.
+    reduction: Reduction,
 }
 
 /// Status words exchanged by [`agree`].
@@ -152,7 +152,7 @@ impl<'c, C: Communicator> Collective<'c, C> {
         let opened = backend.and_then(|b| Engine::open_on_device(root, rank, data_len, store, b, device));
         let engine = all_agree(comm, "open", 0, opened)?;
         let (layouts, max_level) = exchange_layouts(comm, engine.store().layout()?, store, opts)?;
-        Ok(Collective { comm, engine, opts: opts.clone(), layouts, max_level, reducer: Reducer::default() })
+        Ok(Collective { comm, engine, opts: opts.clone(), layouts, max_level, reduction: Reduction::new(comm) })
     }
 
     /// The rank's engine (its store, options, backend).
@@ -172,7 +172,7 @@ impl<'c, C: Communicator> Collective<'c, C> {
         let (offer, merged, reduced_from, reduced_at) = offer_and_reduce(
             self.comm,
             &mut self.engine,
-            &mut self.reducer,
+            &mut self.reduction,
             version,
             input,
             self.max_level,
@@ -280,8 +280,8 @@ impl<'c, C: Communicator> Collective<'c, C> {
 
     /// The reduction alone: every rank's set in, the merged set out (the
     /// same on every rank). Collective.
-    pub fn reduce(&self, set: &[HashFreq]) -> Result<Vec<HashFreq>> {
-        reduce_sets(self.comm, set, self.opts.threshold)
+    pub fn reduce(&mut self, set: &[HashFreq]) -> Result<Vec<HashFreq>> {
+        self.reduction.reduce(set, self.opts.threshold).map(<[HashFreq]>::to_vec)
     }
 }
 
@@ -313,7 +313,7 @@ pub(crate) fn agree_or_abandon<C: Communicator, E: LocalSide + ?Sized, T>(
 pub(crate) fn offer_and_reduce<'a, C: Communicator, E: LocalSide + ?Sized>(
     comm: &C,
     engine: &mut E,
-    reducer: &mut Reducer,
+    reduction: &mut Reduction,
     version: u64,
     input: Protected<'a>,
     max_level: u32,
@@ -335,7 +335,7 @@ pub(crate) fn offer_and_reduce<'a, C: Communicator, E: LocalSide + ?Sized>(
     crate::profile::count("offered-entries", version, offer.set.len() as u64);
     let merged = {
         let _span = crate::profile::Span::new("reduce", version);
-        reducer.reduce(comm, &offer.set, opts.threshold).map(<[HashFreq]>::to_vec)
+        reduction.reduce(&offer.set, opts.threshold).map(<[HashFreq]>::to_vec)
     };
     let merged = match merged {
         Ok(m) => m,

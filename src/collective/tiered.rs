@@ -33,9 +33,8 @@ use super::background::{Settled, StepParams, StepWorker, Task};
 use super::merge::HashFreq;
 use super::mpi::{
     CollectiveReport, StepClock, agree_or_abandon, all_agree, alone, exchange_layouts, offer_and_reduce, open_checks,
-    reduce_sets,
 };
-use super::reduce::{Reducer, ThreadComm};
+use super::reduce::{Reduction, ThreadComm};
 use super::step;
 use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
@@ -83,9 +82,9 @@ pub struct TieredCollective {
     /// Settled reports not taken yet ([`TieredCollective::take_settled`]),
     /// the newest [`KEPT_REPORTS`] at most.
     settled: Vec<CollectiveReport<TieredReport>>,
-    /// The reduction's buffers when it runs in the call (the step's thread
-    /// keeps its own).
-    reducer: Reducer,
+    /// The reduction when it runs in the call (the step's thread keeps its
+    /// own), on its own communicator.
+    reduction: Reduction,
 }
 
 impl TieredCollective {
@@ -108,6 +107,7 @@ impl TieredCollective {
         let layouts = Arc::new(layouts);
         let comm = comm.duplicate();
         let worker = Self::start_worker(&comm, rank, &layouts, opts)?;
+        let reduction = Reduction::new(&comm);
         Ok(TieredCollective {
             comm,
             engine,
@@ -117,7 +117,7 @@ impl TieredCollective {
             worker,
             in_flight: None,
             settled: Vec::new(),
-            reducer: Reducer::default(),
+            reduction,
         })
     }
 
@@ -203,7 +203,7 @@ impl TieredCollective {
         let (offer, merged, reduced_from, reduced_at) = offer_and_reduce(
             &self.comm,
             &mut self.engine,
-            &mut self.reducer,
+            &mut self.reduction,
             version,
             input,
             self.max_level,
@@ -430,8 +430,8 @@ impl TieredCollective {
     }
 
     /// The reduction alone (the same result on every rank). Collective.
-    pub fn reduce(&self, set: &[HashFreq]) -> Result<Vec<HashFreq>> {
-        reduce_sets(&self.comm, set, self.opts.threshold)
+    pub fn reduce(&mut self, set: &[HashFreq]) -> Result<Vec<HashFreq>> {
+        self.reduction.reduce(set, self.opts.threshold).map(<[HashFreq]>::to_vec)
     }
 
     /// Waits until every version taken is settled on every tier on every
