@@ -249,6 +249,12 @@ impl Rewrite {
         Rewrite { before, after, data_start }
     }
 
+    /// The diff of the file as made (what a later rewrite of the same file
+    /// starts from).
+    pub fn into_before(self) -> Diff {
+        self.before
+    }
+
     /// The rewritten file's length.
     pub fn file_len(&self) -> u64 {
         crate::format::diff_file::file_len_of(&self.after)

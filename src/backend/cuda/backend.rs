@@ -68,7 +68,7 @@ impl CudaBackend {
         if let Some(runs) = p.given.take() {
             self.dev.locate_entries(diff.version, &runs)?;
         }
-        Ok(p.made_as.take().map(|before| Rewrite::new(before, diff.clone(), p.data_start)))
+        Ok(p.rewrite.take())
     }
 }
 
@@ -100,9 +100,10 @@ struct GpuPending {
     data_start: usize,
     dense: bool,
     given: Option<Vec<StoredRun>>,
-    /// Once regions were given away: the diff the file's bytes still
-    /// describe (the rewrite is applied when serializing, or deferred).
-    made_as: Option<Diff>,
+    /// Once regions were given away: the rewrite of the file as the device
+    /// made it into the diff's (built where the give-away runs, the
+    /// collective step's thread; applied when serializing, or deferred).
+    rewrite: Option<Rewrite>,
 }
 
 /// Where each chunk of `version` is stored after giving `conv` away: the
@@ -172,7 +173,8 @@ impl PendingVersion for GpuPending {
         }
         if let Some(before) = regions::apply(diff, conv) {
             // The first give-away's diff is the file as the device made it.
-            self.made_as.get_or_insert(before);
+            let made = self.rewrite.take().map_or(before, Rewrite::into_before);
+            self.rewrite = Some(Rewrite::new(made, diff.clone(), self.data_start));
         }
         Ok(())
     }
@@ -225,7 +227,7 @@ impl Backend for CudaBackend {
                         data_start: computed.data_start,
                         dense: diff.dense,
                         given: None,
-                        made_as: None,
+                        rewrite: None,
                     };
                     return Ok(Deduplicated { diff, pending: Box::new(pending), gpu: Some(computed.timings) });
                 }
@@ -241,7 +243,7 @@ impl Backend for CudaBackend {
         let timings = self.dev.prepared_timings(&prepared)?;
         let (data_start, file_len) = (prepared.data_start, prepared.prefix_len + 32);
         let file = GpuFile::OnDevice { prepared: Some(prepared), file_len };
-        let pending = GpuPending { file, data_start, dense: diff.dense, given: None, made_as: None };
+        let pending = GpuPending { file, data_start, dense: diff.dense, given: None, rewrite: None };
         Ok(Deduplicated { diff, pending: Box::new(pending), gpu: Some(timings) })
     }
 
