@@ -178,11 +178,11 @@ impl<'c, C: Communicator> Collective<'c, C> {
             self.max_level,
             &self.opts,
         )?;
-        let (offer_seconds, offered) = (offer.regions_seconds, offer.regions.len());
+        let (offer_seconds, offered, merged_entries) = (offer.regions_seconds, offer.regions.len(), merged.len());
         let host = input.host_bytes();
         let settled = {
             let _span = crate::profile::Span::new("settle", version);
-            step::settle(&mut self.engine, offer, &merged, &self.layouts, host)
+            step::settle(&mut self.engine, offer, merged, &self.layouts, host)
         };
         let (staged, conv) = {
             let _span = crate::profile::Span::new("commit-record", version);
@@ -199,7 +199,7 @@ impl<'c, C: Communicator> Collective<'c, C> {
             );
         }
         let clock = StepClock { start: t0, offer_seconds, reduced_from, reduced_at };
-        Ok(CollectiveReport::new(me, self.layouts.len() as u32, checkpoint, offered, merged.len(), &conv, &clock))
+        Ok(CollectiveReport::new(me, self.layouts.len() as u32, checkpoint, offered, merged_entries, &conv, &clock))
     }
 
     /// The commit: every rank reports its written file (an `MPI_Allgather`
@@ -310,15 +310,15 @@ pub(crate) fn agree_or_abandon<C: Communicator, E: LocalSide + ?Sized, T>(
 /// the reduction. On any failure every rank abandons the version. The
 /// offer, the merged set (the same on every rank) and when the reduction
 /// started and ended. Collective.
-pub(crate) fn offer_and_reduce<'a, C: Communicator, E: LocalSide + ?Sized>(
+pub(crate) fn offer_and_reduce<'a, 'r, C: Communicator, E: LocalSide + ?Sized>(
     comm: &C,
     engine: &mut E,
-    reduction: &mut Reduction,
+    reduction: &'r mut Reduction,
     version: u64,
     input: Protected<'a>,
     max_level: u32,
     opts: &CollectiveOptions,
-) -> Result<(step::Offer<'a>, Vec<HashFreq>, Instant, Instant)> {
+) -> Result<(step::Offer<'a>, &'r [HashFreq], Instant, Instant)> {
     let offer = match alone(comm, opts) {
         true => engine.deduplicate_local(version, input).map(|local| step::offer_of(local, Vec::new(), 1)),
         false => step::offer(engine, version, input, max_level, opts.threshold)
@@ -330,12 +330,12 @@ pub(crate) fn offer_and_reduce<'a, C: Communicator, E: LocalSide + ?Sized>(
     };
     let reduced_from = Instant::now();
     if alone(comm, opts) {
-        return Ok((offer, Vec::new(), reduced_from, reduced_from));
+        return Ok((offer, &[], reduced_from, reduced_from));
     }
     crate::profile::count("offered-entries", version, offer.set.len() as u64);
     let merged = {
         let _span = crate::profile::Span::new("reduce", version);
-        reduction.reduce(&offer.set, opts.threshold).map(<[HashFreq]>::to_vec)
+        reduction.reduce(&offer.set, opts.threshold)
     };
     let merged = match merged {
         Ok(m) => m,

@@ -209,12 +209,12 @@ impl TieredCollective {
             self.max_level,
             &self.opts,
         )?;
-        let (offer_seconds, offered) = (offer.regions_seconds, offer.regions.len());
+        let (offer_seconds, offered, merged_entries) = (offer.regions_seconds, offer.regions.len(), merged.len());
         let host = input.host_bytes();
         let cached = {
             let given = {
                 let _span = crate::profile::Span::new("give-away", version);
-                step::give_away(offer, &merged, &self.layouts)
+                step::give_away(offer, merged, &self.layouts)
             };
             let _span = crate::profile::Span::new("cache", version);
             given.and_then(|(local, conv)| Ok((self.engine.cache(local, host)?, conv)))
@@ -230,7 +230,7 @@ impl TieredCollective {
         };
         let clock = StepClock { start: t0, offer_seconds, reduced_from, reduced_at };
         let report =
-            CollectiveReport::new(me, self.layouts.len() as u32, checkpoint, offered, merged.len(), &conv, &clock);
+            CollectiveReport::new(me, self.layouts.len() as u32, checkpoint, offered, merged_entries, &conv, &clock);
         self.keep(report.clone());
         Ok(report)
     }
