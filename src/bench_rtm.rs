@@ -136,6 +136,8 @@ pub struct RtmOptions {
     pub cold: bool,
     /// Store parameters.
     pub store: StoreOptions,
+    /// The tiers' GPU cache tier (CUDA).
+    pub gpu_cache: crate::backend::budget::GpuCache,
     /// Backend.
     pub backend: BackendKind,
     /// Scratch directory (emptied first, removed after).
@@ -402,6 +404,7 @@ pub fn run(o: &RtmOptions, mut progress: impl FnMut(&str)) -> Result<RtmReport> 
                 host_cache_bytes: o.host_cache_bytes,
                 prefetch_cache_bytes: o.restore_cache_bytes,
                 eviction: policy,
+                gpu_cache: o.gpu_cache,
                 ..TierOptions::default()
             };
             let engine = TieredEngine::open(0, len, &o.store, &tiers, backend)?;

@@ -37,13 +37,15 @@ pub struct RestoreStats {
     pub resolve_seconds: f64,
     /// Seconds mapping pieces to byte copies per file.
     pub plan_seconds: f64,
-    /// Seconds reading and verifying blocks.
+    /// Seconds reading blocks from their files (or decompressing them; none
+    /// for files in memory, whose blocks are used where they are).
     pub read_seconds: f64,
-    /// Seconds copying pieces into place (or staging them).
+    /// Seconds verifying each block and copying its pieces into place (one
+    /// pass per block).
     pub copy_seconds: f64,
 }
 
-/// Time spent reading (and verifying) and copying, accumulated.
+/// Bytes read, time reading, and time verifying and copying, accumulated.
 #[derive(Clone, Copy, Debug, Default)]
 struct IoTimes {
     bytes: u64,
@@ -519,16 +521,28 @@ fn restore_with<'o>(
     output: impl FnOnce(usize) -> Result<&'o mut [u8]>,
 ) -> Result<(RestoreStats, Resolution)> {
     let t0 = std::time::Instant::now();
-    let res = resolve_all(catalog, rank, version)?;
+    let res = {
+        let _span = crate::profile::Span::new("restore-resolve", version);
+        resolve_all(catalog, rank, version)?
+    };
     let resolve_seconds = t0.elapsed().as_secs_f64();
     let layout = res.layout;
     let len = usize::try_from(layout.data_len()).map_err(|_| Error::Internal("version too large".into()))?;
     let out = output(len)?;
     let t1 = std::time::Instant::now();
-    let mut per_file = plan_copies(catalog, rank, &layout, &res.sources)?;
+    let mut per_file = {
+        let _span = crate::profile::Span::new("restore-plan", version);
+        plan_copies(catalog, rank, &layout, &res.sources)?
+    };
     let plan_seconds = t1.elapsed().as_secs_f64();
-    let io = fill(catalog, &mut per_file, out)?;
-    check_references(catalog, rank, &layout, &res.references, Some(out))?;
+    let io = {
+        let _span = crate::profile::Span::new("restore-fill", version);
+        fill(catalog, &mut per_file, out)?
+    };
+    {
+        let _span = crate::profile::Span::new("restore-references", version);
+        check_references(catalog, rank, &layout, &res.references, Some(out))?;
+    }
     let stats = RestoreStats {
         files_opened: catalog.files_opened(),
         bytes_read: io.bytes,
@@ -648,35 +662,12 @@ fn fill(catalog: &mut Catalog, per_file: &mut CopyPlan, out: &mut [u8]) -> Resul
 /// Largest read, in blocks.
 const MAX_READ_BLOCKS: u64 = 256;
 
-/// One verified read and the pieces of it that go to the output:
-/// `(offset in the read buffer, destination offset, length)`.
-type Piece = (usize, u64, usize);
-
+/// Copies `copies` (sorted by source offset) out of `reader`'s data into
+/// `out`, reading each block they touch once (at most [`MAX_READ_BLOCKS`]
+/// at a time), verifying it and copying its pieces while it is in cache
+/// ([`DiffReader::for_each_verified_block`]; no copy of the file first
+/// where it lives in memory).
 fn copy_from_file(reader: &DiffReader, copies: &[Copy], out: &mut [u8]) -> Result<IoTimes> {
-    let mut order: Vec<Piece> = Vec::new();
-    read_pieces(reader, copies, |buf, pieces| {
-        // Disjoint destinations: cut `out` into one slice per piece (in
-        // destination order) and copy them in parallel.
-        order.clear();
-        order.extend_from_slice(pieces);
-        order.sort_unstable_by_key(|p| p.1);
-        let mut jobs: Vec<(&mut [u8], &[u8])> = Vec::with_capacity(order.len());
-        let mut rest: &mut [u8] = &mut out[..];
-        let mut base = 0usize;
-        for &(from, dst, len) in &order {
-            let (_, tail) = std::mem::take(&mut rest).split_at_mut(dst as usize - base);
-            let (piece, tail) = tail.split_at_mut(len);
-            jobs.push((piece, &buf[from..from + len]));
-            rest = tail;
-            base = dst as usize + len;
-        }
-        jobs.into_par_iter().with_min_len(64).for_each(|(d, s)| d.copy_from_slice(s));
-    })
-}
-
-/// Reads each block the copies need once (verified, in order, at most
-/// `MAX_READ_BLOCKS` at a time) and hands every read to `sink`.
-fn read_pieces(reader: &DiffReader, copies: &[Copy], mut sink: impl FnMut(&[u8], &[Piece])) -> Result<IoTimes> {
     let bs = u64::from(reader.header.block_size);
     // Union of the blocks touched, in order.
     let mut spans: Vec<Range<u64>> = Vec::new();
@@ -687,37 +678,81 @@ fn read_pieces(reader: &DiffReader, copies: &[Copy], mut sink: impl FnMut(&[u8],
             _ => spans.push(b),
         }
     }
-    let mut bytes_read = 0;
     let mut io = IoTimes::default();
     let mut lo = 0;
-    let mut pieces = Vec::new();
     let mut buf = Vec::new();
+    let mut pieces: Vec<Piece> = Vec::new();
     for span in spans {
         let mut b = span.start;
         while b < span.end {
             let e = (b + MAX_READ_BLOCKS).min(span.end);
-            let t = std::time::Instant::now();
-            reader.read_blocks_into(b..e, &mut buf)?;
-            io.read += t.elapsed().as_secs_f64();
-            bytes_read += buf.len() as u64;
-            let (s, t) = (b * bs, b * bs + buf.len() as u64);
+            let (s, t) = (b * bs, (e * bs).min(reader.header.data_bytes));
             while lo < copies.len() && copies[lo].data_off + copies[lo].len <= s {
                 lo += 1;
             }
+            // The window's pieces, cut at block boundaries: (block, offset in it, destination, length).
             pieces.clear();
             for c in copies[lo..].iter().take_while(|c| c.data_off < t) {
-                let from = c.data_off.max(s);
+                let mut from = c.data_off.max(s);
                 let to = (c.data_off + c.len).min(t);
-                if from < to {
-                    pieces.push(((from - s) as usize, c.dst_off + (from - c.data_off), (to - from) as usize));
+                while from < to {
+                    let block = from / bs;
+                    let cut = to.min((block + 1) * bs);
+                    pieces.push(Piece {
+                        block: (block - b) as usize,
+                        at: (from - block * bs) as usize,
+                        dst: c.dst_off + (from - c.data_off),
+                        len: (cut - from) as usize,
+                    });
+                    from = cut;
                 }
             }
-            let t = std::time::Instant::now();
-            sink(&buf, &pieces);
-            io.copy += t.elapsed().as_secs_f64();
+            let work = destinations(&mut pieces, out, (e - b) as usize)?;
+            let started = std::time::Instant::now();
+            let read = reader.for_each_verified_block(b..e, &mut buf, work, |block, jobs| {
+                for (at, dst) in jobs {
+                    dst.copy_from_slice(&block[at..at + dst.len()]);
+                }
+            })?;
+            io.read += read.as_secs_f64();
+            io.copy += started.elapsed().saturating_sub(read).as_secs_f64();
+            io.bytes += t - s;
             b = e;
         }
     }
-    io.bytes = bytes_read;
     Ok(io)
+}
+
+/// A piece of a read window: `len` bytes at `at` of its `block` go to `dst`.
+#[derive(Clone, Copy)]
+struct Piece {
+    block: usize,
+    at: usize,
+    dst: u64,
+    len: usize,
+}
+
+/// One block's copies: `(offset in the block, destination)`.
+type BlockJobs<'o> = Vec<(usize, &'o mut [u8])>;
+
+/// The pieces' destinations cut out of `out` (they are disjoint), grouped
+/// by their block: `(offset in the block, destination)` per block.
+fn destinations<'o>(pieces: &mut [Piece], out: &'o mut [u8], blocks: usize) -> Result<Vec<BlockJobs<'o>>> {
+    pieces.sort_unstable_by_key(|p| p.dst);
+    let mut work: Vec<BlockJobs<'o>> = (0..blocks).map(|_| Vec::new()).collect();
+    let mut rest: &mut [u8] = out;
+    let mut base = 0u64;
+    for p in pieces.iter() {
+        let skip = p.dst.checked_sub(base).and_then(|k| usize::try_from(k).ok());
+        let fits = skip.filter(|&k| k.checked_add(p.len).is_some_and(|n| n <= rest.len()));
+        let (Some(skip), Some(slot)) = (fits, work.get_mut(p.block)) else {
+            return Err(Error::Internal(format!("restore piece at {} overlaps another or the end", p.dst)));
+        };
+        let (_, tail) = std::mem::take(&mut rest).split_at_mut(skip);
+        let (piece, tail) = tail.split_at_mut(p.len);
+        slot.push((p.at, piece));
+        rest = tail;
+        base = p.dst + p.len as u64;
+    }
+    Ok(work)
 }

@@ -542,7 +542,7 @@ fn the_gpu_cache_tier_holds_diffs_while_the_host_cache_is_full() {
     let mut g = TieredEngine::open(0, len as u64, &o, &tiers("gpu"), BackendKind::Cuda).unwrap();
     let mut c = TieredEngine::open(0, len as u64, &o, &tiers("cpu"), BackendKind::Cpu).unwrap();
     let mut data = noise(len, 31);
-    let mut held = 0;
+    let (mut held, mut early) = (0, 0);
     dckpt::failpoint::delay("store.temp_written", Duration::from_millis(60));
     for v in 1..=8u64 {
         for k in 0..30 {
@@ -553,18 +553,19 @@ fn the_gpu_cache_tier_holds_diffs_while_the_host_cache_is_full() {
         let r = g.checkpoint(v, DeviceRegion::of(&dev).unwrap()).unwrap();
         held += usize::from(r.held_on_gpu);
         c.checkpoint(v, &data).unwrap();
-        if v % 3 == 0 {
-            // Right away: from the host cache, or after its flush if the
-            // file is still only on the GPU.
-            let mut back = cuda::upload(&gpu, &vec![0u8; len]).unwrap();
-            g.restore_into(v, ProtectedMut::Device(DeviceRegion::of_mut(&mut back).unwrap())).unwrap();
-            assert!(gpu.stream_clone_dtoh(&back).unwrap() == data, "version {v} restored right after it");
-        }
+        // Right away: from the host cache, or from the GPU cache tier if
+        // the file waits there, without waiting for its flush.
+        let mut back = cuda::upload(&gpu, &vec![0u8; len]).unwrap();
+        g.restore_into(v, ProtectedMut::Device(DeviceRegion::of_mut(&mut back).unwrap())).unwrap();
+        assert!(gpu.stream_clone_dtoh(&back).unwrap() == data, "version {v} restored right after it");
+        let durable = g.states(v).is_none_or(|s| s[0] == dckpt::tiers::state::TierState::Durable);
+        early += usize::from(r.held_on_gpu && !durable);
     }
     dckpt::failpoint::delay("store.temp_written", Duration::ZERO);
     g.finalize().unwrap();
     c.finalize().unwrap();
     assert!(held >= 2, "{held} of 8 versions waited in the GPU cache");
+    assert!(early >= 1, "no version held on the GPU restored before its flush");
     for tier in ["local", "shared"] {
         for v in 1..=8u64 {
             let f = |b: &str| {

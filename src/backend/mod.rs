@@ -297,17 +297,39 @@ pub trait FileSink {
     /// (the GPU cache tier): `fill` writes it into the sink's buffers later,
     /// on whichever thread first needs its bytes, once the sink has room.
     /// By default the sink fills it now.
-    fn defer(&mut self, len: usize, sealed: bool, fill: Deferred) -> Result<()> {
-        let mut once = Some(fill);
+    fn defer(&mut self, len: usize, sealed: bool, file: Deferred) -> Result<()> {
+        let mut once = Some(file.fill);
         self.fill(len, sealed, &mut |bufs| {
             once.take().ok_or_else(|| Error::Internal("a deferred file was filled twice".into()))?(bufs)
         })
     }
 }
 
-/// A [`FileSink::defer`]red fill: writes (or starts writing) the file into
-/// the buffers it is given, later and possibly on another thread.
-pub type Deferred = Box<dyn FnOnce(&mut [&mut [u8]]) -> Result<Option<Ready>> + Send>;
+/// A [`FileSink::defer`]red file, held by the backend (the GPU cache tier)
+/// until a reader needs its bytes in host memory.
+pub struct Deferred {
+    /// Writes (or starts writing) the file into the buffers it is given,
+    /// later and possibly on another thread: the flusher's read, once.
+    pub fill: DeferredFill,
+    /// Copies the file into one host buffer of its length now and leaves it
+    /// where it is (a restore's read, which must not wait for room in the
+    /// sink); `Ok(false)`, copying nothing, once `fill` has taken the file.
+    pub peek: DeferredPeek,
+}
+
+impl std::fmt::Debug for Deferred {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Deferred")
+    }
+}
+
+/// [`Deferred::fill`]: writes (or starts writing) a deferred file into the
+/// buffers it is given.
+pub type DeferredFill = Box<dyn FnOnce(&mut [&mut [u8]]) -> Result<Option<Ready>> + Send>;
+
+/// [`Deferred::peek`]: copies a deferred file into one buffer, leaving it
+/// where it is; `Ok(false)` once it was filled.
+pub type DeferredPeek = Box<dyn Fn(&mut [u8]) -> Result<bool> + Send + Sync>;
 
 /// Waits until the bytes a [`FileSink::fill`] started writing are there.
 pub type Ready = Box<dyn FnOnce() -> Result<()> + Send>;

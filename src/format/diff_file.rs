@@ -44,6 +44,8 @@ pub const SHIFT_ENTRY_LEN: u64 = 40;
 pub const REFERENCE_ENTRY_LEN: u64 = 16;
 /// Bytes of data per integrity block.
 pub const BLOCK_SIZE: u32 = 64 * 1024;
+/// Bytes of one of the parallel reads of a restore's data window.
+pub const PARALLEL_READ: usize = 1 << 20;
 /// Bytes per block digest and of the trailer.
 pub const DIGEST_LEN: u64 = 32;
 const FLAG_BASELINE: u32 = 1;
@@ -617,6 +619,15 @@ impl DiffReader {
 
     /// Reads `buf.len()` bytes at `offset`, reopening the file if it was released.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        let guard = self.handle()?;
+        match guard.as_ref() {
+            Some(f) => f.read_exact_at(buf, offset).map_err(|e| Error::io(&self.path, e)),
+            None => Err(Error::Internal("diff file handle".into())),
+        }
+    }
+
+    /// The open file (reopened if it was released), locked.
+    fn handle(&self) -> Result<std::sync::MutexGuard<'_, Option<Box<dyn ReadAt>>>> {
         let mut guard = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if guard.is_none() {
             let f = self.storage.open(&self.rel)?;
@@ -625,10 +636,27 @@ impl DiffReader {
             }
             *guard = Some(f);
         }
-        match guard.as_ref() {
-            Some(f) => f.read_exact_at(buf, offset).map_err(|e| Error::io(&self.path, e)),
-            None => Err(Error::Internal("diff file handle".into())),
+        Ok(guard)
+    }
+
+    /// Hands `f` the file's bytes `offset..offset + len` (read in pieces of
+    /// [`PARALLEL_READ`] bytes, in parallel): borrowed where the
+    /// file lives in memory ([`ReadAt::borrow_at`]), else read into `buf`.
+    fn with_bytes<R>(&self, offset: u64, len: usize, buf: &mut Vec<u8>, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        let guard = self.handle()?;
+        let file = guard.as_ref().ok_or_else(|| Error::Internal("diff file handle".into()))?;
+        if let Some(bytes) = file.borrow_at(offset, len) {
+            return Ok(f(bytes));
         }
+        buf.resize(len, 0);
+        // Pieces read in parallel: one thread copies from the page cache at
+        // a fraction of what the cores do together, and a device serves
+        // several requests at once.
+        buf.par_chunks_mut(PARALLEL_READ)
+            .enumerate()
+            .try_for_each(|(i, piece)| file.read_exact_at(piece, offset + (i * PARALLEL_READ) as u64))
+            .map_err(|e| Error::io(&self.path, e))?;
+        Ok(f(buf))
     }
 
     /// Closes the file handle (metadata stays; the next read reopens it).
@@ -730,6 +758,69 @@ impl DiffReader {
             return Err(Error::corrupt(&self.path, format!("data block {b} fails its checksum")));
         }
         Ok(())
+    }
+
+    /// Verifies data blocks `blocks` and hands each verified block, with its
+    /// item of `work` (one per block, in order), to `per_block`, the blocks
+    /// in parallel: each block is hashed and used while it is in the core's
+    /// cache, in one pass over the bytes. The bytes are borrowed where the
+    /// file lives in memory ([`ReadAt::borrow_at`]: no copy), else read or
+    /// decompressed into `buf`. A block that fails its checksum is an error
+    /// naming the first such block (`per_block` may have run for others, and
+    /// never for a failed one). Returns the time spent getting the bytes
+    /// (reading or decompressing; none when they were borrowed).
+    pub fn for_each_verified_block<T: Send>(
+        &self,
+        blocks: Range<u64>,
+        buf: &mut Vec<u8>,
+        work: Vec<T>,
+        per_block: impl Fn(&[u8], T) + Sync,
+    ) -> Result<std::time::Duration> {
+        let bs = u64::from(self.header.block_size);
+        let start = blocks.start * bs;
+        let end = (blocks.end * bs).min(self.header.data_bytes);
+        if start > end || work.len() as u64 != end.saturating_sub(start).div_ceil(bs) {
+            return Err(Error::Internal(format!("{} work items for blocks {blocks:?}", work.len())));
+        }
+        let digests = &self.block_digests;
+        let check = |bytes: &[u8]| {
+            bytes
+                .par_chunks(bs as usize)
+                .zip(work)
+                .enumerate()
+                .filter_map(|(i, (b, w))| {
+                    let at = blocks.start as usize + i;
+                    if digests.get(at).is_some_and(|d| blake3::hash(b).as_bytes() == d) {
+                        per_block(b, w);
+                        None
+                    } else {
+                        Some(at as u64)
+                    }
+                })
+                .min()
+        };
+        let t = std::time::Instant::now();
+        let len = (end - start) as usize;
+        let (bad, read) = match &self.frames {
+            None => {
+                let mut read = std::time::Duration::ZERO;
+                let bad = self.with_bytes(self.data_start + start, len, buf, |bytes| {
+                    read = t.elapsed();
+                    check(bytes)
+                })?;
+                (bad, read)
+            }
+            Some((codec, offsets)) => {
+                buf.resize(len, 0);
+                self.read_compressed(*codec, offsets, blocks.clone(), buf)?;
+                let read = t.elapsed();
+                (check(buf), read)
+            }
+        };
+        match bad {
+            Some(b) => Err(Error::corrupt(&self.path, format!("data block {b} fails its checksum"))),
+            None => Ok(read),
+        }
     }
 
     /// Reads the stored blocks `blocks` of a compressed file and

@@ -55,6 +55,14 @@ pub trait ReadAt: fmt::Debug + Send + Sync {
 
     /// Fills `buf` from `offset`.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+
+    /// The bytes `offset..offset + len`, borrowed without a copy, where the
+    /// file lives in memory in one piece there; `None` (the default) when
+    /// they must be read with [`ReadAt::read_exact_at`].
+    fn borrow_at(&self, offset: u64, len: usize) -> Option<&[u8]> {
+        let _ = (offset, len);
+        None
+    }
 }
 
 /// Held while a writer lock is taken; dropping it releases the lock.

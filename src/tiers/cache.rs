@@ -13,7 +13,7 @@
 //! every segment is lent ([`HostCache::defer`]) takes its segments later,
 //! when the flusher first needs its bytes: the application does not wait.
 
-use crate::backend::{Deferred, Fill, Ready};
+use crate::backend::{Deferred, DeferredFill, DeferredPeek, Fill, Ready};
 use crate::memory::{HeapSegment, Segment, SegmentAlloc};
 use crate::{Error, Result};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
@@ -117,6 +117,8 @@ pub struct Cached {
     /// reader holds while it waits for room).
     waiting: std::sync::atomic::AtomicBool,
     arrived: OnceLock<std::result::Result<(), String>>,
+    /// A deferred file's copy for restores (without taking segments).
+    peek: Option<DeferredPeek>,
 }
 
 /// What must happen before a cached file's bytes may be read.
@@ -127,7 +129,7 @@ enum Gate {
     Copying(Ready),
     /// The bytes are elsewhere (the GPU cache tier): take segments, then
     /// copy them in.
-    Deferred(Deferred),
+    Deferred(DeferredFill),
 }
 
 impl std::fmt::Debug for Cached {
@@ -156,7 +158,13 @@ impl Drop for Cached {
 }
 
 impl Cached {
-    fn new(pool: &Arc<Pool>, segments: Option<Vec<Segment>>, len: usize, gate: Gate) -> Cached {
+    fn new(
+        pool: &Arc<Pool>,
+        segments: Option<Vec<Segment>>,
+        len: usize,
+        gate: Gate,
+        peek: Option<DeferredPeek>,
+    ) -> Cached {
         let cell = OnceLock::new();
         if let Some(segments) = segments {
             let _ = cell.set(segments);
@@ -169,7 +177,19 @@ impl Cached {
             gate: Mutex::new(gate),
             waiting,
             arrived: OnceLock::new(),
+            peek,
         }
+    }
+
+    /// A copy of a deferred file's bytes, read where they are held (the GPU
+    /// cache tier) without taking segments or waiting for room: what a
+    /// restore reads while the file waits for the flusher. `None` once the
+    /// file is no longer deferred ([`Cached::ready`] then has its bytes
+    /// here soon, the copy in having started).
+    pub fn peek(&self) -> Result<Option<Vec<u8>>> {
+        let Some(peek) = self.peek.as_ref().filter(|_| self.deferred()) else { return Ok(None) };
+        let mut bytes = vec![0u8; self.len];
+        Ok(peek(&mut bytes)?.then_some(bytes))
     }
 
     /// Waits until the file's bytes are all there (at once for a file
@@ -197,7 +217,7 @@ impl Cached {
     }
 
     /// Takes segments for a deferred file and has `fill` copy it in.
-    fn arrive(&self, fill: Deferred) -> Result<()> {
+    fn arrive(&self, fill: DeferredFill) -> Result<()> {
         let (mut segments, _) = self.pool.take(self.len.div_ceil(SEGMENT_BYTES).max(1), true);
         let mut slices = slices_of(&mut segments, self.len);
         let copied = fill(&mut slices).and_then(|ready| ready.map_or(Ok(()), |wait| wait()));
@@ -356,7 +376,7 @@ impl HostCache {
                 }
             }
         });
-        Ok((Cached::new(&self.pool, Some(segments), len, Gate::Open), waited))
+        Ok((Cached::new(&self.pool, Some(segments), len, Gate::Open, None), waited))
     }
 
     /// A file of `len` bytes that `fill` writes straight into cache
@@ -376,17 +396,18 @@ impl HostCache {
         };
         drop(slices);
         let gate = ready.map_or(Gate::Open, Gate::Copying);
-        Ok((Cached::new(&self.pool, Some(segments), len, gate), waited))
+        Ok((Cached::new(&self.pool, Some(segments), len, gate, None), waited))
     }
 
     /// A file of `len` bytes held elsewhere for now (the GPU cache tier):
     /// it takes no segments until its first reader ([`Cached::ready`],
-    /// the flusher) waits for room and has `fill` copy it in. Returns at
+    /// the flusher) waits for room and has its fill copy it in (a restore
+    /// reads it where it is meanwhile: [`Cached::peek`]). Returns at
     /// once; an error only if the file could never fit.
-    pub fn defer(&self, len: usize, fill: Deferred) -> Result<Cached> {
+    pub fn defer(&self, len: usize, file: Deferred) -> Result<Cached> {
         self.segments_for(len)?;
         self.pool.lock().deferred += 1;
-        Ok(Cached::new(&self.pool, None, len, Gate::Deferred(fill)))
+        Ok(Cached::new(&self.pool, None, len, Gate::Deferred(file.fill), Some(file.peek)))
     }
 
     /// Whether a file of `len` bytes would get its segments now, without
@@ -518,17 +539,32 @@ mod tests {
         let (held, _) = cache.store_parts(&[&[7u8; 100]]).expect("store");
         assert!(!cache.has_room(10), "the one segment is lent");
         let fills = Arc::new(AtomicUsize::new(0));
+        // As the GPU cache tier holds a file: the fill takes it away, a
+        // peek copies it while it is still held.
         let deferred = |byte: u8| -> crate::backend::Deferred {
             let fills = Arc::clone(&fills);
-            Box::new(move |bufs: &mut [&mut [u8]]| {
-                fills.fetch_add(1, Ordering::SeqCst);
-                bufs.iter_mut().for_each(|b| b.fill(byte));
-                Ok(None)
-            })
+            let held = Arc::new(Mutex::new(Some(byte)));
+            let kept = Arc::clone(&held);
+            crate::backend::Deferred {
+                fill: Box::new(move |bufs: &mut [&mut [u8]]| {
+                    fills.fetch_add(1, Ordering::SeqCst);
+                    let byte = held.lock().expect("lock").take().expect("filled once");
+                    bufs.iter_mut().for_each(|b| b.fill(byte));
+                    Ok(None)
+                }),
+                peek: Box::new(move |buf: &mut [u8]| {
+                    let held = kept.lock().expect("lock");
+                    held.iter().for_each(|&b| buf.fill(b));
+                    Ok(held.is_some())
+                }),
+            }
         };
         // Taken at once, although the cache is full.
         let d = cache.defer(50, deferred(9)).expect("defer");
         assert!(d.deferred() && d.pieces().next().is_none());
+        // A restore reads it where it is, taking no segments.
+        assert_eq!(d.peek().expect("peek"), Some(vec![9u8; 50]));
+        assert_eq!((fills.load(Ordering::SeqCst), cache.in_use()), (0, SEGMENT_BYTES as u64));
         // Its first reader waits for room; the held file goes back meanwhile.
         let reader = {
             let d = Arc::new(d);
@@ -540,6 +576,7 @@ mod tests {
         drop(held);
         assert_eq!(reader.0.join().expect("join").expect("ready"), vec![9u8; 50]);
         assert!(!reader.1.deferred());
+        assert_eq!(reader.1.peek().expect("peek"), None, "in the segments now");
         assert_eq!(cache.in_use(), SEGMENT_BYTES as u64);
         drop(reader.1);
         // Dropped unread: it never takes segments nor runs its fill.
@@ -556,10 +593,13 @@ mod tests {
         let b = cache
             .defer(
                 10,
-                Box::new(|bufs: &mut [&mut [u8]]| {
-                    bufs.iter_mut().for_each(|x| x.fill(2));
-                    Ok(None)
-                }),
+                crate::backend::Deferred {
+                    fill: Box::new(|bufs: &mut [&mut [u8]]| {
+                        bufs.iter_mut().for_each(|x| x.fill(2));
+                        Ok(None)
+                    }),
+                    peek: Box::new(|_: &mut [u8]| Ok(false)),
+                },
             )
             .expect("defer");
         // One segment is free, but it is the deferred file's turn.
@@ -578,7 +618,11 @@ mod tests {
         assert_eq!(c.pieces().flatten().copied().collect::<Vec<u8>>(), vec![3u8; 10]);
         drop((b, c));
         // A deferred file dropped unread no longer holds the line.
-        drop(cache.defer(10, Box::new(|_: &mut [&mut [u8]]| Ok(None))).expect("defer"));
+        let unread = crate::backend::Deferred {
+            fill: Box::new(|_: &mut [&mut [u8]]| Ok(None)),
+            peek: Box::new(|_: &mut [u8]| Ok(false)),
+        };
+        drop(cache.defer(10, unread).expect("defer"));
         assert!(cache.has_room(10));
     }
 }

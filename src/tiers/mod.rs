@@ -607,6 +607,7 @@ impl TieredEngine {
     /// every way fails, is the first one's; host memory is restored in
     /// place, so after an error its content is unspecified.
     pub fn restore_into(&self, version: u64, mut dst: ProtectedMut<'_>) -> Result<()> {
+        let _span = crate::profile::Span::new("restore", version);
         // Still in the host cache: from there, without waiting for its flush.
         let (overlay, mut first_error) =
             match writeback::Overlay::of(&self.shared.inflight, &self.roots[0], self.rank, version) {
@@ -670,6 +671,7 @@ impl TieredEngine {
                 }
                 let buf = staging.as_mut().ok_or_else(|| Error::Internal("restore staging".into()))?.bytes_mut();
                 reader::restore(at, self.rank, version, reach, cache, buf)?;
+                let _span = crate::profile::Span::new("restore-upload", version);
                 self.backend.place(buf, ProtectedMut::Device(*region))
             }
         }
@@ -802,10 +804,10 @@ impl crate::backend::FileSink for CacheSink<'_> {
         self.cache.has_room(len)
     }
 
-    fn defer(&mut self, len: usize, sealed: bool, fill: crate::backend::Deferred) -> Result<()> {
+    fn defer(&mut self, len: usize, sealed: bool, file: crate::backend::Deferred) -> Result<()> {
         crate::failpoint::hit("checkpoint.deduplicated");
         let t1 = Instant::now();
-        let cached = self.cache.defer(len, fill)?;
+        let cached = self.cache.defer(len, file)?;
         self.handed = Some((cached, Duration::ZERO, t1, t1.elapsed(), sealed));
         Ok(())
     }

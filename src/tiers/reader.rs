@@ -96,6 +96,13 @@ impl ReadAt for MemFile {
         self.1.hit.fetch_add(buf.len() as u64, Ordering::Relaxed);
         Ok(())
     }
+
+    fn borrow_at(&self, offset: u64, len: usize) -> Option<&[u8]> {
+        let at = usize::try_from(offset).ok()?;
+        let bytes = self.0.get(at..at.checked_add(len)?)?;
+        self.1.hit.fetch_add(len as u64, Ordering::Relaxed);
+        Some(bytes)
+    }
 }
 
 /// Where a counted file's bytes come from.
@@ -123,12 +130,25 @@ impl ReadAt for Counted {
 
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
         self.0.read_exact_at(buf, offset)?;
+        self.count(buf.len());
+        Ok(())
+    }
+
+    fn borrow_at(&self, offset: u64, len: usize) -> Option<&[u8]> {
+        let bytes = self.0.borrow_at(offset, len)?;
+        self.count(len);
+        Some(bytes)
+    }
+}
+
+impl Counted {
+    /// Counts `bytes` read where they came from.
+    fn count(&self, bytes: usize) {
         let counter = match self.2 {
             Source::Disk => &self.1.miss,
             Source::InFlight => &self.1.inflight,
         };
-        counter.fetch_add(buf.len() as u64, Ordering::Relaxed);
-        Ok(())
+        counter.fetch_add(bytes as u64, Ordering::Relaxed);
     }
 }
 

@@ -45,8 +45,8 @@ pub(crate) type InFlightMap = Mutex<BTreeMap<u64, InFlight>>;
 pub(crate) struct Overlay {
     /// The rank's manifest path and its overlaid bytes.
     manifest: (PathBuf, Vec<u8>),
-    /// In-flight diff files by path, with their trailers.
-    files: HashMap<PathBuf, (Arc<Cached>, [u8; 32])>,
+    /// In-flight diff files by path.
+    files: HashMap<PathBuf, Held>,
 }
 
 impl Overlay {
@@ -68,12 +68,6 @@ impl Overlay {
             loop {
                 let Some(v) = at else { break None };
                 let Some(f) = map.get(&v) else { break Some(v) };
-                if f.cached.deferred() {
-                    // Still only in the GPU cache, waiting for room in the
-                    // host cache that the flusher frees: the restore waits
-                    // for the flush instead of taking segments itself.
-                    return Ok(None);
-                }
                 chain.push((v, f.clone()));
                 if f.baseline {
                     break None;
@@ -91,14 +85,14 @@ impl Overlay {
         let rel = rank_rel(rank);
         let mut files = HashMap::new();
         for (v, f) in chain.into_iter().rev() {
-            let trailer = trailer_of(&f)?;
+            let (held, trailer) = held_file(v, &f)?;
             manifest.versions.push(VersionEntry {
                 version: v,
                 baseline: f.baseline,
                 file_len: f.cached.len() as u64,
                 trailer: hex(&trailer),
             });
-            files.insert(rel.join(diff_file_name(v)), (Arc::clone(&f.cached), trailer));
+            files.insert(rel.join(diff_file_name(v)), held);
         }
         Ok(Some(Overlay { manifest: (rel.join("MANIFEST"), manifest.encode()), files }))
     }
@@ -110,22 +104,75 @@ impl Overlay {
 
     /// The in-flight file at `rel`, if it is one.
     pub fn open(&self, rel: &Path) -> Option<Box<dyn ReadAt>> {
-        let (cached, trailer) = self.files.get(rel)?;
-        Some(Box::new(CachedFile { cached: Arc::clone(cached), trailer: *trailer }))
+        Some(match self.files.get(rel)? {
+            Held::Cached(cached, trailer) => Box::new(CachedFile { cached: Arc::clone(cached), trailer: *trailer }),
+            Held::Peeked(bytes) => Box::new(PeekedFile(Arc::clone(bytes))),
+        })
     }
 }
 
-/// The trailer of an in-flight file (computed if it was handed over unsealed).
-fn trailer_of(f: &InFlight) -> Result<[u8; 32]> {
+/// Where the overlay reads an in-flight file from.
+#[derive(Debug)]
+enum Held {
+    /// The host cache's segments, and the file's trailer.
+    Cached(Arc<Cached>, [u8; 32]),
+    /// A copy read from the GPU cache tier, where the file still waits for
+    /// room in the host cache (sealed: its trailer in place).
+    Peeked(Arc<Vec<u8>>),
+}
+
+/// In-flight `version`'s file as the overlay reads it, and its trailer (computed if
+/// it was handed over unsealed). A file still held by the GPU cache tier is
+/// copied from there ([`Cached::peek`]): the restore neither takes host
+/// segments (which the chain's other files, held by this restore, might be
+/// keeping from it) nor waits for the flush.
+fn held_file(version: u64, f: &InFlight) -> Result<(Held, [u8; 32])> {
+    let invalid = |e: String| Error::Internal(format!("the backend handed over an invalid diff: {e}"));
+    let peeked = {
+        let _span = crate::profile::Span::new("restore-peek", version);
+        f.cached.peek()?
+    };
+    if let Some(mut bytes) = peeked {
+        let body = bytes.len().checked_sub(32).ok_or_else(|| invalid("shorter than its trailer".into()))?;
+        if !f.sealed {
+            let trailer = crate::format::seal(&[&bytes[..]], bytes.len() as u64).map_err(invalid)?;
+            bytes[body..].copy_from_slice(&trailer);
+        }
+        let mut trailer = [0u8; 32];
+        trailer.copy_from_slice(&bytes[body..]);
+        return Ok((Held::Peeked(Arc::new(bytes)), trailer));
+    }
     // A device may still be copying the file in; every read of it from the
     // overlay comes after this.
     f.cached.ready()?;
-    if f.sealed {
-        return f.cached.trailer().ok_or_else(|| Error::Internal("a cached file shorter than its trailer".into()));
+    let trailer = if f.sealed {
+        f.cached.trailer().ok_or_else(|| Error::Internal("a cached file shorter than its trailer".into()))?
+    } else {
+        let pieces: Vec<&[u8]> = f.cached.pieces().collect();
+        crate::format::seal(&pieces, f.cached.len() as u64).map_err(invalid)?
+    };
+    Ok((Held::Cached(Arc::clone(&f.cached), trailer), trailer))
+}
+
+/// An in-flight file copied from the GPU cache tier.
+#[derive(Debug)]
+struct PeekedFile(Arc<Vec<u8>>);
+
+impl ReadAt for PeekedFile {
+    fn len(&self) -> u64 {
+        self.0.len() as u64
     }
-    let pieces: Vec<&[u8]> = f.cached.pieces().collect();
-    crate::format::seal(&pieces, f.cached.len() as u64)
-        .map_err(|e| Error::Internal(format!("the backend handed over an invalid diff: {e}")))
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        let src = self.borrow_at(offset, buf.len()).ok_or(std::io::ErrorKind::UnexpectedEof)?;
+        super::reader::parallel_copy(buf, src);
+        Ok(())
+    }
+
+    fn borrow_at(&self, offset: u64, len: usize) -> Option<&[u8]> {
+        let at = usize::try_from(offset).ok()?;
+        self.0.get(at..at.checked_add(len)?)
+    }
 }
 
 /// An in-flight file read from the host cache, its trailer in place.

@@ -142,6 +142,25 @@ fn stored_runs(
     Ok(runs)
 }
 
+/// A file left in the GPU cache tier's arena for the host cache to take
+/// later ([`crate::backend::FileSink::defer`]): the flusher's fill moves it
+/// out; until then a restore's peek copies it where it is (the lock keeps
+/// the two from meeting).
+fn deferred(staged: Staged) -> crate::backend::Deferred {
+    let held = Arc::new(std::sync::Mutex::new(Some(staged)));
+    let kept = Arc::clone(&held);
+    crate::backend::Deferred {
+        fill: Box::new(move |bufs| {
+            let staged = held.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+            staged.ok_or_else(taken_twice)?.copy_out(bufs).map(Some)
+        }),
+        peek: Box::new(move |buf| match kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref() {
+            Some(staged) => staged.read_into(buf).map(|()| true),
+            None => Ok(false),
+        }),
+    }
+}
+
 fn taken_twice() -> Error {
     Error::Internal("a GPU file was handed over or serialized twice".into())
 }
@@ -348,7 +367,7 @@ impl Backend for CudaBackend {
                 staged.copy_out(bufs).map(Some)
             })?;
         } else {
-            sink.defer(len, false, Box::new(move |bufs| staged.copy_out(bufs).map(Some)))?;
+            sink.defer(len, false, deferred(staged))?;
         }
         Ok(rewrite)
     }
@@ -399,7 +418,7 @@ impl Backend for CudaBackend {
                         staged.copy_out(bufs).map(Some)
                     })
                 } else {
-                    sink.defer(len, false, Box::new(move |bufs| staged.copy_out(bufs).map(Some)))
+                    sink.defer(len, false, deferred(staged))
                 }
             }
             Ok(Err(prepared)) => {

@@ -152,6 +152,27 @@ impl Staged {
         Ok(Box::new(move || done.synchronize().map_err(cuda_err)))
     }
 
+    /// Copies the whole file into `buf` (host memory of its length) now, on
+    /// the arena's stream, and leaves it in the arena: a restore's read of a
+    /// file still waiting there for room in the host cache.
+    pub(crate) fn read_into(&self, buf: &mut [u8]) -> Result<()> {
+        if buf.len() != self.len {
+            return Err(Error::Internal("a peek buffer of the wrong length".into()));
+        }
+        let copy = &self.cache.copy;
+        // This runs on the restoring thread.
+        copy.context().bind_to_thread().map_err(cuda_err)?;
+        copy.wait(&self.landed).map_err(cuda_err)?;
+        // SAFETY: `at..at + len` is this file's span of the arena, reserved
+        // while `self` lives (it is not copied out: `out` is false, or this
+        // borrow could not exist next to `copy_out`'s move); `buf` is host
+        // memory of `len` bytes that nothing else touches until the event
+        // recorded below has completed, which this function waits for.
+        unsafe { cudarc::driver::result::memcpy_dtoh_async(buf, self.at, copy.cu_stream()) }.map_err(cuda_err)?;
+        let done = copy.record_event(Some(CUevent_flags::CU_EVENT_BLOCKING_SYNC)).map_err(cuda_err)?;
+        done.synchronize().map_err(cuda_err)
+    }
+
     /// The file's device address in the arena: valid while `self` lives,
     /// for work queued on the pipeline's stream (the stream that copied it
     /// there, so that such work follows the copy).

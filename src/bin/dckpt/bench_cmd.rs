@@ -415,8 +415,8 @@ fn bench_e2e(a: &BenchArgs, dir: &std::path::Path) -> Result<ExitCode> {
     );
     let st = &r.restore_stats;
     println!(
-        "restore phases: resolve {:.1} ms ({} pieces, {} files), plan {:.1} ms, read+verify {:.1} ms ({} bytes), \
-         copy/stage {:.1} ms{}",
+        "restore phases: resolve {:.1} ms ({} pieces, {} files), plan {:.1} ms, read {:.1} ms ({} bytes), \
+         verify + copy {:.1} ms{}",
         st.resolve_seconds * 1e3,
         st.pieces,
         st.files_opened,

@@ -57,6 +57,14 @@ pub struct RtmArgs {
     /// cpu, cuda or auto.
     #[arg(long, default_value = "auto")]
     backend: BackendKind,
+    /// CUDA backend: device memory dckpt may hold, a multiple of the buffer
+    /// (1.5x) or a size (6G).
+    #[arg(long, default_value = "1.5x")]
+    gpu_memory: dckpt::backend::budget::GpuMemory,
+    /// CUDA backend: the tiers' GPU cache tier, its share of --gpu-memory
+    /// (auto: what the budget leaves spare; 0: none; or a size).
+    #[arg(long, default_value = "auto")]
+    gpu_cache: dckpt::backend::budget::GpuCache,
     /// Scratch directory (emptied first, removed after).
     #[arg(long, default_value = "bench-data/rtm")]
     dir: PathBuf,
@@ -96,8 +104,10 @@ pub fn run(a: RtmArgs) -> Result<ExitCode> {
             chunk_size: a.chunk_size,
             method: Method::Tree,
             max_chain: Some(a.max_chain),
+            gpu_memory: a.gpu_memory,
             ..StoreOptions::default()
         },
+        gpu_cache: a.gpu_cache,
         backend: a.backend,
         dir: a.dir,
         seed: a.seed,
