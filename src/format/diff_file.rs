@@ -458,6 +458,16 @@ fn copy_range(pieces: &[&[u8]], range: std::ops::Range<u64>, f: &mut dyn FnMut(u
     }
 }
 
+/// Fills `buf` from `file` at `offset` in pieces of [`PARALLEL_READ`]
+/// bytes, in parallel: one thread copies from the page cache at a fraction
+/// of what the cores do together, and a device serves several requests at
+/// once.
+fn read_parallel(file: &dyn ReadAt, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    buf.par_chunks_mut(PARALLEL_READ)
+        .enumerate()
+        .try_for_each(|(i, piece)| file.read_exact_at(piece, offset + (i * PARALLEL_READ) as u64))
+}
+
 /// Appends the block digests and the trailer to a body whose data starts at
 /// `data_start`, completing the file.
 pub fn finish_body(mut body: Vec<u8>, data_start: usize) -> Vec<u8> {
@@ -639,9 +649,9 @@ impl DiffReader {
         Ok(guard)
     }
 
-    /// Hands `f` the file's bytes `offset..offset + len` (read in pieces of
-    /// [`PARALLEL_READ`] bytes, in parallel): borrowed where the
-    /// file lives in memory ([`ReadAt::borrow_at`]), else read into `buf`.
+    /// Hands `f` the file's bytes `offset..offset + len`: borrowed where the
+    /// file lives in memory ([`ReadAt::borrow_at`]), else read into `buf`
+    /// ([`read_parallel`]).
     fn with_bytes<R>(&self, offset: u64, len: usize, buf: &mut Vec<u8>, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
         let guard = self.handle()?;
         let file = guard.as_ref().ok_or_else(|| Error::Internal("diff file handle".into()))?;
@@ -649,13 +659,7 @@ impl DiffReader {
             return Ok(f(bytes));
         }
         buf.resize(len, 0);
-        // Pieces read in parallel: one thread copies from the page cache at
-        // a fraction of what the cores do together, and a device serves
-        // several requests at once.
-        buf.par_chunks_mut(PARALLEL_READ)
-            .enumerate()
-            .try_for_each(|(i, piece)| file.read_exact_at(piece, offset + (i * PARALLEL_READ) as u64))
-            .map_err(|e| Error::io(&self.path, e))?;
+        read_parallel(file.as_ref(), buf, offset).map_err(|e| Error::io(&self.path, e))?;
         Ok(f(buf))
     }
 
@@ -741,23 +745,59 @@ impl DiffReader {
 
     /// As [`DiffReader::read_blocks`], into a reused buffer (resized to the bytes read).
     pub fn read_blocks_into(&self, blocks: Range<u64>, buf: &mut Vec<u8>) -> Result<()> {
+        let (start, len, count) = self.block_span(&blocks)?;
+        buf.resize(len, 0);
+        match &self.frames {
+            None => {
+                let guard = self.handle()?;
+                let file = guard.as_ref().ok_or_else(|| Error::Internal("diff file handle".into()))?;
+                read_parallel(file.as_ref(), buf, self.data_start + start).map_err(|e| Error::io(&self.path, e))?;
+            }
+            Some((codec, offsets)) => self.read_compressed(*codec, offsets, blocks.clone(), buf)?,
+        }
+        self.verify_each(blocks.start, buf, vec![(); count], |_, ()| {})
+    }
+
+    /// Where data blocks `blocks` lie: `(first data byte, bytes, blocks)`.
+    fn block_span(&self, blocks: &Range<u64>) -> Result<(u64, usize, usize)> {
         let bs = u64::from(self.header.block_size);
         let start = blocks.start * bs;
         let end = (blocks.end * bs).min(self.header.data_bytes);
-        buf.resize((end - start) as usize, 0);
-        match &self.frames {
-            None => self.read_at(buf, self.data_start + start)?,
-            Some((codec, offsets)) => self.read_compressed(*codec, offsets, blocks.clone(), buf)?,
+        if start > end || blocks.end > self.block_count() {
+            return Err(Error::Internal(format!("blocks {blocks:?} past the file's {}", self.block_count())));
         }
-        let bad = buf
-            .par_chunks(bs as usize)
+        Ok((start, (end - start) as usize, (blocks.end - blocks.start) as usize))
+    }
+
+    /// Checks each block of `bytes` (data blocks from `first` on) against its
+    /// digest, in parallel, handing each one that matches to `per_block`
+    /// with its item of `work`; an error names the first that does not.
+    fn verify_each<T: Send>(
+        &self,
+        first: u64,
+        bytes: &[u8],
+        work: Vec<T>,
+        per_block: impl Fn(&[u8], T) + Sync,
+    ) -> Result<()> {
+        let digests = &self.block_digests;
+        let bad = bytes
+            .par_chunks(self.header.block_size as usize)
+            .zip(work)
             .enumerate()
-            .find_first(|(i, b)| *blake3::hash(b).as_bytes() != self.block_digests[blocks.start as usize + i])
-            .map(|(i, _)| blocks.start + i as u64);
-        if let Some(b) = bad {
-            return Err(Error::corrupt(&self.path, format!("data block {b} fails its checksum")));
+            .filter_map(|(i, (b, w))| {
+                let at = first as usize + i;
+                if digests.get(at).is_some_and(|d| blake3::hash(b).as_bytes() == d) {
+                    per_block(b, w);
+                    None
+                } else {
+                    Some(at)
+                }
+            })
+            .min();
+        match bad {
+            Some(b) => Err(Error::corrupt(&self.path, format!("data block {b} fails its checksum"))),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Verifies data blocks `blocks` and hands each verified block, with its
@@ -776,51 +816,25 @@ impl DiffReader {
         work: Vec<T>,
         per_block: impl Fn(&[u8], T) + Sync,
     ) -> Result<std::time::Duration> {
-        let bs = u64::from(self.header.block_size);
-        let start = blocks.start * bs;
-        let end = (blocks.end * bs).min(self.header.data_bytes);
-        if start > end || work.len() as u64 != end.saturating_sub(start).div_ceil(bs) {
+        let (start, len, count) = self.block_span(&blocks)?;
+        if work.len() != count {
             return Err(Error::Internal(format!("{} work items for blocks {blocks:?}", work.len())));
         }
-        let digests = &self.block_digests;
-        let check = |bytes: &[u8]| {
-            bytes
-                .par_chunks(bs as usize)
-                .zip(work)
-                .enumerate()
-                .filter_map(|(i, (b, w))| {
-                    let at = blocks.start as usize + i;
-                    if digests.get(at).is_some_and(|d| blake3::hash(b).as_bytes() == d) {
-                        per_block(b, w);
-                        None
-                    } else {
-                        Some(at as u64)
-                    }
-                })
-                .min()
-        };
         let t = std::time::Instant::now();
-        let len = (end - start) as usize;
-        let (bad, read) = match &self.frames {
-            None => {
-                let mut read = std::time::Duration::ZERO;
-                let bad = self.with_bytes(self.data_start + start, len, buf, |bytes| {
-                    read = t.elapsed();
-                    check(bytes)
-                })?;
-                (bad, read)
-            }
+        let mut read = std::time::Duration::ZERO;
+        match &self.frames {
+            None => self.with_bytes(self.data_start + start, len, buf, |bytes| {
+                read = t.elapsed();
+                self.verify_each(blocks.start, bytes, work, per_block)
+            })??,
             Some((codec, offsets)) => {
                 buf.resize(len, 0);
                 self.read_compressed(*codec, offsets, blocks.clone(), buf)?;
-                let read = t.elapsed();
-                (check(buf), read)
+                read = t.elapsed();
+                self.verify_each(blocks.start, buf, work, per_block)?;
             }
-        };
-        match bad {
-            Some(b) => Err(Error::corrupt(&self.path, format!("data block {b} fails its checksum"))),
-            None => Ok(read),
         }
+        Ok(read)
     }
 
     /// Reads the stored blocks `blocks` of a compressed file and
