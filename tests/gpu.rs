@@ -552,7 +552,6 @@ fn the_gpu_cache_tier_holds_diffs_while_the_host_cache_is_full() {
         let dev = cuda::upload(&gpu, &data).unwrap();
         let r = g.checkpoint(v, DeviceRegion::of(&dev).unwrap()).unwrap();
         held += usize::from(r.held_on_gpu);
-        c.checkpoint(v, &data).unwrap();
         // Right away: from the host cache, or from the GPU cache tier if
         // the file waits there, without waiting for its flush.
         let mut back = cuda::upload(&gpu, &vec![0u8; len]).unwrap();
@@ -560,12 +559,17 @@ fn the_gpu_cache_tier_holds_diffs_while_the_host_cache_is_full() {
         assert!(gpu.stream_clone_dtoh(&back).unwrap() == data, "version {v} restored right after it");
         let durable = g.states(v).is_none_or(|s| s[0] == dckpt::tiers::state::TierState::Durable);
         early += usize::from(r.held_on_gpu && !durable);
+        c.checkpoint(v, &data).unwrap();
     }
+    // Some of those restores read a file still held on the GPU (not yet in
+    // the host cache) instead of waiting for its flush.
+    let from_gpu = g.gpu_cache_reads();
     dckpt::failpoint::delay("store.temp_written", Duration::ZERO);
     g.finalize().unwrap();
     c.finalize().unwrap();
     assert!(held >= 2, "{held} of 8 versions waited in the GPU cache");
     assert!(early >= 1, "no version held on the GPU restored before its flush");
+    assert!(from_gpu >= 1, "no restore read a file out of the GPU cache tier");
     for tier in ["local", "shared"] {
         for v in 1..=8u64 {
             let f = |b: &str| {

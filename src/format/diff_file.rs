@@ -494,7 +494,7 @@ pub struct DiffReader {
     path: PathBuf,
     /// Open while in use; [`DiffReader::release_file`] closes it (the
     /// restore catalog bounds open files) and the next read reopens it.
-    file: Mutex<Option<Box<dyn ReadAt>>>,
+    file: Mutex<Option<Arc<dyn ReadAt>>>,
     /// The header.
     pub header: DiffHeader,
     /// The decoded regions.
@@ -615,7 +615,7 @@ impl DiffReader {
             storage,
             rel: rel.to_path_buf(),
             path: path.clone(),
-            file: Mutex::new(Some(file)),
+            file: Mutex::new(Some(Arc::from(file))),
             header,
             diff,
             first_data_offsets,
@@ -629,32 +629,30 @@ impl DiffReader {
 
     /// Reads `buf.len()` bytes at `offset`, reopening the file if it was released.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        let guard = self.handle()?;
-        match guard.as_ref() {
-            Some(f) => f.read_exact_at(buf, offset).map_err(|e| Error::io(&self.path, e)),
-            None => Err(Error::Internal("diff file handle".into())),
-        }
+        self.handle()?.read_exact_at(buf, offset).map_err(|e| Error::io(&self.path, e))
     }
 
-    /// The open file (reopened if it was released), locked.
-    fn handle(&self) -> Result<std::sync::MutexGuard<'_, Option<Box<dyn ReadAt>>>> {
+    /// The open file (reopened if it was released). The lock is held only
+    /// to take it: reads, and the parallel work on what they return, run
+    /// without it.
+    fn handle(&self) -> Result<Arc<dyn ReadAt>> {
         let mut guard = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if guard.is_none() {
-            let f = self.storage.open(&self.rel)?;
-            if f.len() != self.file_len {
-                return Err(Error::corrupt(&self.path, "the file changed while it was being read"));
-            }
-            *guard = Some(f);
+        if let Some(f) = guard.as_ref() {
+            return Ok(Arc::clone(f));
         }
-        Ok(guard)
+        let f: Arc<dyn ReadAt> = Arc::from(self.storage.open(&self.rel)?);
+        if f.len() != self.file_len {
+            return Err(Error::corrupt(&self.path, "the file changed while it was being read"));
+        }
+        *guard = Some(Arc::clone(&f));
+        Ok(f)
     }
 
     /// Hands `f` the file's bytes `offset..offset + len`: borrowed where the
     /// file lives in memory ([`ReadAt::borrow_at`]), else read into `buf`
     /// ([`read_parallel`]).
     fn with_bytes<R>(&self, offset: u64, len: usize, buf: &mut Vec<u8>, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
-        let guard = self.handle()?;
-        let file = guard.as_ref().ok_or_else(|| Error::Internal("diff file handle".into()))?;
+        let file = self.handle()?;
         if let Some(bytes) = file.borrow_at(offset, len) {
             return Ok(f(bytes));
         }
@@ -748,11 +746,8 @@ impl DiffReader {
         let (start, len, count) = self.block_span(&blocks)?;
         buf.resize(len, 0);
         match &self.frames {
-            None => {
-                let guard = self.handle()?;
-                let file = guard.as_ref().ok_or_else(|| Error::Internal("diff file handle".into()))?;
-                read_parallel(file.as_ref(), buf, self.data_start + start).map_err(|e| Error::io(&self.path, e))?;
-            }
+            None => read_parallel(self.handle()?.as_ref(), buf, self.data_start + start)
+                .map_err(|e| Error::io(&self.path, e))?,
             Some((codec, offsets)) => self.read_compressed(*codec, offsets, blocks.clone(), buf)?,
         }
         self.verify_each(blocks.start, buf, vec![(); count], |_, ()| {})

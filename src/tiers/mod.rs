@@ -184,6 +184,8 @@ pub struct TieredEngine {
     /// The host buffer device restores go through, allocated at the first
     /// one and kept (page-locked on the CUDA backend).
     restore_staging: std::sync::Mutex<Option<crate::memory::Segment>>,
+    /// Files restores read out of the GPU cache tier ([`Self::gpu_cache_reads`]).
+    gpu_cache_reads: std::sync::atomic::AtomicU64,
     /// The CUDA device it uses (CUDA backend).
     device: usize,
 }
@@ -323,6 +325,7 @@ impl TieredEngine {
             collective: matches!(listing, Listing::Part { .. }),
             prefetch,
             restore_staging: Default::default(),
+            gpu_cache_reads: Default::default(),
             device,
         })
     }
@@ -588,6 +591,13 @@ impl TieredEngine {
         }
     }
 
+    /// How many diff files restores have read out of the GPU cache tier so
+    /// far: files held there while the host cache was full, which a restore
+    /// copies out instead of waiting for their flush.
+    pub fn gpu_cache_reads(&self) -> u64 {
+        self.gpu_cache_reads.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The tiers' root directories, fastest first.
     pub fn roots(&self) -> &[PathBuf] {
         &self.roots
@@ -618,10 +628,11 @@ impl TieredEngine {
             let restored = self.restore_from(version, home, reach, overlay.map(Arc::new), &mut dst);
             restored.map_err(|e| first_error.get_or_insert(e).kind()).is_ok()
         };
-        if let Some(overlay) = overlay
-            && attempt(0, Reach::Fastest, Some(overlay))
-        {
-            return Ok(());
+        if let Some(overlay) = overlay {
+            self.gpu_cache_reads.fetch_add(overlay.peeked() as u64, std::sync::atomic::Ordering::Relaxed);
+            if attempt(0, Reach::Fastest, Some(overlay)) {
+                return Ok(());
+            }
         }
         let home = self.first_durable(version);
         if let Some(home) = home

@@ -97,6 +97,11 @@ impl Overlay {
         Ok(Some(Overlay { manifest: (rel.join("MANIFEST"), manifest.encode()), files }))
     }
 
+    /// How many of its files were read out of the GPU cache tier.
+    pub fn peeked(&self) -> usize {
+        self.files.values().filter(|h| matches!(h, Held::Peeked(_))).count()
+    }
+
     /// The overlaid bytes of `rel`, if it is the manifest.
     pub fn read(&self, rel: &Path) -> Option<Vec<u8>> {
         (rel == self.manifest.0).then(|| self.manifest.1.clone())
@@ -133,6 +138,7 @@ fn held_file(version: u64, f: &InFlight) -> Result<(Held, [u8; 32])> {
         f.cached.peek()?
     };
     if let Some(mut bytes) = peeked {
+        crate::profile::count("restore-peek-bytes", version, bytes.len() as u64);
         let body = bytes.len().checked_sub(32).ok_or_else(|| invalid("shorter than its trailer".into()))?;
         if !f.sealed {
             let trailer = crate::format::seal(&[&bytes[..]], bytes.len() as u64).map_err(invalid)?;

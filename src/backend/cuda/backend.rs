@@ -461,12 +461,11 @@ impl Backend for CudaBackend {
             ProtectedMut::Device(region) => {
                 let gpu = self.dev.gpu();
                 super::check_region(gpu, &region)?;
-                // SAFETY: the region was checked to lie inside one allocation
-                // of this device, and its constructor's contract gives dckpt
-                // exclusive use of it; `bytes` outlives the copy, which the
-                // synchronize below completes.
-                unsafe { cudarc::driver::result::memcpy_htod_async(region.ptr(), bytes, gpu.stream.cu_stream()) }
-                    .map_err(cuda_err)?;
+                // The region was checked to lie inside one allocation of this
+                // device, and its constructor's contract gives dckpt exclusive
+                // use of it; `bytes` outlives the copy, which the synchronize
+                // below completes.
+                gpu.upload_to(&gpu.stream, bytes, region.ptr())?;
                 gpu.stream.synchronize().map_err(cuda_err)
             }
         }

@@ -152,25 +152,32 @@ impl Staged {
         Ok(Box::new(move || done.synchronize().map_err(cuda_err)))
     }
 
-    /// Copies the whole file into `buf` (host memory of its length) now, on
-    /// the arena's stream, and leaves it in the arena: a restore's read of a
-    /// file still waiting there for room in the host cache.
+    /// Copies the file into the start of `buf` (host memory at least as
+    /// long) now, on the arena's stream, zeroing the rest of `buf` (its
+    /// trailer, sealed later), and leaves it in the arena: a restore's read
+    /// of a file still waiting there for room in the host cache.
     pub(crate) fn read_into(&self, buf: &mut [u8]) -> Result<()> {
-        if buf.len() != self.len {
-            return Err(Error::Internal("a peek buffer of the wrong length".into()));
-        }
+        let Some((head, tail)) = buf.split_at_mut_checked(self.len) else {
+            return Err(Error::Internal("a peek buffer shorter than the file".into()));
+        };
+        tail.fill(0);
         let copy = &self.cache.copy;
         // This runs on the restoring thread.
         copy.context().bind_to_thread().map_err(cuda_err)?;
         copy.wait(&self.landed).map_err(cuda_err)?;
         // SAFETY: `at..at + len` is this file's span of the arena, reserved
-        // while `self` lives (it is not copied out: `out` is false, or this
-        // borrow could not exist next to `copy_out`'s move); `buf` is host
-        // memory of `len` bytes that nothing else touches until the event
-        // recorded below has completed, which this function waits for.
-        unsafe { cudarc::driver::result::memcpy_dtoh_async(buf, self.at, copy.cu_stream()) }.map_err(cuda_err)?;
-        let done = copy.record_event(Some(CUevent_flags::CU_EVENT_BLOCKING_SYNC)).map_err(cuda_err)?;
-        done.synchronize().map_err(cuda_err)
+        // while `self` lives (it is not copied out: `copy_out` takes `self`
+        // by value, which this borrow excludes); `head` is `len` bytes of
+        // host memory that nothing else touches until the copy has ended,
+        // which this function waits for (on an error too, below).
+        let copied = unsafe { cudarc::driver::result::memcpy_dtoh_async(head, self.at, copy.cu_stream()) }
+            .map_err(cuda_err)
+            .and_then(|()| copy.record_event(Some(CUevent_flags::CU_EVENT_BLOCKING_SYNC)).map_err(cuda_err))
+            .and_then(|done| done.synchronize().map_err(cuda_err));
+        if copied.is_err() {
+            let _ = copy.synchronize();
+        }
+        copied
     }
 
     /// The file's device address in the arena: valid while `self` lives,

@@ -11,6 +11,7 @@
 
 mod backend;
 pub mod bench;
+mod bounce;
 mod device_cache;
 mod gathered;
 mod pipeline;
@@ -251,6 +252,9 @@ pub struct Gpu {
     pub(crate) sms: u32,
     name: String,
     arch: String,
+    /// Page-locked buffers for large copies from pageable host memory,
+    /// made at the first one.
+    bounce: std::sync::Mutex<Option<bounce::Bounce>>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -307,7 +311,7 @@ impl Gpu {
             region_digests: f("region_digests")?,
         };
         let stream = ctx.default_stream();
-        Ok(Arc::new(Gpu { ctx, stream, k, sms, name, arch }))
+        Ok(Arc::new(Gpu { ctx, stream, k, sms, name, arch, bounce: std::sync::Mutex::new(None) }))
     }
 
     /// The device's name.
@@ -328,6 +332,32 @@ impl Gpu {
     /// (free, total) device memory in bytes.
     pub fn memory(&self) -> Result<(usize, usize)> {
         self.ctx.mem_get_info().map_err(cuda_err)
+    }
+
+    /// Queues the copy of host `bytes` to device address `dst` on `stream`:
+    /// a large pageable source through the page-locked bounce buffers
+    /// (`bounce`, returning once `bytes` may change), anything else
+    /// directly (a page-locked source must then stay unchanged until
+    /// `stream` has run the copy). `dst` must span `bytes.len()` bytes of a
+    /// live device allocation that no other work touches until `stream` has
+    /// run the copy; work queued on `stream` afterwards sees the bytes.
+    pub(crate) fn upload_to(&self, stream: &CudaStream, bytes: &[u8], dst: u64) -> Result<()> {
+        self.ctx.bind_to_thread().map_err(cuda_err)?;
+        if bounce::Bounce::pays_for(bytes) {
+            let mut slot = self.bounce.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if slot.is_none() {
+                // Where page-locking fails, the driver's own path below.
+                *slot = bounce::Bounce::new(&self.ctx).ok();
+            }
+            if let Some(b) = slot.as_mut() {
+                return b.upload(stream, bytes, dst);
+            }
+        }
+        // SAFETY: `dst` spans `bytes.len()` bytes of a live device allocation
+        // reserved for this copy (the caller's contract); the driver reads a
+        // pageable `bytes` before returning, and the caller keeps a
+        // page-locked one unchanged until the stream has run the copy.
+        unsafe { cudarc::driver::result::memcpy_htod_async(dst, bytes, stream.cu_stream()) }.map_err(cuda_err)
     }
 }
 

@@ -731,8 +731,11 @@ impl GpuDedup {
             if self.staging.is_none() {
                 self.staging = Some(st.alloc_zeros::<u8>(bytes.len()).map_err(gpu_oom)?);
             }
-            if let Some(stg) = self.staging.as_mut() {
-                st.memcpy_htod(bytes, stg).map_err(cuda_err)?;
+            if let Some(stg) = self.staging.as_ref() {
+                // The staging buffer is the pipeline's own, read only by the
+                // kernels queued after this copy on `st`; the call returns
+                // after those kernels, so `bytes` outlives the copy.
+                self.gpu.upload_to(&st, bytes, stg.device_ptr(&st).0)?;
             }
         }
         let e1 = ev(&st)?;
