@@ -246,25 +246,38 @@ pub fn resolve_all(catalog: &mut Catalog, rank: u32, version: u64) -> Result<Res
     for &v in chain.iter().rev() {
         let reader = catalog.reader(rank, v)?;
         let diff = &reader.diff;
-        let mut runs: Vec<Run> = diff
-            .first
-            .iter()
-            .map(|r| Run { start: r.start, count: r.count, src: None, reference: None })
-            .chain(diff.shift.iter().map(|s| Run {
-                start: s.start,
-                count: s.count,
-                src: Some((s.src_rank, s.src_version, s.src_start)),
-                reference: s.reference,
-            }))
-            .collect();
-        runs.par_sort_unstable_by_key(|r| r.start);
+        // FIRST and SHIFT runs are each sorted by start and disjoint (the
+        // decoder checks): merge them.
+        let first = diff.first.iter().map(|r| Run { start: r.start, count: r.count, src: None, reference: None });
+        let shift = diff.shift.iter().map(|s| Run {
+            start: s.start,
+            count: s.count,
+            src: Some((s.src_rank, s.src_version, s.src_start)),
+            reference: s.reference,
+        });
+        let mut runs = Vec::with_capacity(diff.first.len() + diff.shift.len());
+        let (mut first, mut shift) = (first.peekable(), shift.peekable());
+        while let Some(next) = match (first.peek(), shift.peek()) {
+            (Some(a), Some(b)) if a.start < b.start => first.next(),
+            (Some(_), None) => first.next(),
+            _ => shift.next(),
+        } {
+            runs.push(next);
+        }
         walk_order.push(VersionRuns { version: v, runs, path: reader.path().to_path_buf() });
     }
     let n = layout.chunks();
     let segments = (rayon::current_num_threads() as u64 * 8).clamp(1, n);
     let walked: Vec<Walked> = (0..segments)
         .into_par_iter()
-        .map(|i| walk(&walk_order, rank, (n * i / segments)..(n * (i + 1) / segments)))
+        .map(|i| {
+            let mut w = walk(&walk_order, rank, (n * i / segments)..(n * (i + 1) / segments));
+            // In destination order within the segment (a sorted run per
+            // version: a stable sort merges them); the segments follow
+            // one another, so their concatenation is sorted too.
+            w.sources.sort_by_key(|s| s.dst);
+            w
+        })
         .collect();
     let mut sources = Vec::with_capacity(walked.iter().map(|w| w.sources.len()).sum());
     let mut claims: HashMap<(usize, usize), u64> = HashMap::new();
@@ -301,7 +314,6 @@ pub fn resolve_all(catalog: &mut Catalog, rank: u32, version: u64) -> Result<Res
             })
         })
         .collect();
-    sources.par_sort_unstable_by_key(|s| s.dst);
     Ok(Resolution { layout, sources, references })
 }
 
