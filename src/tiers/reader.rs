@@ -80,34 +80,33 @@ pub(crate) fn parallel_copy(dst: &mut [u8], src: &[u8]) {
     dst.par_chunks_mut(1 << 20).zip(src.par_chunks(1 << 20)).for_each(|(d, s)| d.copy_from_slice(s));
 }
 
-/// A file served from memory; its reads counted.
+/// A file held in memory (the restore cache's, or one copied out of the GPU
+/// cache tier); it lends its bytes to a restore.
 #[derive(Debug)]
-struct MemFile(Arc<Vec<u8>>, Arc<ReadCounters>);
+pub(crate) struct InMemory(pub Arc<Vec<u8>>);
 
-impl ReadAt for MemFile {
+impl ReadAt for InMemory {
     fn len(&self) -> u64 {
         self.0.len() as u64
     }
 
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        let at = usize::try_from(offset).map_err(|_| std::io::ErrorKind::InvalidInput)?;
-        let src = self.0.get(at..at + buf.len()).ok_or(std::io::ErrorKind::UnexpectedEof)?;
+        let src = self.borrow_at(offset, buf.len()).ok_or(std::io::ErrorKind::UnexpectedEof)?;
         parallel_copy(buf, src);
-        self.1.hit.fetch_add(buf.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 
     fn borrow_at(&self, offset: u64, len: usize) -> Option<&[u8]> {
         let at = usize::try_from(offset).ok()?;
-        let bytes = self.0.get(at..at.checked_add(len)?)?;
-        self.1.hit.fetch_add(len as u64, Ordering::Relaxed);
-        Some(bytes)
+        self.0.get(at..at.checked_add(len)?)
     }
 }
 
 /// Where a counted file's bytes come from.
 #[derive(Clone, Copy, Debug)]
 enum Source {
+    /// The restore cache (a hit).
+    Cache,
     /// A disk tier (a miss).
     Disk,
     /// The host cache (a version in flight).
@@ -145,6 +144,7 @@ impl Counted {
     /// Counts `bytes` read where they came from.
     fn count(&self, bytes: usize) {
         let counter = match self.2 {
+            Source::Cache => &self.1.hit,
             Source::Disk => &self.1.miss,
             Source::InFlight => &self.1.inflight,
         };
@@ -231,7 +231,7 @@ impl Storage for TierReader {
         let Some(cache) = &self.cache else { return self.open_fastest(rel) };
         if let Some(bytes) = cache.lookup(key) {
             self.touched(key);
-            return Ok(Box::new(MemFile(bytes, cache.counters())));
+            return Ok(Box::new(Counted(Box::new(InMemory(bytes)), cache.counters(), Source::Cache)));
         }
         // A miss: read from disk only what the restore needs (a chain's
         // older files are mostly read for their tables); what the cache

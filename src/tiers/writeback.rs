@@ -111,7 +111,7 @@ impl Overlay {
     pub fn open(&self, rel: &Path) -> Option<Box<dyn ReadAt>> {
         Some(match self.files.get(rel)? {
             Held::Cached(cached, trailer) => Box::new(CachedFile { cached: Arc::clone(cached), trailer: *trailer }),
-            Held::Peeked(bytes) => Box::new(PeekedFile(Arc::clone(bytes))),
+            Held::Peeked(bytes) => Box::new(super::reader::InMemory(Arc::clone(bytes))),
         })
     }
 }
@@ -158,27 +158,6 @@ fn held_file(version: u64, f: &InFlight) -> Result<(Held, [u8; 32])> {
         crate::format::seal(&pieces, f.cached.len() as u64).map_err(invalid)?
     };
     Ok((Held::Cached(Arc::clone(&f.cached), trailer), trailer))
-}
-
-/// An in-flight file copied from the GPU cache tier.
-#[derive(Debug)]
-struct PeekedFile(Arc<Vec<u8>>);
-
-impl ReadAt for PeekedFile {
-    fn len(&self) -> u64 {
-        self.0.len() as u64
-    }
-
-    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        let src = self.borrow_at(offset, buf.len()).ok_or(std::io::ErrorKind::UnexpectedEof)?;
-        super::reader::parallel_copy(buf, src);
-        Ok(())
-    }
-
-    fn borrow_at(&self, offset: u64, len: usize) -> Option<&[u8]> {
-        let at = usize::try_from(offset).ok()?;
-        self.0.get(at..at.checked_add(len)?)
-    }
 }
 
 /// An in-flight file read from the host cache, its trailer in place.
