@@ -318,16 +318,38 @@ fn disagreement(w: &World, root: &Path) {
 /// collective path; every version of every rank restores from every tier,
 /// also after reopening.
 fn tiered(w: &World, root: &Path) {
-    // The collective step on the background thread (the default where MPI
-    // grants MPI_THREAD_MULTIPLE, as here), then in the call.
+    // The collective step on the background thread (where MPI grants
+    // MPI_THREAD_MULTIPLE, as here), then in the call.
     tiered_with(w, &root.join("overlap"), true);
     tiered_with(w, &root.join("in-call"), false);
+    // auto: the thread, unless some rank of the CPU backend can count on one
+    // CPU only (then every rank keeps the step in the call).
+    use dckpt::collective::TieredCollective;
+    let opts = CollectiveOptions { backend: test_backend(), ..CollectiveOptions::default() };
+    let c = TieredCollective::open(
+        w.comm,
+        &two_tiers(&root.join("auto"), (None, None)),
+        len() as u64,
+        &store_opts(),
+        &opts,
+    )
+    .expect("open auto");
+    let node = w.comm.split_shared(0);
+    let cpus = dckpt::cpus::share(node.size() as usize);
+    let one_cpu = w.max(u64::from(!opts.overlap.wanted(test_backend().resolve(), cpus))) == 1;
+    w.check(
+        c.overlapped() == (!one_cpu && w.size > 1),
+        &format!("auto with {cpus:?} CPUs: overlapped {}", c.overlapped()),
+    );
+    if w.rank == 0 {
+        eprintln!("mpi-tests: overlap auto, {cpus:?} CPUs on rank 0: overlapped {}", c.overlapped());
+    }
 }
 
 fn tiered_with(w: &World, root: &Path, overlap: bool) {
     use dckpt::collective::TieredCollective;
     let backend = test_backend();
-    let opts = CollectiveOptions { backend, overlap, ..CollectiveOptions::default() };
+    let opts = CollectiveOptions { backend, overlap: overlap.into(), ..CollectiveOptions::default() };
     let tiers = two_tiers(root, (None, None));
     let s = Scenario::Partial;
     let mut sync = Collective::open(w.comm, &root.join("sync"), len() as u64, &store_opts(), &opts).expect("open sync");
@@ -647,8 +669,9 @@ fn retention_with_dense_versions(w: &World, root: &Path, opts: &CollectiveOption
 /// says why), the next version continues the chain before it, and every
 /// other version restores byte-exactly on every rank.
 fn background_failure(w: &World, root: &Path) {
-    use dckpt::collective::TieredCollective;
-    let opts = CollectiveOptions { backend: test_backend(), ..CollectiveOptions::default() };
+    use dckpt::collective::{Overlap, TieredCollective};
+    // On: `auto` keeps the step in the call for a CPU rank bound to one CPU.
+    let opts = CollectiveOptions { backend: test_backend(), overlap: Overlap::On, ..CollectiveOptions::default() };
     let mut c = TieredCollective::open(w.comm, &two_tiers(root, (None, None)), len() as u64, &store_opts(), &opts)
         .expect("open");
     if !c.overlapped() {

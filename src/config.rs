@@ -15,7 +15,8 @@
 //! threshold = 131072             # K of the collective step
 //! region_bytes = 0               # largest region offered (0: automatic)
 //! min_region_bytes = 0           # smallest region offered (0: all; larger: a shorter reduction, more bytes)
-//! overlap = true                 # the reduction on a background thread (needs MPI_THREAD_MULTIPLE)
+//! overlap = "auto"               # the reduction on a background thread (needs MPI_THREAD_MULTIPLE): auto | true | false
+//!                                # (auto: in the call for a CPU-backend rank bound to one CPU)
 //! host_cache_size = "4G"         # bytes, or a size with K, M, G, T
 //! prefetch_cache_size = "2G"     # the restore cache (0: none)
 //! eviction = "gap-aware"         # fifo | lru | gap-aware
@@ -31,7 +32,7 @@
 
 use crate::backend::BackendKind;
 use crate::backend::budget::{GpuCache, GpuMemory};
-use crate::collective::CollectiveOptions;
+use crate::collective::{CollectiveOptions, Overlap};
 use crate::format::Compression;
 use crate::generate::{IntOrText, parse_size};
 use crate::layout::Layout;
@@ -119,8 +120,10 @@ pub struct Config {
     /// Smallest region offered to the collective step (0: every region).
     pub min_region_bytes: Bytes,
     /// Whether the collective step's reduction runs on a background thread
-    /// (where MPI grants `MPI_THREAD_MULTIPLE`), off the application's path.
-    pub overlap: bool,
+    /// (where MPI grants `MPI_THREAD_MULTIPLE`), off the application's path:
+    /// `auto` (yes, but in the call for a CPU-backend rank bound to one
+    /// CPU), `true` or `false`.
+    pub overlap: Overlap,
     /// Host memory for diffs on their way to the disks, allocated at open.
     pub host_cache_size: Bytes,
     /// Host memory for prefetched restores (0: none).
@@ -382,7 +385,7 @@ mod tests {
         assert_eq!(t.gpu_cache, GpuCache::Bytes(512 << 20));
         let k = c.collective_options();
         assert_eq!((k.threshold, k.region_bytes, k.backend, k.local_only), (1024, 64 << 10, BackendKind::Cpu, true));
-        assert_eq!((k.min_region_bytes, k.overlap), (4 << 10, false));
+        assert_eq!((k.min_region_bytes, k.overlap), (4 << 10, Overlap::Off));
         // What --check prints reads back to the same configuration.
         let again = load(&c.to_toml().expect("toml"), &[]).expect("reparse");
         assert_eq!(again, c);
@@ -400,6 +403,15 @@ mod tests {
         // Local-only allows a method without a record.
         let full = load("persistent = \"/a\"\nmethod = \"full\"\n", &[("DCKPT_COLLECTIVE", "false")]).expect("full");
         assert!(full.collective_options().local_only && full.method == Method::Full);
+        // overlap: auto by default, booleans as before, and words.
+        for (value, want) in
+            [("auto", Overlap::Auto), ("false", Overlap::Off), ("true", Overlap::On), ("on", Overlap::On)]
+        {
+            let c = load("persistent = \"/a\"\n", &[("DCKPT_OVERLAP", value)]).expect(value);
+            assert_eq!(c.collective_options().overlap, want, "DCKPT_OVERLAP={value}");
+            assert_eq!(load(&c.to_toml().expect("toml"), &[]).expect("reparse").overlap, want);
+        }
+        assert_eq!(load("persistent = \"/a\"\n", &[]).expect("default").overlap, Overlap::Auto);
     }
 
     #[test]
@@ -417,6 +429,7 @@ mod tests {
             ("chunk_size = 128\n", &[], "persistent"),
             ("persistent = \"/a\"\nmax_versions = 0\n", &[], "max_versions"),
             ("persistent = \"/a\"\n", &[("DCKPT_EVICTION", "random")], "DCKPT_EVICTION"),
+            ("persistent = \"/a\"\noverlap = \"sometimes\"\n", &[], "overlap"),
             ("persistent = \"/a\"\ngpu_memory = \"lots\"\n", &[], "gpu_memory"),
             ("persistent = \"/a\"\ngpu_cache_size = \"lots\"\n", &[], "gpu_cache_size"),
             ("persistent = \"/a\"\n", &[("DCKPT_GPU_MEMORY", "-2x")], "DCKPT_GPU_MEMORY"),

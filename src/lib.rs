@@ -54,6 +54,7 @@ pub mod bench_e2e;
 pub mod bench_rtm;
 pub mod collective;
 pub mod config;
+pub mod cpus;
 pub mod dedup;
 pub mod diff;
 pub mod engine;

@@ -37,7 +37,10 @@ pub use mpi::{Collective, CollectiveReport};
 pub use tiered::TieredCollective;
 
 use crate::backend::BackendKind;
-use serde::{Deserialize, Serialize};
+use crate::error::{Error, Result};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+use std::str::FromStr;
 
 /// Largest region offered to the reduction when sized automatically
 /// (256 KiB): a 1 GiB buffer offers at most 4096 regions.
@@ -85,13 +88,108 @@ pub struct CollectiveOptions {
     /// fewer tuples make a shorter reduction, at the price of the bytes
     /// the small regions repeated across ranks would have saved. Opt-in.
     pub min_region_bytes: u64,
-    /// Runs the reduction and the give-away of a checkpoint through the
-    /// tiers on a background thread with its own communicator, so the call
-    /// returns once the rank's diff is cached (the version settles at the
-    /// next collective call: checkpoint, wait, finalize). Takes effect only
-    /// where MPI granted `MPI_THREAD_MULTIPLE`; otherwise the step runs in
-    /// the call, as with `false`.
-    pub overlap: bool,
+    /// Where the reduction and the give-away of a checkpoint through the
+    /// tiers run: on a background thread with its own communicator, so the
+    /// call returns once the rank's diff is cached (the version settles at
+    /// the next collective call: checkpoint, wait, finalize), or in the
+    /// call ([`Overlap`]; `auto` by default).
+    pub overlap: Overlap,
+}
+
+/// Where the collective step of a checkpoint through the tiers runs. The
+/// background thread needs `MPI_THREAD_MULTIPLE` on every rank (otherwise
+/// the step runs in the call, whatever this says), and it runs in the call
+/// on every rank if any rank's setting keeps it there.
+///
+/// Written `"auto"`, `true` (or `"on"`) and `false` (or `"off"`) in a
+/// configuration file and in `DCKPT_OVERLAP`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Overlap {
+    /// On the background thread, except for a rank of the CPU backend that
+    /// can count on one CPU only (bound to one, or more ranks than CPUs on
+    /// its node: [`crate::cpus::share`]): there the thread's reduction
+    /// waits its turn behind the application on that CPU, every level of
+    /// the tree, and the next call waits for it. Measured on a 16-core host with 16 ranks
+    /// (BENCHMARKS.md, "One core a rank"): in the call the reduction takes
+    /// 0.1–1.6 ms and the heat example's checkpoint costs 1.7 ms a step;
+    /// on the thread it takes 30–55 ms and 3.7–3.9 ms a step. With the
+    /// CUDA backend the thread stays ahead also on one core (the call's
+    /// work is on the device): 6.7 against 7.5 ms a step at 16 ranks on
+    /// one H100.
+    #[default]
+    Auto,
+    /// On the background thread.
+    On,
+    /// In the call.
+    Off,
+}
+
+impl Overlap {
+    /// Whether the step runs on the background thread for a rank of
+    /// `backend` (resolved) that can count on `cpus` CPUs (`None`: unknown,
+    /// taken as several).
+    pub fn wanted(self, backend: BackendKind, cpus: Option<usize>) -> bool {
+        match self {
+            Overlap::On => true,
+            Overlap::Off => false,
+            Overlap::Auto => !(backend == BackendKind::Cpu && cpus == Some(1)),
+        }
+    }
+}
+
+impl fmt::Display for Overlap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Overlap::Auto => "auto",
+            Overlap::On => "on",
+            Overlap::Off => "off",
+        })
+    }
+}
+
+impl FromStr for Overlap {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "auto" => Ok(Overlap::Auto),
+            "on" | "true" => Ok(Overlap::On),
+            "off" | "false" => Ok(Overlap::Off),
+            _ => Err(Error::InvalidOption(format!("unknown overlap '{s}' (expected auto, on or off)"))),
+        }
+    }
+}
+
+impl From<bool> for Overlap {
+    fn from(on: bool) -> Self {
+        if on { Overlap::On } else { Overlap::Off }
+    }
+}
+
+/// `true` and `false` as TOML booleans (what `overlap` was before `auto`),
+/// `"auto"` as text.
+impl Serialize for Overlap {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            Overlap::Auto => s.serialize_str("auto"),
+            Overlap::On => s.serialize_bool(true),
+            Overlap::Off => s.serialize_bool(false),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Overlap {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum BoolOrText {
+            Bool(bool),
+            Text(String),
+        }
+        match BoolOrText::deserialize(d)? {
+            BoolOrText::Bool(on) => Ok(on.into()),
+            BoolOrText::Text(s) => s.parse().map_err(serde::de::Error::custom),
+        }
+    }
 }
 
 impl Default for CollectiveOptions {
@@ -102,7 +200,25 @@ impl Default for CollectiveOptions {
             backend: BackendKind::Auto,
             local_only: false,
             min_region_bytes: 0,
-            overlap: true,
+            overlap: Overlap::Auto,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_overlap_keeps_the_step_in_the_call_only_for_a_cpu_rank_on_one_cpu() {
+        use BackendKind::{Cpu, Cuda};
+        assert!(!Overlap::Auto.wanted(Cpu, Some(1)));
+        assert!(Overlap::Auto.wanted(Cpu, Some(2)));
+        assert!(Overlap::Auto.wanted(Cpu, None), "unknown: taken as several");
+        assert!(Overlap::Auto.wanted(Cuda, Some(1)));
+        assert!(Overlap::On.wanted(Cpu, Some(1)));
+        assert!(!Overlap::Off.wanted(Cuda, Some(16)));
+        assert_eq!("off".parse::<Overlap>().ok(), Some(Overlap::Off));
+        assert!("sometimes".parse::<Overlap>().is_err());
     }
 }

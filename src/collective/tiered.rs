@@ -7,7 +7,7 @@
 //! owner's file that is not durable on the tier it reads.
 //!
 //! Where MPI grants `MPI_THREAD_MULTIPLE` (and `CollectiveOptions::overlap`
-//! is on, the default) the reduction and the give-away run on a background
+//! wants it on every rank: [`Overlap`](super::Overlap)) the reduction and the give-away run on a background
 //! thread with its own communicator, off the application's path; the next
 //! collective call (checkpoint, wait, finalize) settles the version:
 //!
@@ -67,7 +67,7 @@ pub const KEPT_REPORTS: usize = 4096;
 /// ```
 pub struct TieredCollective {
     /// The thread running the collective step off the application's path
-    /// (`opts.overlap`, where MPI allows it). First, so that it is joined
+    /// (`opts.overlap`, where MPI allows it and every rank wants it). First, so that it is joined
     /// (its task's cached version dropped) before the engine goes.
     worker: Option<StepWorker>,
     /// A duplicate of the application's communicator (the handle borrows
@@ -106,7 +106,10 @@ impl TieredCollective {
         let (layouts, max_level) = exchange_layouts(comm, layout, store, opts)?;
         let layouts = Arc::new(layouts);
         let comm = comm.duplicate();
-        let worker = Self::start_worker(&comm, rank, &layouts, opts)?;
+        let ranks_here = comm.split_shared(0).size().max(1) as usize;
+        let cpus = crate::cpus::share(ranks_here);
+        let wanted = opts.overlap.wanted(engine.backend(), cpus);
+        let worker = Self::start_worker(&comm, rank, &layouts, opts, wanted)?;
         let reduction = Reduction::new(&comm);
         Ok(TieredCollective {
             comm,
@@ -121,16 +124,18 @@ impl TieredCollective {
         })
     }
 
-    /// The background step's thread, when `opts.overlap` asks for it and
-    /// every rank's MPI grants `MPI_THREAD_MULTIPLE`. Collective.
+    /// The background step's thread, when every rank `wanted` it
+    /// ([`Overlap::wanted`](super::Overlap::wanted)) and its MPI grants
+    /// `MPI_THREAD_MULTIPLE`. Collective.
     fn start_worker(
         comm: &SimpleCommunicator,
         rank: u32,
         layouts: &Arc<Vec<Layout>>,
         opts: &CollectiveOptions,
+        wanted: bool,
     ) -> Result<Option<StepWorker>> {
         let able =
-            opts.overlap && !alone(comm, opts) && ::mpi::environment::threading_support() == ::mpi::Threading::Multiple;
+            wanted && !alone(comm, opts) && ::mpi::environment::threading_support() == ::mpi::Threading::Multiple;
         let mut everywhere = 0u8;
         comm.all_reduce_into(&u8::from(able), &mut everywhere, ::mpi::collective::SystemOperation::min());
         if everywhere == 0 {
@@ -152,8 +157,9 @@ impl TieredCollective {
     }
 
     /// Whether the collective step runs on a background thread (see the
-    /// module documentation): `CollectiveOptions::overlap` on, several
-    /// ranks, and `MPI_THREAD_MULTIPLE` granted on every rank.
+    /// module documentation): `CollectiveOptions::overlap` wanting it on
+    /// every rank, several ranks, and `MPI_THREAD_MULTIPLE` granted on
+    /// every rank.
     pub fn overlapped(&self) -> bool {
         self.worker.is_some()
     }

@@ -5,7 +5,7 @@ use crate::store_cmds::CheckpointArgs;
 use clap::Args;
 use dckpt::collective::bench::{MixedParams, SetCase, mixed_workload, reduce_timing};
 use dckpt::collective::mpi::all_agree;
-use dckpt::collective::{Collective, CollectiveOptions};
+use dckpt::collective::{Collective, CollectiveOptions, Overlap};
 use dckpt::generate::parse_size;
 use dckpt::{Error, Result};
 use mpi::traits::*;
@@ -71,9 +71,13 @@ pub struct BenchCollectiveArgs {
     /// mixed: smallest region offered (0 = every region).
     #[arg(long, default_value_t = 0)]
     min_region_bytes: u64,
-    /// mixed, with --tiered: run the collective step in the call instead of
-    /// on a background thread (`overlap = false`).
-    #[arg(long, requires = "tiered")]
+    /// mixed, with --tiered: where the collective step runs: auto (a
+    /// background thread, but in the call for a CPU-backend rank bound to
+    /// one CPU), on (the thread) or off (in the call).
+    #[arg(long, requires = "tiered", default_value = "auto")]
+    overlap: Overlap,
+    /// mixed, with --tiered: the same as `--overlap off`.
+    #[arg(long, requires = "tiered", conflicts_with = "overlap")]
     no_overlap: bool,
     /// mixed: the modes, in order (collective, local, full; a mode may repeat).
     #[arg(long, value_delimiter = ',', default_value = "collective,local,full")]
@@ -193,7 +197,7 @@ pub fn bench(a: BenchCollectiveArgs) -> Result<ExitCode> {
                     threshold: a.threshold as usize,
                     backend: a.backend,
                     min_region_bytes: a.min_region_bytes,
-                    overlap: !a.no_overlap,
+                    overlap: if a.no_overlap { Overlap::Off } else { a.overlap },
                     ..CollectiveOptions::default()
                 };
                 let modes = mixed_workload(world, &a.dir, &p, &copts)?;
