@@ -17,7 +17,8 @@
 # TABLE (2M), LOCAL (256K), SWEEP_RANKS (4), CHUNKS ("64 128 512 4096"),
 # EVERYS ("1 5 10 30"), NAME (devbox-cpu), BIN_DIR (target/release/examples),
 # DEVICE (heat: auto | cpu | gpu), MPIRUN_FLAGS (placement: scripts/placement.sh), APPEND=1 (add to the CSV: several
-# invocations with other sizes or examples), PLOT_ONLY=1 (redraw from the CSV).
+# invocations with other sizes or examples), PLOT_ONLY=1 (redraw from the CSV),
+# NO_PLOT=1 (only the CSV: on a machine without matplotlib, draw elsewhere).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-docs/bench/scaling}
@@ -96,6 +97,7 @@ if [ -z "${PLOT_ONLY:-}" ]; then
         tail -1 "$work/line.csv" | awk -F, '{printf "%.2f ms/step, %.1fx less than Full\n", $19, $20}' >&2
     done < <(plan)
 fi
+[ -z "${NO_PLOT:-}" ] || { echo "wrote $csv (no plots: NO_PLOT)" >&2; exit 0; }
 
 python3 -c 'import matplotlib' 2>/dev/null || pip install --quiet matplotlib >&2
 python3 - "$csv" "$out" "$name" <<'PY'
