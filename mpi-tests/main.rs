@@ -11,7 +11,7 @@ mod runtime;
 
 use common::noise;
 use dckpt::backend::BackendKind;
-use dckpt::collective::{Collective, CollectiveOptions, CollectiveReport};
+use dckpt::collective::{Collective, CollectiveOptions, CollectiveReport, Overlap};
 use dckpt::format::diff_file::DiffReader;
 use dckpt::{Engine, HashAlgo, Method, StoreOptions};
 use mpi::collective::SystemOperation;
@@ -322,8 +322,8 @@ fn tiered(w: &World, root: &Path) {
     // MPI_THREAD_MULTIPLE, as here), then in the call.
     tiered_with(w, &root.join("overlap"), true);
     tiered_with(w, &root.join("in-call"), false);
-    // auto: the thread, unless some rank of the CPU backend can count on one
-    // CPU only (then every rank keeps the step in the call).
+    // auto: the thread, unless some rank of the CPU backend can count on
+    // fewer than two CPUs (then every rank keeps the step in the call).
     use dckpt::collective::TieredCollective;
     let opts = CollectiveOptions { backend: test_backend(), ..CollectiveOptions::default() };
     let c = TieredCollective::open(
@@ -334,8 +334,7 @@ fn tiered(w: &World, root: &Path) {
         &opts,
     )
     .expect("open auto");
-    let node = w.comm.split_shared(0);
-    let cpus = dckpt::cpus::share(node.size() as usize);
+    let cpus = dckpt::collective::mpi::cpu_share(w.comm);
     let one_cpu = w.max(u64::from(!opts.overlap.wanted(test_backend().resolve(), cpus))) == 1;
     w.check(
         c.overlapped() == (!one_cpu && w.size > 1),
@@ -583,7 +582,9 @@ fn retention(w: &World, root: &Path) {
     use dckpt::collective::TieredCollective;
     use dckpt::store::commits::CommitLog;
     let backend = test_backend();
-    let opts = CollectiveOptions { backend, ..CollectiveOptions::default() };
+    // The step on its thread (where `auto` would keep it in the call: CI's
+    // ranks have one CPU each), so retention meets versions settled late.
+    let opts = CollectiveOptions { backend, overlap: Overlap::On, ..CollectiveOptions::default() };
     let tiers = two_tiers(root, (Some(1), Some(2)));
     let store = StoreOptions { max_chain: Some(2), ..store_opts() };
     let s = Scenario::Partial;
@@ -669,8 +670,8 @@ fn retention_with_dense_versions(w: &World, root: &Path, opts: &CollectiveOption
 /// says why), the next version continues the chain before it, and every
 /// other version restores byte-exactly on every rank.
 fn background_failure(w: &World, root: &Path) {
-    use dckpt::collective::{Overlap, TieredCollective};
-    // On: `auto` keeps the step in the call for a CPU rank bound to one CPU.
+    use dckpt::collective::TieredCollective;
+    // On: `auto` keeps the step in the call for a CPU rank with one CPU.
     let opts = CollectiveOptions { backend: test_backend(), overlap: Overlap::On, ..CollectiveOptions::default() };
     let mut c = TieredCollective::open(w.comm, &two_tiers(root, (None, None)), len() as u64, &store_opts(), &opts)
         .expect("open");
@@ -729,7 +730,8 @@ fn tier_faults(w: &World, root: &Path) {
     // On the CUDA backend, through a GPU cache tier and a small host cache
     // (diffs wait on the GPU while the host cache is full).
     let cuda = test_backend() == BackendKind::Cuda;
-    let opts = CollectiveOptions { backend: test_backend(), ..CollectiveOptions::default() };
+    // The step on its thread, also where `auto` would keep it in the call.
+    let opts = CollectiveOptions { backend: test_backend(), overlap: Overlap::On, ..CollectiveOptions::default() };
     let store = match cuda {
         true => StoreOptions { gpu_memory: GpuMemory::Bytes(256 << 20), ..store_opts() },
         false => store_opts(),

@@ -40,13 +40,14 @@ echo "restart tests: the heat example in C and Fortran, 2 ranks"
 scripts/c-fortran-restart.sh 2
 
 # The replicated-data example: the table stored once for all ranks; killed, restarted, same data.
-echo "restart tests: the replicated-data example, 3 ranks"
-scripts/replicated-restart.sh 3 target/release/examples/replicated
+echo "restart tests: the replicated-data example, 3 ranks (the step on its thread)"
+DCKPT_OVERLAP=true scripts/replicated-restart.sh 3 target/release/examples/replicated
 
 # Label propagation (sparse per-vertex updates): killed, restarted, same
 # vertices; also local-only (no reduction) and Full, through the runtime.
-# At 4 ranks on the 2-core CI machine `overlap = auto` keeps the collective
-# step in the call (a CPU each at most): the labels run asks for the thread.
+# On the 2-core CI machine `overlap = auto` keeps the collective step in the
+# call (fewer than two CPUs a rank): the labels and replicated runs ask for
+# the thread, the others take the default.
 echo "restart tests: the label-propagation example, 4 ranks (the step on its thread); local-only and full, 2 ranks"
 DCKPT_OVERLAP=true scripts/kill-restart.sh target/release/examples/labels 4 135 130 --steps 200
 DCKPT_COLLECTIVE=false scripts/kill-restart.sh target/release/examples/labels 2 135 130 --steps 200

@@ -16,7 +16,7 @@
 //! region_bytes = 0               # largest region offered (0: automatic)
 //! min_region_bytes = 0           # smallest region offered (0: all; larger: a shorter reduction, more bytes)
 //! overlap = "auto"               # the reduction on a background thread (needs MPI_THREAD_MULTIPLE): auto | true | false
-//!                                # (auto: in the call for a CPU-backend rank bound to one CPU)
+//!                                # (auto: in the call for a CPU-backend rank with fewer than two CPUs)
 //! host_cache_size = "4G"         # bytes, or a size with K, M, G, T
 //! prefetch_cache_size = "2G"     # the restore cache (0: none)
 //! eviction = "gap-aware"         # fifo | lru | gap-aware
@@ -121,8 +121,8 @@ pub struct Config {
     pub min_region_bytes: Bytes,
     /// Whether the collective step's reduction runs on a background thread
     /// (where MPI grants `MPI_THREAD_MULTIPLE`), off the application's path:
-    /// `auto` (yes, but in the call for a CPU-backend rank bound to one
-    /// CPU), `true` or `false`.
+    /// `auto` (yes, but in the call for a CPU-backend rank with fewer than
+    /// two CPUs: bound to one, or oversubscribed), `true` or `false`.
     pub overlap: Overlap,
     /// Host memory for diffs on their way to the disks, allocated at open.
     pub host_cache_size: Bytes,

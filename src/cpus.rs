@@ -1,8 +1,9 @@
 //! The CPUs this process may run on, and the cores among them: read from
-//! Linux's `/proc` and `/sys` (nothing known elsewhere). The runtime warns
-//! when a rank is crowded onto one core ([`crate::runtime::placement`]); the
-//! collective step keeps its reduction in the call when the rank has a
-//! single CPU ([`crate::collective::Overlap`]).
+//! Linux's `/proc` and `/sys` (nothing known elsewhere), and a rank's share
+//! of its node's. The runtime warns when a rank is crowded onto one core
+//! ([`crate::runtime::placement`]); the collective step keeps its reduction
+//! in the call where a rank has fewer than two CPUs
+//! ([`crate::collective::Overlap`]).
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -27,14 +28,32 @@ pub fn cpus_available() -> Option<Vec<usize>> {
     .find_map(|p| std::fs::read_to_string(p).ok().and_then(|s| cpu_list(&s)))
 }
 
-/// The CPUs one of `ranks_here` ranks of a node can count on: those its
-/// affinity mask allows, but no more than its share of the CPUs the job
-/// may use (at least one: oversubscribed ranks share one each); `None`
-/// when the mask does not read.
-pub fn share(ranks_here: usize) -> Option<usize> {
-    let allowed = cpus_allowed()?.len();
-    let available = cpus_available().map_or(allowed, |c| c.len());
-    Some(allowed.min((available / ranks_here.max(1)).max(1)))
+/// Words of a CPU mask as the ranks of a node exchange it
+/// ([`mask`]): CPUs 0 to 4095.
+pub const MASK_WORDS: usize = 64;
+
+/// `cpus` as a bit mask (CPU c is bit c % 64 of word c / 64); CPUs past
+/// the mask's 4096 are left out.
+pub fn mask(cpus: &[usize]) -> [u64; MASK_WORDS] {
+    let mut words = [0u64; MASK_WORDS];
+    for &c in cpus.iter().filter(|&&c| c < 64 * MASK_WORDS) {
+        words[c / 64] |= 1 << (c % 64);
+    }
+    words
+}
+
+/// The CPUs set in a [`mask`].
+pub fn count(mask: &[u64]) -> usize {
+    mask.iter().map(|w| w.count_ones() as usize).sum()
+}
+
+/// The CPUs one of `ranks_here` ranks of a node can count on: the
+/// `allowed` CPUs of its affinity mask, but no more than its whole share
+/// of the `node_cpus` its node's ranks may use together, and one at least
+/// (oversubscribed ranks share one each). 16 ranks on 16 CPUs have 1 each,
+/// 9 unbound ranks on 16 CPUs 1 each too (1.8, rounded down), 8 have 2.
+pub fn share(allowed: usize, node_cpus: usize, ranks_here: usize) -> usize {
+    allowed.min((node_cpus / ranks_here.max(1)).max(1))
 }
 
 /// The CPUs of a Linux CPU list such as `0-3,8,10-11`; `None` when it does
@@ -111,8 +130,29 @@ mod tests {
     #[test]
     fn this_process_has_a_cpu() {
         assert!(cpus_allowed().is_none_or(|c| !c.is_empty()));
-        assert!(share(1).is_none_or(|n| n >= 1 && Some(n) == cpus_allowed().map(|c| c.len()).map(|a| a.min(n))));
-        assert!(share(usize::MAX).is_none_or(|n| n == 1), "oversubscribed: one CPU shared");
         assert!(cpus_available().is_none_or(|c| !c.is_empty()));
+    }
+
+    #[test]
+    fn a_rank_counts_on_its_mask_and_its_share_of_the_node() {
+        // Bound to one CPU of a roomy node: one.
+        assert_eq!(share(1, 16, 2), 1);
+        // Placed, 8 CPUs each: 8; unbound, 16 ranks on 16 CPUs: 1 each.
+        assert_eq!(share(8, 16, 2), 8);
+        assert_eq!(share(16, 16, 16), 1);
+        // 9 unbound ranks on 16 CPUs: 1 each (rounded down); 8: 2 each.
+        assert_eq!((share(16, 16, 9), share(16, 16, 8)), (1, 2));
+        // Oversubscribed: one shared CPU each; no ranks counted: the node.
+        assert_eq!(share(2, 2, 64), 1);
+        assert_eq!(share(4, 4, 0), 4);
+    }
+
+    #[test]
+    fn masks_count_each_cpu_once_and_unite_by_or() {
+        let (a, b) = (mask(&[0, 1, 63, 64, 4095]), mask(&[1, 2, 4096, 9999]));
+        assert_eq!((count(&a), count(&b)), (5, 2), "CPUs past 4095 are left out");
+        let union: Vec<u64> = a.iter().zip(&b).map(|(x, y)| x | y).collect();
+        assert_eq!(count(&union), 6);
+        assert_eq!(count(&mask(&[])), 0);
     }
 }

@@ -105,17 +105,18 @@ pub struct CollectiveOptions {
 /// configuration file and in `DCKPT_OVERLAP`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Overlap {
-    /// On the background thread, except for a rank of the CPU backend that
-    /// can count on one CPU only (bound to one, or more ranks than CPUs on
-    /// its node: [`crate::cpus::share`]): there the thread's reduction
-    /// waits its turn behind the application on that CPU, every level of
-    /// the tree, and the next call waits for it. Measured on a 16-core host with 16 ranks
-    /// (BENCHMARKS.md, "One core a rank"): in the call the reduction takes
-    /// 0.1–1.6 ms and the heat example's checkpoint costs 1.7 ms a step;
-    /// on the thread it takes 30–55 ms and 3.7–3.9 ms a step. With the
-    /// CUDA backend the thread stays ahead also on one core (the call's
-    /// work is on the device): 6.7 against 7.5 ms a step at 16 ranks on
-    /// one H100.
+    /// On the background thread, except where a rank of the CPU backend
+    /// can count on fewer than two CPUs (bound to one, or more ranks on its
+    /// node than half the CPUs they may use: [`cpu_share`](self::mpi::cpu_share)): there
+    /// the thread's reduction waits behind the applications for the CPUs,
+    /// at every level of the tree, and the next call waits for it. Measured
+    /// with 16 ranks on 16 cores (BENCHMARKS.md, "One core a rank"): the
+    /// reduction took 0.1–1.6 ms in the call against 34–55 ms on the
+    /// thread, and the heat example's checkpoints cost 1.67–1.71 ms a step
+    /// against 3.71–3.95 ms. With 2 cores a rank the two are within the
+    /// noise. With the CUDA backend the thread kept heat ahead also on one
+    /// core (6.7 against 7.5 ms a step, 16 ranks on one H100; labels within
+    /// the noise), so it stays there.
     #[default]
     Auto,
     /// On the background thread.
@@ -179,16 +180,20 @@ impl Serialize for Overlap {
 
 impl<'de> Deserialize<'de> for Overlap {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum BoolOrText {
-            Bool(bool),
-            Text(String),
+        struct Words;
+        impl serde::de::Visitor<'_> for Words {
+            type Value = Overlap;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("auto, on, off, true or false")
+            }
+            fn visit_bool<E: serde::de::Error>(self, on: bool) -> std::result::Result<Overlap, E> {
+                Ok(on.into())
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> std::result::Result<Overlap, E> {
+                s.parse().map_err(|_| E::invalid_value(serde::de::Unexpected::Str(s), &self))
+            }
         }
-        match BoolOrText::deserialize(d)? {
-            BoolOrText::Bool(on) => Ok(on.into()),
-            BoolOrText::Text(s) => s.parse().map_err(serde::de::Error::custom),
-        }
+        d.deserialize_any(Words)
     }
 }
 
@@ -220,5 +225,21 @@ mod tests {
         assert!(!Overlap::Off.wanted(Cuda, Some(16)));
         assert_eq!("off".parse::<Overlap>().ok(), Some(Overlap::Off));
         assert!("sometimes".parse::<Overlap>().is_err());
+    }
+
+    #[test]
+    fn overlap_reads_back_as_written_and_refuses_other_words() {
+        #[derive(Deserialize, Serialize, Debug, PartialEq)]
+        struct T {
+            overlap: Overlap,
+        }
+        for o in [Overlap::Auto, Overlap::On, Overlap::Off] {
+            let text = toml::to_string(&T { overlap: o }).expect("toml");
+            assert_eq!(toml::from_str::<T>(&text).expect("back"), T { overlap: o }, "{text}");
+        }
+        for bad in ["overlap = 1", "overlap = \"ON\"", "overlap = \"sometimes\""] {
+            let e = toml::from_str::<T>(bad).expect_err(bad).to_string();
+            assert!(e.contains("auto, on, off, true or false") && !e.contains("BoolOrText"), "{bad}: {e}");
+        }
     }
 }

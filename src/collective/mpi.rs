@@ -353,6 +353,22 @@ pub(crate) fn alone<C: Communicator>(comm: &C, opts: &CollectiveOptions) -> bool
     opts.local_only || comm.size() == 1
 }
 
+/// The CPUs this rank can count on ([`crate::cpus::share`]): its affinity
+/// mask, and its share of the union of its node's ranks' masks (what the
+/// job may use there, whatever the node's cgroup files say to a process
+/// outside the job's cgroup namespace). Collective (every rank calls it; it
+/// splits the communicator); `None` where this rank's mask does not read.
+pub fn cpu_share<C: Communicator>(comm: &C) -> Option<usize> {
+    use crate::cpus::{self, MASK_WORDS};
+    let node = comm.split_shared(0);
+    let allowed = cpus::cpus_allowed();
+    let mine = allowed.as_deref().map_or([0; MASK_WORDS], cpus::mask);
+    let mut union = [0u64; MASK_WORDS];
+    node.all_reduce_into(&mine[..], &mut union[..], ::mpi::collective::SystemOperation::bitwise_or());
+    let allowed = allowed?.len();
+    Some(cpus::share(allowed, cpus::count(&union).max(allowed), node.size().max(1) as usize))
+}
+
 /// What opening a collective needs on this rank, checked before anything
 /// can fail differently on different ranks: its rank, its GPU (ranks of a
 /// node spread over its GPUs) and its backend, or why the options are

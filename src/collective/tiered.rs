@@ -32,7 +32,8 @@ use super::CollectiveOptions;
 use super::background::{Settled, StepParams, StepWorker, Task};
 use super::merge::HashFreq;
 use super::mpi::{
-    CollectiveReport, StepClock, agree_or_abandon, all_agree, alone, exchange_layouts, offer_and_reduce, open_checks,
+    CollectiveReport, StepClock, agree_or_abandon, all_agree, alone, cpu_share, exchange_layouts, offer_and_reduce,
+    open_checks,
 };
 use super::reduce::{Reduction, ThreadComm};
 use super::step;
@@ -106,8 +107,7 @@ impl TieredCollective {
         let (layouts, max_level) = exchange_layouts(comm, layout, store, opts)?;
         let layouts = Arc::new(layouts);
         let comm = comm.duplicate();
-        let ranks_here = comm.split_shared(0).size().max(1) as usize;
-        let cpus = crate::cpus::share(ranks_here);
+        let cpus = cpu_share(&comm);
         let wanted = opts.overlap.wanted(engine.backend(), cpus);
         let worker = Self::start_worker(&comm, rank, &layouts, opts, wanted)?;
         let reduction = Reduction::new(&comm);

@@ -72,8 +72,9 @@ pub struct BenchCollectiveArgs {
     #[arg(long, default_value_t = 0)]
     min_region_bytes: u64,
     /// mixed, with --tiered: where the collective step runs: auto (a
-    /// background thread, but in the call for a CPU-backend rank bound to
-    /// one CPU), on (the thread) or off (in the call).
+    /// background thread, but in the call for a CPU-backend rank with fewer
+    /// than two CPUs: bound to one, or oversubscribed), on (the thread) or
+    /// off (in the call).
     #[arg(long, requires = "tiered", default_value = "auto")]
     overlap: Overlap,
     /// mixed, with --tiered: the same as `--overlap off`.
