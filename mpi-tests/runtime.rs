@@ -72,6 +72,13 @@ pub fn runtime(w: &World, root: &Path) {
         let r = rt.checkpoint("sim", v).expect("runtime checkpoint");
         w.check(r.checkpoint.version == v, "runtime report");
     }
+    // Every call's step ran on the thread, or every call's in the call, as
+    // `overlap = auto` decides (once, for every rank; one rank has no step
+    // to overlap; MPI_THREAD_MULTIPLE is granted here).
+    let cpus = dckpt::collective::mpi::cpu_share(w.comm);
+    let in_call = w.max(u64::from(!config.overlap.wanted(backend.resolve(), cpus))) == 1 || w.size == 1;
+    let overlapped = rt.stats().overlapped_calls;
+    w.check(overlapped == if in_call { 0 } else { 4 }, &format!("{overlapped} of 4 calls overlapped ({cpus:?} CPUs)"));
     // A different set of regions under the same name is refused, also when
     // only rank 0 changed it: every rank gets the error, none is left
     // waiting in a collective call.

@@ -161,6 +161,7 @@ impl Runtime {
         }
         s.dedup_seconds += report.local_seconds;
         s.held_on_gpu += u64::from(report.checkpoint.held_on_gpu);
+        s.overlapped_calls += u64::from(!report.settled);
         s.protected_bytes += self.regions.values().map(|r| r.len() as u64).sum::<u64>();
         self.account_settled();
         Ok(report)

@@ -37,6 +37,9 @@ pub struct RunStats {
     /// Calls that returned with their diff held in the GPU cache tier (the
     /// host cache was full).
     pub held_on_gpu: u64,
+    /// Calls that returned while their collective step went on on the
+    /// background thread (`overlap`; their versions settled later).
+    pub overlapped_calls: u64,
 }
 
 /// A run's shape and the seconds the runtime does not see.
@@ -57,7 +60,7 @@ pub struct StudyRun<'a> {
 /// The header of the CSV [`append_study_line`] writes.
 pub const STUDY_HEADER: &str = "example,ranks,state_bytes_per_rank,steps,every,mode,chunk_size,checkpoints,\
 compute_s,checkpoint_s,first_call_s,steady_call_ms,dedup_s,reduce_s,drain_s,stored_bytes,protected_bytes,referenced_bytes,\
-overhead_per_step_ms,ratio_to_full";
+overhead_per_step_ms,ratio_to_full,overlapped";
 
 /// `collective`, `local` or `full`: what the configuration compares.
 pub fn mode_of(config: &Config) -> &'static str {
@@ -71,7 +74,9 @@ pub fn mode_of(config: &Config) -> &'static str {
 /// Appends one line to `file` (with the header if the file is new): the
 /// slowest rank's seconds (computing; in checkpoint calls, of which the
 /// opening calls, de-duplication and the reduction; draining at the end),
-/// the mean call after the opening ones, and the bytes of all ranks.
+/// the mean call after the opening ones, the bytes of all ranks, and
+/// whether calls returned while their collective step went on on its
+/// background thread (1) or not (0: in the calls, or mode `sync`).
 /// Collective; rank 0 writes.
 pub fn append_study_line<C: Communicator>(
     comm: &C,
@@ -92,14 +97,15 @@ pub fn append_study_line<C: Communicator>(
     ];
     let mut slowest = [0f64; 7];
     comm.all_reduce_into(&seconds[..], &mut slowest[..], SystemOperation::max());
-    let bytes = [stats.stored_bytes, stats.protected_bytes, stats.referenced_bytes, stats.checkpoints];
-    let mut sums = [0u64; 4];
+    let bytes =
+        [stats.stored_bytes, stats.protected_bytes, stats.referenced_bytes, stats.checkpoints, stats.overlapped_calls];
+    let mut sums = [0u64; 5];
     comm.all_reduce_into(&bytes[..], &mut sums[..], SystemOperation::sum());
     if comm.rank() != 0 {
         return Ok(());
     }
     let ranks = comm.size().max(1) as u64;
-    let [stored, protected, referenced, checkpoints] = sums;
+    let [stored, protected, referenced, checkpoints, overlapped] = sums;
     let per_rank_state = protected / checkpoints.max(1);
     let mut line = String::new();
     if !file.exists() {
@@ -108,7 +114,7 @@ pub fn append_study_line<C: Communicator>(
     }
     line.push_str(&format!(
         "{},{ranks},{per_rank_state},{},{},{},{},{},{:.4},{:.4},{:.4},{:.3},{:.4},{:.4},{:.4},{stored},{protected},\
-         {referenced},{:.3},{:.2}\n",
+         {referenced},{:.3},{:.2},{}\n",
         run.example,
         run.steps,
         run.every,
@@ -123,7 +129,8 @@ pub fn append_study_line<C: Communicator>(
         slowest[5],
         slowest[6],
         slowest[1] * 1e3 / run.steps.max(1) as f64,
-        protected as f64 / stored.max(1) as f64
+        protected as f64 / stored.max(1) as f64,
+        u8::from(overlapped > 0)
     ));
     let mut f = std::fs::OpenOptions::new().create(true).append(true).open(file).map_err(|e| Error::io(file, e))?;
     f.write_all(line.as_bytes()).map_err(|e| Error::io(file, e))
