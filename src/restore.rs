@@ -616,9 +616,9 @@ fn plan_copies(catalog: &mut Catalog, rank: u32, layout: &Layout, sources: &[Sou
         let parts: Vec<Vec<Copy>> = members
             .par_chunks(4096)
             .map(|chunk| {
-                let mut copies = Vec::with_capacity(chunk.len());
+                let (mut copies, mut near) = (Vec::with_capacity(chunk.len()), 0);
                 for s in chunk {
-                    plan_source(reader, layout, s, &mut copies)?;
+                    plan_source(reader, layout, s, &mut near, &mut copies)?;
                 }
                 Ok(copies)
             })
@@ -633,8 +633,16 @@ fn plan_copies(catalog: &mut Catalog, rank: u32, layout: &Layout, sources: &[Sou
 }
 
 /// The byte copies of one source out of `reader`'s data, checking that the
-/// source's chunks hold exactly the bytes the destination needs.
-fn plan_source(reader: &DiffReader, layout: &Layout, s: &Source, copies: &mut Vec<Copy>) -> Result<()> {
+/// source's chunks hold exactly the bytes the destination needs; `near`:
+/// the FIRST run the previous source ended in (sources of a file come in
+/// destination order, mostly in source order too).
+fn plan_source(
+    reader: &DiffReader,
+    layout: &Layout,
+    s: &Source,
+    near: &mut usize,
+    copies: &mut Vec<Copy>,
+) -> Result<()> {
     let src_layout = reader.diff.layout;
     let dst_bytes = layout.chunk_bytes(s.dst..s.dst + s.count);
     let end = s.src.checked_add(s.count).filter(|&e| e <= src_layout.chunks());
@@ -651,7 +659,7 @@ fn plan_source(reader: &DiffReader, layout: &Layout, s: &Source, copies: &mut Ve
         });
     }
     let mut dst = dst_bytes.start;
-    reader.locate_each(s.src..s.src + s.count, |data_off, len| {
+    reader.locate_each_near(s.src..s.src + s.count, near, |data_off, len| {
         copies.push(Copy { data_off, len, dst_off: dst });
         dst += len;
     })

@@ -355,3 +355,43 @@ fn a_dropped_record_restart_forgets_the_record() {
     cpu.rollback().unwrap();
     assert_eq!(cpu.record_entries(), 15);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// Locating chunk ranges from a hint (`DiffReader::locate_each_near`, the
+    /// restore plan's way) finds the same pieces as a search from the start,
+    /// for ranges asked in any order, and refuses the same ranges.
+    #[test]
+    fn locating_from_a_hint_finds_what_a_search_finds((cs, versions) in sequence(), picks in proptest::collection::vec((0.0..1.0f64, 1u64..40), 1..60)) {
+        let dir = tempfile::tempdir().unwrap();
+        checkpoint_all(dir.path(), &opts(Method::Tree, cs as u32), &versions);
+        let store = dckpt::store::Store::open(dir.path(), 0).unwrap();
+        for v in 1..=versions.len() as u64 {
+            let reader = dckpt::format::DiffReader::open(&store.diff_path(v)).unwrap();
+            let chunks = reader.diff.layout.chunks();
+            // Ranges inside FIRST runs (found), and arbitrary ones (often refused).
+            let runs: Vec<_> = reader.diff.first.iter().map(|r| r.start..r.start + r.count).collect();
+            let mut near = 0;
+            for (i, &(at, len)) in picks.iter().enumerate() {
+                let range = match runs.get(i % runs.len().max(1)) {
+                    Some(r) if i % 3 != 0 => {
+                        let start = r.start + ((at * (r.end - r.start) as f64) as u64).min(r.end - r.start - 1);
+                        start..(start + len).min(r.end)
+                    }
+                    _ => {
+                        let start = ((at * chunks as f64) as u64).min(chunks.saturating_sub(1));
+                        start..(start + len).min(chunks)
+                    }
+                };
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                let found = reader.locate_each(range.clone(), |o, l| a.push((o, l))).is_ok();
+                let near_found = reader.locate_each_near(range.clone(), &mut near, |o, l| b.push((o, l))).is_ok();
+                prop_assert_eq!(found, near_found, "version {} range {:?}", v, range);
+                if found {
+                    prop_assert_eq!(&a, &b, "version {} range {:?}", v, range);
+                }
+            }
+        }
+    }
+}

@@ -700,10 +700,41 @@ impl DiffReader {
 
     /// As [`DiffReader::locate`], handing each piece `(data offset, byte
     /// length)` to `f` in chunk order (no allocation).
-    pub fn locate_each(&self, range: Range<u64>, mut f: impl FnMut(u64, u64)) -> Result<()> {
+    pub fn locate_each(&self, range: Range<u64>, f: impl FnMut(u64, u64)) -> Result<()> {
+        let k = self.diff.first.partition_point(|r| r.start + r.count <= range.start);
+        self.locate_from(k, range, f).map(|_| ())
+    }
+
+    /// As [`DiffReader::locate_each`], for ranges asked in rising order:
+    /// the search for the FIRST run holding `range.start` starts at `*near`
+    /// (a few steps forward, then a binary search of the rest; from the
+    /// start if `range` lies before it), and `*near` is left at the last
+    /// run used, for the next range.
+    pub fn locate_each_near(&self, range: Range<u64>, near: &mut usize, f: impl FnMut(u64, u64)) -> Result<()> {
+        /// Runs stepped over one by one before searching.
+        const STEPS: usize = 8;
+        let (runs, at) = (&self.diff.first, range.start);
+        let before = |k: usize| runs.get(k).is_some_and(|r| r.start + r.count <= at);
+        let k = match runs.get(*near) {
+            // Runs are sorted and disjoint: every run before `near` ends before `at`.
+            Some(r) if r.start <= at => {
+                let mut k = *near;
+                while before(k) && k - *near < STEPS {
+                    k += 1;
+                }
+                if before(k) { k + runs[k..].partition_point(|r| r.start + r.count <= at) } else { k }
+            }
+            _ => runs.partition_point(|r| r.start + r.count <= at),
+        };
+        *near = self.locate_from(k, range, f)?.saturating_sub(1);
+        Ok(())
+    }
+
+    /// The pieces of `range` from FIRST run `k` on (the first run not
+    /// ending before `range.start`); returns the run after the last used.
+    fn locate_from(&self, mut k: usize, range: Range<u64>, mut f: impl FnMut(u64, u64)) -> Result<usize> {
         let layout = self.diff.layout;
         let mut at = range.start;
-        let mut k = self.diff.first.partition_point(|r| r.start + r.count <= at);
         while at < range.end {
             let Some(r) = self.diff.first.get(k).filter(|r| r.start <= at) else {
                 return Err(Error::BrokenReference {
@@ -718,7 +749,7 @@ impl DiffReader {
             at = end;
             k += 1;
         }
-        Ok(())
+        Ok(k)
     }
 
     /// The bytes of chunks `range` (inside FIRST runs), read through verified blocks.
