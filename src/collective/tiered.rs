@@ -7,9 +7,10 @@
 //! owner's file that is not durable on the tier it reads.
 //!
 //! Where MPI grants `MPI_THREAD_MULTIPLE` (and `CollectiveOptions::overlap`
-//! wants it on every rank: [`Overlap`](super::Overlap)) the reduction and the give-away run on a background
-//! thread with its own communicator, off the application's path; the next
-//! collective call (checkpoint, wait, finalize) settles the version:
+//! wants it on every rank: [`Overlap`](super::Overlap)) the reduction and
+//! the give-away run on a background thread with its own communicator, off
+//! the application's path; the next collective call (checkpoint, wait,
+//! finalize) settles the version:
 //!
 //! ```text
 //! checkpoint(v): settle(v-1) ─► agree(baseline?) ─► dedup ─► regions ─► cache ─► agree ─► hand to the thread ─► return
@@ -68,8 +69,9 @@ pub const KEPT_REPORTS: usize = 4096;
 /// ```
 pub struct TieredCollective {
     /// The thread running the collective step off the application's path
-    /// (`opts.overlap`, where MPI allows it and every rank wants it). First, so that it is joined
-    /// (its task's cached version dropped) before the engine goes.
+    /// (`opts.overlap`, where MPI allows it and every rank wants it).
+    /// First, so that it is joined (its task's cached version dropped)
+    /// before the engine goes.
     worker: Option<StepWorker>,
     /// A duplicate of the application's communicator (the handle borrows
     /// nothing; its collectives never mix with the application's).

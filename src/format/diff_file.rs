@@ -701,8 +701,7 @@ impl DiffReader {
     /// As [`DiffReader::locate`], handing each piece `(data offset, byte
     /// length)` to `f` in chunk order (no allocation).
     pub fn locate_each(&self, range: Range<u64>, f: impl FnMut(u64, u64)) -> Result<()> {
-        let k = self.diff.first.partition_point(|r| r.start + r.count <= range.start);
-        self.locate_from(k, range, f).map(|_| ())
+        self.locate_each_near(range, &mut 0, f)
     }
 
     /// As [`DiffReader::locate_each`], for ranges asked in rising order:
@@ -714,7 +713,8 @@ impl DiffReader {
         /// Runs stepped over one by one before searching.
         const STEPS: usize = 8;
         let (runs, at) = (&self.diff.first, range.start);
-        let before = |k: usize| runs.get(k).is_some_and(|r| r.start + r.count <= at);
+        let ends_before = |r: &FirstRun| r.start + r.count <= at;
+        let before = |k: usize| runs.get(k).is_some_and(ends_before);
         let k = match runs.get(*near) {
             // Runs are sorted and disjoint: every run before `near` ends before `at`.
             Some(r) if r.start <= at => {
@@ -722,9 +722,9 @@ impl DiffReader {
                 while before(k) && k - *near < STEPS {
                     k += 1;
                 }
-                if before(k) { k + runs[k..].partition_point(|r| r.start + r.count <= at) } else { k }
+                if before(k) { k + runs[k..].partition_point(ends_before) } else { k }
             }
-            _ => runs.partition_point(|r| r.start + r.count <= at),
+            _ => runs.partition_point(ends_before),
         };
         *near = self.locate_from(k, range, f)?.saturating_sub(1);
         Ok(())
