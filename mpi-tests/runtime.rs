@@ -134,6 +134,42 @@ pub fn runtime(w: &World, root: &Path) {
     sync.finalize().expect("finalize sync");
     rt.finalize().expect("finalize restart");
     in_flight_restart(w, &config);
+    for collective in [true, false] {
+        larger_than_the_cache(w, &Config { collective, ..config.clone() });
+    }
+}
+
+/// Regions whose diffs are larger than the whole host cache (the defaults
+/// with a big buffer): never refused, spilled outside the cache one at a
+/// time, and restored byte for byte.
+fn larger_than_the_cache(w: &World, config: &Config) {
+    let config = Config { host_cache_size: Bytes(4 << 20), ..config.clone() }; // one segment
+    let len = (12 << 20) + 4096 * w.rank as usize;
+    let name = if config.collective { "big" } else { "big-local" };
+    let version = |v: u64| match v {
+        3 => noise(len, 77 + w.rank as u64), // rewritten whole: a second large diff
+        _ => content(w.rank, 5, len, v),
+    };
+    let mut bufs = vec![vec![0u8; len]];
+    let mut rt = Runtime::init(w.comm, config.clone());
+    for v in 1..=4u64 {
+        bufs[0] = version(v);
+        protect_all(&mut rt, &mut bufs);
+        let r = rt.checkpoint(name, v).expect("a checkpoint larger than the host cache");
+        if v == 1 || v == 3 {
+            w.check(r.checkpoint.spilled, &format!("version {v} spilled outside the cache"));
+        }
+    }
+    rt.finalize().expect("finalize");
+    let mut bufs = vec![vec![0u8; len]];
+    let mut rt = Runtime::init(w.comm, config.clone());
+    protect_all(&mut rt, &mut bufs);
+    w.check(rt.latest(name).expect("latest") == Some(4), "the newest large version");
+    for v in [4u64, 3, 1] {
+        rt.restart(name, v).expect("restart");
+        w.check(bufs[0] == version(v), &format!("{name}: a region larger than the cache at version {v}"));
+    }
+    rt.finalize().expect("finalize");
 }
 
 /// A restart of versions still in flight: every rank holds the same

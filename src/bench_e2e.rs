@@ -181,9 +181,14 @@ impl Buffer {
     /// A buffer holding `bytes` where `backend` works (the device for
     /// CUDA), and the device's name (`cpu` on the host).
     pub(crate) fn new(backend: BackendKind, bytes: &[u8]) -> Result<(Self, String)> {
+        Self::on(backend, bytes, 0)
+    }
+
+    /// As [`Buffer::new`], on CUDA device `ordinal`.
+    pub(crate) fn on(backend: BackendKind, bytes: &[u8], ordinal: usize) -> Result<(Self, String)> {
         Ok(match backend {
             BackendKind::Cuda => {
-                let gpu = Gpu::open(0)?;
+                let gpu = Gpu::open(ordinal)?;
                 let d = cuda::upload(&gpu, bytes)?;
                 let name = gpu.name().to_string();
                 (Buffer::Device(gpu, d), name)

@@ -139,6 +139,17 @@ impl HeapSegment {
     pub fn new(len: usize) -> Self {
         HeapSegment(vec![0xa5u8; len].into_boxed_slice())
     }
+
+    /// A segment of `len` zero bytes whose pages are mapped now by every
+    /// core at once (a file spilled outside a cache, which a device then
+    /// copies into without paying a page fault per page on one thread).
+    pub fn prefaulted(len: usize) -> Self {
+        use rayon::prelude::*;
+        const PAGE: usize = 4096;
+        let mut bytes = vec![0u8; len].into_boxed_slice();
+        bytes.par_chunks_mut(1 << 21).for_each(|c| c.iter_mut().step_by(PAGE).for_each(|b| *b = 0));
+        HeapSegment(bytes)
+    }
 }
 
 impl SegmentMemory for HeapSegment {

@@ -247,6 +247,20 @@ pub trait Backend: Send {
         baseline: bool,
         sink: Sink<'_>,
     ) -> Result<Option<cuda::GpuTimings>> {
+        let handed = self.hand_over_new(version, input, baseline, sink)?;
+        let gpu = handed.gpu;
+        self.commit_handed(handed)?;
+        Ok(gpu)
+    }
+
+    /// [`Backend::checkpoint_into`] without its commit: de-duplicates
+    /// `input` and hands its file to `sink`, the version left pending until
+    /// [`Backend::commit_handed`] (or [`Backend::rollback`], when another
+    /// rank failed). Nothing but what the file needs happens on the host:
+    /// no decoding of a device-made diff's tables (what a checkpoint with
+    /// no regions to offer, local-only or on one rank, takes). On any error,
+    /// the sink's included, the version is rolled back.
+    fn hand_over_new(&mut self, version: u64, input: Protected<'_>, baseline: bool, sink: Sink<'_>) -> Result<Handed> {
         let mut d = self.deduplicate(version, input, baseline)?;
         let gpu = d.gpu;
         let handed = self.serialize(&mut d, input.host_bytes()).and_then(|file| sink.put(&file.parts(), true));
@@ -254,9 +268,30 @@ pub trait Backend: Send {
             self.rollback()?;
             return Err(e);
         }
-        self.commit(d)?;
-        Ok(gpu)
+        Ok(Handed { baseline: d.diff.baseline, pending: Some(d), gpu })
     }
+
+    /// Makes a version [`Backend::hand_over_new`] handed over permanent
+    /// (its file is taken everywhere).
+    fn commit_handed(&mut self, handed: Handed) -> Result<()> {
+        match handed.pending {
+            Some(d) => self.commit(d),
+            None => Err(Error::Internal("a handed-over version without its pending state".into())),
+        }
+    }
+}
+
+/// A version [`Backend::hand_over_new`] gave to its sink, not committed yet.
+#[derive(Debug)]
+pub struct Handed {
+    /// The backend's pending state, where it keeps one outside itself (the
+    /// CPU's); `None` where the backend holds it (the device's record).
+    pub pending: Option<Deduplicated>,
+    /// Whether the version is a baseline: asked for, or stored whole
+    /// because nearly every chunk changed.
+    pub baseline: bool,
+    /// Device-side times (CUDA backend).
+    pub gpu: Option<cuda::GpuTimings>,
 }
 
 /// [`Backend::hand_over`] by bytes: [`Backend::serialize_deferred`]'s

@@ -207,6 +207,9 @@ impl TieredCollective {
         if self.worker.is_some() {
             return self.checkpoint_overlapped(version, input, t0);
         }
+        if alone(&self.comm, &self.opts) {
+            return self.checkpoint_alone(version, input, t0);
+        }
         let me = self.comm.rank().max(0) as u32;
         let (offer, merged, reduced_from, reduced_at) = offer_and_reduce(
             &self.comm,
@@ -239,6 +242,36 @@ impl TieredCollective {
         let clock = StepClock { start: t0, offer_seconds, reduced_from, reduced_at };
         let report =
             CollectiveReport::new(me, self.layouts.len() as u32, checkpoint, offered, merged_entries, &conv, &clock);
+        self.keep(report.clone());
+        Ok(report)
+    }
+
+    /// A checkpoint with no regions to offer (local-only, or one rank): the
+    /// tiers' own path, the file handed to the host cache with nothing
+    /// decoded on the host, then one agreement (every rank took it, or
+    /// every rank abandons it) before the version is committed and queued.
+    fn checkpoint_alone(
+        &mut self,
+        version: u64,
+        input: Protected<'_>,
+        t0: Instant,
+    ) -> Result<CollectiveReport<TieredReport>> {
+        let handed = {
+            let _span = crate::profile::Span::new("dedup-cache", version);
+            self.engine.hand_over(version, input)
+        };
+        let handed = {
+            let _span = crate::profile::Span::new("agree-cache", version);
+            self.agree_or_abandon("the de-duplication or the copy into the host cache", version, handed)?
+        };
+        let checkpoint = {
+            let _span = crate::profile::Span::new("submit", version);
+            self.engine.submit_handed(handed)?
+        };
+        let now = Instant::now();
+        let clock = StepClock { start: t0, offer_seconds: 0.0, reduced_from: now, reduced_at: now };
+        let me = self.comm.rank().max(0) as u32;
+        let report = CollectiveReport::new(me, self.layouts.len() as u32, checkpoint, 0, 0, &[], &clock);
         self.keep(report.clone());
         Ok(report)
     }

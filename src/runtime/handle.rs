@@ -50,8 +50,9 @@ enum Staging {
     Host(Vec<u8>),
     /// Some device region among others: one device buffer.
     Device(DeviceStaging),
-    /// One device region and nothing else: checkpointed and restored in
-    /// place, so no staging copy counts against the device memory.
+    /// One region and nothing else (host or device): checkpointed and
+    /// restored in place, with no staging copy (none in the call's time, and
+    /// none against the host's or the device's memory).
     Direct,
 }
 
@@ -124,11 +125,14 @@ impl Runtime {
             let total: usize = shapes.iter().map(|s| s.len).sum();
             let store = self.config.store_options();
             let opts = self.config.collective_options();
-            let ckpt =
-                TieredCollective::open(&self.comm, &self.config.tier_options(name), total as u64, &store, &opts)?;
+            let ckpt = {
+                let _span = crate::profile::Span::new("runtime-open", 0);
+                TieredCollective::open(&self.comm, &self.config.tier_options(name), total as u64, &store, &opts)?
+            };
+            let _span = crate::profile::Span::new("runtime-tables", 0);
             let written = roots.iter().try_for_each(|root| table.write(root));
             all_agree(&self.comm, "writing the region tables", 0, written)?;
-            let staging = if let [Shape { device: true, .. }] = shapes[..] {
+            let staging = if let [_] = shapes[..] {
                 Staging::Direct
             } else if shapes.iter().any(|s| s.device) {
                 Staging::Device(DeviceStaging::new(ckpt.engine().device(), total)?)
@@ -199,11 +203,16 @@ impl Runtime {
     fn checkpoint_untimed(&mut self, name: &str, version: u64) -> Result<CollectiveReport<TieredReport>> {
         let regions = self.regions.clone();
         let sync = self.config.mode == Mode::Sync;
-        self.named(name)?;
+        {
+            let _span = crate::profile::Span::new("runtime-regions", version);
+            self.named(name)?;
+        }
         // A device gather can fail on one rank: every rank agrees first, so
         // none enters the checkpoint's collectives alone.
+        let _span = crate::profile::Span::new("runtime-gather", version);
         let gathered = self.gather(name, &regions);
         all_agree(&self.comm, "gathering the regions", version, gathered)?;
+        drop(_span);
         let named = self.names.get_mut(name).ok_or_else(|| Error::Internal("named checkpoint".into()))?;
         let taken = match &mut named.staging {
             Staging::Host(buf) => named.ckpt.checkpoint(version, Protected::Host(buf)),
@@ -216,7 +225,10 @@ impl Runtime {
         // Every rank leaves with the same outcome: a rank whose hand-over to
         // its flush workers failed after the last agreement must not leave
         // the others waiting in `wait`.
-        let report = all_agree(&self.comm, "the checkpoint", version, taken)?;
+        let report = {
+            let _span = crate::profile::Span::new("runtime-agree", version);
+            all_agree(&self.comm, "the checkpoint", version, taken)?
+        };
         if sync {
             let named = self.names.get_mut(name).ok_or_else(|| Error::Internal("named checkpoint".into()))?;
             named.ckpt.wait(version)?;

@@ -1,9 +1,18 @@
 //! The host cache tier: a budget of host memory, allocated and touched
-//! once when the tiers open, lent out in fixed-size segments to hold diff
+//! by a background thread from the moment the tiers open (never in the
+//! application's path), lent out in fixed-size segments to hold diff
 //! files until the first disk tier has them. A checkpoint copies its file
 //! into segments and returns; the flusher writes them out and gives them
 //! back. When every segment is lent, a checkpoint waits (backpressure) and
 //! says how long.
+//!
+//! A file the cache cannot hold now for a reason other than backpressure
+//! is **spilled**: held in heap memory of its own, outside the budget,
+//! until the first disk tier has it. That is a file larger than the whole
+//! cache (never refused), or one that needs segments the background
+//! thread has not made yet (the first checkpoints after opening do not
+//! wait for page-locked allocations). One spilled file at a time: the next
+//! waits until the previous one is written (and the report says how long).
 //!
 //! Segments move by ownership (a segment travels with its job), so the
 //! application thread and the flusher never share a byte. On the CUDA
@@ -22,12 +31,11 @@ use std::time::{Duration, Instant};
 /// Bytes per segment.
 pub const SEGMENT_BYTES: usize = 4 << 20;
 
-/// The pre-allocated host cache.
+/// The host cache.
 #[derive(Debug)]
 pub struct HostCache {
     pool: Arc<Pool>,
     segments: usize,
-    pinned: usize,
 }
 
 /// The segments not lent out, and the deferred files still waiting for
@@ -47,6 +55,23 @@ struct PoolState {
     free: Vec<Segment>,
     /// Deferred files that have taken no segments yet.
     deferred: usize,
+    /// Segments made so far (the background thread makes the rest).
+    made: usize,
+    /// Page-locked segments among them.
+    pinned: usize,
+    /// Segments the cache will have.
+    total: usize,
+    /// Whether a spilled file is alive (one at a time).
+    spilled: bool,
+}
+
+/// What [`Pool::take`] lends.
+enum Lent {
+    /// Segments, and how long the caller waited for them.
+    Segments(Vec<Segment>, Duration),
+    /// The right to spill one file outside the cache, and how long the
+    /// caller waited for it.
+    Spill(Duration),
 }
 
 impl Pool {
@@ -56,10 +81,23 @@ impl Pool {
 
     /// Takes `need` segments, waiting until that many are free (and, for a
     /// file that was not deferred, until no deferred file waits before it).
-    fn take(&self, need: usize, deferred: bool) -> (Vec<Segment>, Duration) {
+    /// Where `may_spill`, lends the right to spill instead of waiting when
+    /// the file can never fit (`need` over the total) or when the segments
+    /// it lacks are not made yet: once no other spilled file is alive.
+    fn take(&self, need: usize, deferred: bool, may_spill: bool) -> Lent {
         let t = Instant::now();
         let mut st = self.lock();
-        while st.free.len() < need || (!deferred && st.deferred > 0) {
+        loop {
+            let turn = deferred || st.deferred == 0;
+            if need <= st.free.len() && turn {
+                break;
+            }
+            let unmade = st.total - st.made;
+            let spill = need > st.total || (turn && need <= st.free.len() + unmade);
+            if may_spill && spill && !st.spilled {
+                st.spilled = true;
+                return Lent::Spill(t.elapsed());
+            }
             st = self.returned.wait(st).unwrap_or_else(PoisonError::into_inner);
         }
         if deferred {
@@ -69,7 +107,23 @@ impl Pool {
         let taken = st.free.drain(at..).collect();
         drop(st);
         self.returned.notify_all();
-        (taken, t.elapsed())
+        Lent::Segments(taken, t.elapsed())
+    }
+
+    /// A spilled file is gone: the next may spill.
+    fn unspill(&self) {
+        self.lock().spilled = false;
+        self.returned.notify_all();
+    }
+
+    /// Adds a segment the background thread made.
+    fn add_made(&self, segment: Segment) {
+        let mut st = self.lock();
+        st.made += 1;
+        st.pinned += usize::from(segment.pinned());
+        st.free.push(segment);
+        drop(st);
+        self.returned.notify_all();
     }
 
     /// A deferred file that will never take segments (dropped unread).
@@ -89,13 +143,14 @@ impl Pool {
     }
 }
 
-/// The first `len` bytes of `segments`, as consecutive slices (one per segment).
-fn slices_of(segments: &mut [Segment], len: usize) -> Vec<&mut [u8]> {
+/// The first `len` bytes of `segments` of `seg_len` bytes each, as
+/// consecutive slices (one per segment).
+fn slices_of(segments: &mut [Segment], len: usize, seg_len: usize) -> Vec<&mut [u8]> {
     let mut left = len;
     segments
         .iter_mut()
         .map(|s| {
-            let n = left.min(SEGMENT_BYTES);
+            let n = left.min(seg_len);
             left -= n;
             &mut s.bytes_mut()[..n]
         })
@@ -110,6 +165,11 @@ fn slices_of(segments: &mut [Segment], len: usize) -> Vec<&mut [u8]> {
 /// them and has the device copy the file in.
 pub struct Cached {
     segments: OnceLock<Vec<Segment>>,
+    /// Bytes per segment: [`SEGMENT_BYTES`], or the whole file's length for
+    /// a spilled file (one segment of its own, outside the cache).
+    segment_len: usize,
+    /// Whether it is spilled (its segment is freed, not lent again).
+    spilled: bool,
     len: usize,
     pool: Arc<Pool>,
     gate: Mutex<Gate>,
@@ -151,7 +211,11 @@ impl Drop for Cached {
             Gate::Deferred(_) => self.pool.forget_deferred(),
             Gate::Open => {}
         }
-        if let Some(segments) = self.segments.take() {
+        let segments = self.segments.take();
+        if self.spilled {
+            drop(segments);
+            self.pool.unspill();
+        } else if let Some(segments) = segments {
             self.pool.put(segments);
         }
     }
@@ -172,6 +236,8 @@ impl Cached {
         let waiting = std::sync::atomic::AtomicBool::new(matches!(gate, Gate::Deferred(_)));
         Cached {
             segments: cell,
+            segment_len: SEGMENT_BYTES,
+            spilled: false,
             len,
             pool: Arc::clone(pool),
             gate: Mutex::new(gate),
@@ -218,8 +284,11 @@ impl Cached {
 
     /// Takes segments for a deferred file and has `fill` copy it in.
     fn arrive(&self, fill: DeferredFill) -> Result<()> {
-        let (mut segments, _) = self.pool.take(self.len.div_ceil(SEGMENT_BYTES).max(1), true);
-        let mut slices = slices_of(&mut segments, self.len);
+        let Lent::Segments(mut segments, _) = self.pool.take(self.len.div_ceil(SEGMENT_BYTES).max(1), true, false)
+        else {
+            return Err(Error::Internal("a deferred file was lent a spill".into()));
+        };
+        let mut slices = slices_of(&mut segments, self.len, SEGMENT_BYTES);
         let copied = fill(&mut slices).and_then(|ready| ready.map_or(Ok(()), |wait| wait()));
         drop(slices);
         match copied {
@@ -282,8 +351,8 @@ impl Cached {
         let mut rest: &mut [u8] = buf;
         let mut at = offset;
         while !rest.is_empty() {
-            let seg = self.segments().get(at / SEGMENT_BYTES)?.bytes();
-            let from = at % SEGMENT_BYTES;
+            let seg = self.segments().get(at / self.segment_len)?.bytes();
+            let from = at % self.segment_len;
             let n = rest.len().min(seg.len().checked_sub(from)?);
             if n == 0 {
                 return None;
@@ -298,13 +367,19 @@ impl Cached {
         Some(())
     }
 
+    /// Whether the file is spilled: held in heap memory of its own, outside
+    /// the cache (see the module documentation).
+    pub fn spilled(&self) -> bool {
+        self.spilled
+    }
+
     /// The last 32 bytes (a diff file's trailer).
     pub fn trailer(&self) -> Option<[u8; 32]> {
         let start = self.len.checked_sub(32)?;
         let mut t = [0u8; 32];
         for (k, b) in t.iter_mut().enumerate() {
             let at = start + k;
-            *b = *self.segments().get(at / SEGMENT_BYTES)?.bytes().get(at % SEGMENT_BYTES)?;
+            *b = *self.segments().get(at / self.segment_len)?.bytes().get(at % self.segment_len)?;
         }
         Some(t)
     }
@@ -312,37 +387,43 @@ impl Cached {
 
 impl HostCache {
     /// A cache of `bytes` (rounded up to whole segments, at least one) of
-    /// heap memory, allocated and touched now.
+    /// heap memory, made by a background thread.
     pub fn new(bytes: u64) -> Result<Self> {
         Self::with_memory(bytes, None)
     }
 
     /// A cache of `bytes` whose segments `alloc` makes (heap memory without
-    /// it, or where it fails: a cache that cannot be page-locked still
-    /// works, only its copies are slower), allocated now.
-    pub fn with_memory(bytes: u64, alloc: Option<&SegmentAlloc>) -> Result<Self> {
+    /// it, or once it fails: a cache that cannot be page-locked still
+    /// works, only its copies are slower). A background thread makes them
+    /// one by one from now on; a file that needs segments not made yet is
+    /// spilled meanwhile ([`Cached::spilled`]), so no checkpoint waits for
+    /// an allocation.
+    pub fn with_memory(bytes: u64, alloc: Option<SegmentAlloc>) -> Result<Self> {
         let segments = usize::try_from(bytes.div_ceil(SEGMENT_BYTES as u64))
             .map_err(|_| Error::InvalidOption(format!("host cache of {bytes} bytes")))?
             .max(1);
-        let mut free: Vec<Segment> = Vec::with_capacity(segments);
-        let mut alloc = alloc;
-        for _ in 0..segments {
-            let made = alloc.map(|a| a(SEGMENT_BYTES)).transpose().unwrap_or_else(|_| {
-                alloc = None; // the rest on the heap
-                None
-            });
-            // Heap segments are written now, so that no checkpoint pays the
-            // page faults (a zeroed allocation maps its pages on first write).
-            free.push(made.unwrap_or_else(|| Box::new(HeapSegment::new(SEGMENT_BYTES))));
-        }
-        let pinned = free.iter().filter(|s| s.pinned()).count();
-        let pool = Pool { state: Mutex::new(PoolState { free, deferred: 0 }), returned: Condvar::new() };
-        Ok(HostCache { pool: Arc::new(pool), segments, pinned })
+        let state = PoolState { free: Vec::new(), deferred: 0, made: 0, pinned: 0, total: segments, spilled: false };
+        let pool = Arc::new(Pool { state: Mutex::new(state), returned: Condvar::new() });
+        let weak = Arc::downgrade(&pool);
+        std::thread::Builder::new()
+            .name("dckpt-cache-alloc".into())
+            .spawn(move || make_segments(&weak, segments, alloc))
+            .map_err(|e| Error::Internal(format!("starting the host cache's allocation thread: {e}")))?;
+        Ok(HostCache { pool, segments })
     }
 
-    /// Bytes of page-locked segments.
+    /// Waits until the background thread has made every segment (tests and
+    /// benchmarks that must not see spills).
+    pub fn wait_made(&self) {
+        let mut st = self.pool.lock();
+        while st.made < st.total {
+            st = self.pool.returned.wait(st).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// Bytes of page-locked segments made so far.
     pub fn pinned_bytes(&self) -> u64 {
-        (self.pinned * SEGMENT_BYTES) as u64
+        (self.pool.lock().pinned * SEGMENT_BYTES) as u64
     }
 
     /// Capacity in bytes.
@@ -350,92 +431,149 @@ impl HostCache {
         (self.segments * SEGMENT_BYTES) as u64
     }
 
-    /// Bytes lent out now.
+    /// Bytes lent out now (a spilled file is outside the cache and not counted).
     pub fn in_use(&self) -> u64 {
-        let free = self.pool.lock().free.len();
-        ((self.segments - free) * SEGMENT_BYTES) as u64
+        let st = self.pool.lock();
+        ((st.made - st.free.len()) * SEGMENT_BYTES) as u64
     }
 
     /// Copies a file given as consecutive `parts` into cache segments, the
-    /// segments in parallel; waits while the cache is full. Returns the
-    /// cached file and the time spent waiting.
+    /// segments in parallel; waits while the cache is full (or spills it:
+    /// see the module documentation). Returns the cached file and the time
+    /// spent waiting.
     pub fn store_parts(&self, parts: &[&[u8]]) -> Result<(Cached, Duration)> {
         use rayon::prelude::*;
         let len: usize = parts.iter().map(|p| p.len()).sum();
-        let (mut segments, waited) = self.take(len)?;
-        segments.par_iter_mut().enumerate().for_each(|(i, seg)| {
-            let seg = seg.bytes_mut();
-            let (lo, hi) = (i * SEGMENT_BYTES, ((i + 1) * SEGMENT_BYTES).min(len));
-            let mut at = 0; // start of the current part in the file
-            for p in parts {
-                let (plo, phi) = (at, at + p.len());
-                at = phi;
-                let (s, e) = (lo.max(plo), hi.min(phi));
-                if s < e {
-                    seg[s - lo..e - lo].copy_from_slice(&p[s - plo..e - plo]);
-                }
+        let (mut segments, seg_len, waited, spilled) = self.lend(len);
+        // Copied in pieces of at most a segment's size, in parallel (a
+        // spill's one segment too).
+        let mut pieces: Vec<(usize, &mut [u8])> = Vec::new();
+        for (i, seg) in segments.iter_mut().enumerate() {
+            let (lo, hi) = (i * seg_len, ((i + 1) * seg_len).min(len));
+            let mut at = lo;
+            for piece in seg.bytes_mut()[..hi - lo].chunks_mut(SEGMENT_BYTES) {
+                let n = piece.len();
+                pieces.push((at, piece));
+                at += n;
             }
-        });
-        Ok((Cached::new(&self.pool, Some(segments), len, Gate::Open, None), waited))
+        }
+        pieces.into_par_iter().for_each(|(at, piece)| copy_parts(parts, at, piece));
+        Ok((self.cached(segments, len, Gate::Open, None, spilled), waited))
     }
 
     /// A file of `len` bytes that `fill` writes straight into cache
     /// segments (given as consecutive slices totalling `len` bytes); waits
-    /// while the cache is full. The cached file and the time spent waiting;
-    /// on an error the segments go back.
+    /// while the cache is full (or spills it). The cached file and the time
+    /// spent waiting; on an error the segments go back.
     pub fn store_with(&self, len: usize, fill: &mut Fill<'_>) -> Result<(Cached, Duration)> {
-        let (mut segments, waited) = self.take(len)?;
-        let mut slices = slices_of(&mut segments, len);
+        let (mut segments, seg_len, waited, spilled) = self.lend(len);
+        let mut slices = slices_of(&mut segments, len, seg_len);
         let ready = match fill(&mut slices) {
             Ok(ready) => ready,
             Err(e) => {
                 drop(slices);
-                self.pool.put(segments);
+                // Dropped as a file, so that a spill's right goes back too.
+                drop(self.cached(segments, len, Gate::Open, None, spilled));
                 return Err(e);
             }
         };
         drop(slices);
         let gate = ready.map_or(Gate::Open, Gate::Copying);
-        Ok((Cached::new(&self.pool, Some(segments), len, gate, None), waited))
+        Ok((self.cached(segments, len, gate, None, spilled), waited))
     }
 
     /// A file of `len` bytes held elsewhere for now (the GPU cache tier):
     /// it takes no segments until its first reader ([`Cached::ready`],
     /// the flusher) waits for room and has its fill copy it in (a restore
     /// reads it where it is meanwhile: [`Cached::peek`]). Returns at
-    /// once; an error only if the file could never fit.
+    /// once; a file larger than the whole cache is spilled now instead
+    /// (filled outside the cache, which may wait for the previous spill).
     pub fn defer(&self, len: usize, file: Deferred) -> Result<Cached> {
-        self.segments_for(len)?;
+        if len.div_ceil(SEGMENT_BYTES) > self.segments {
+            let mut once = Some(file.fill);
+            let (cached, _) = self.store_with(len, &mut |bufs| {
+                once.take().ok_or_else(|| Error::Internal("a deferred file was filled twice".into()))?(bufs)
+            })?;
+            return Ok(cached);
+        }
         self.pool.lock().deferred += 1;
         Ok(Cached::new(&self.pool, None, len, Gate::Deferred(file.fill), Some(file.peek)))
     }
 
-    /// Whether a file of `len` bytes would get its segments now, without
-    /// waiting: enough are free and no deferred file waits for its own
-    /// (segments go in the order files came). Only the checkpointing thread
-    /// takes segments for new files, so the answer holds for its next take.
+    /// Whether a file of `len` bytes would be taken now without waiting for
+    /// the flusher: enough segments are free and no deferred file waits for
+    /// its own (segments go in the order files came), or it would be
+    /// spilled. Only the checkpointing thread takes segments for new
+    /// files, so the answer holds for its next take.
     pub fn has_room(&self, len: usize) -> bool {
         let need = len.div_ceil(SEGMENT_BYTES).max(1);
         let st = self.pool.lock();
-        st.free.len() >= need && st.deferred == 0
+        let turn = st.deferred == 0;
+        (st.free.len() >= need && turn)
+            || (!st.spilled && (need > st.total || (turn && need <= st.free.len() + st.total - st.made)))
     }
 
-    /// The segments a file of `len` bytes needs; an error if more than the cache has.
-    fn segments_for(&self, len: usize) -> Result<usize> {
+    /// Segments (or a spill's one segment) for a file of `len` bytes: the
+    /// segments, the bytes per segment, the wait, and whether it spilled.
+    fn lend(&self, len: usize) -> (Vec<Segment>, usize, Duration, bool) {
         let need = len.div_ceil(SEGMENT_BYTES).max(1);
-        if need > self.segments {
-            return Err(Error::InvalidOption(format!(
-                "a {len}-byte diff does not fit the {}-byte host cache (raise host_cache_size)",
-                self.capacity()
-            )));
+        match self.pool.take(need, false, true) {
+            Lent::Segments(segments, waited) => (segments, SEGMENT_BYTES, waited, false),
+            Lent::Spill(waited) => {
+                let seg: Segment = Box::new(HeapSegment::prefaulted(len.max(1)));
+                (vec![seg], len.max(1), waited, true)
+            }
         }
-        Ok(need)
     }
 
-    /// Lends enough segments for `len` bytes, waiting for room.
-    fn take(&self, len: usize) -> Result<(Vec<Segment>, Duration)> {
-        let need = self.segments_for(len)?;
-        Ok(self.pool.take(need, false))
+    /// A cached file over `segments` (a spill's one segment where `spilled`).
+    fn cached(
+        &self,
+        segments: Vec<Segment>,
+        len: usize,
+        gate: Gate,
+        peek: Option<DeferredPeek>,
+        spilled: bool,
+    ) -> Cached {
+        let mut c = Cached::new(&self.pool, Some(segments), len, gate, peek);
+        if spilled {
+            c.spilled = true;
+            c.segment_len = len.max(1);
+        }
+        c
+    }
+}
+
+/// Copies bytes `lo..lo + dst.len()` of the file given as consecutive
+/// `parts` into `dst`.
+fn copy_parts(parts: &[&[u8]], lo: usize, dst: &mut [u8]) {
+    let hi = lo + dst.len();
+    let mut at = 0; // start of the current part in the file
+    for p in parts {
+        let (plo, phi) = (at, at + p.len());
+        at = phi;
+        let (s, e) = (lo.max(plo), hi.min(phi));
+        if s < e {
+            dst[s - lo..e - lo].copy_from_slice(&p[s - plo..e - plo]);
+        }
+    }
+}
+
+/// The background thread's work: makes the cache's segments one by one
+/// (page-locked by `alloc` where it works, heap memory written now
+/// otherwise, so that no checkpoint pays the page faults) until there are
+/// `total`, or the cache is gone.
+fn make_segments(pool: &std::sync::Weak<Pool>, total: usize, mut alloc: Option<SegmentAlloc>) {
+    for _ in 0..total {
+        let made = alloc.as_ref().map(|a| a(SEGMENT_BYTES)).transpose().unwrap_or_else(|_| {
+            alloc = None; // the rest on the heap
+            None
+        });
+        let segment = made.unwrap_or_else(|| Box::new(HeapSegment::new(SEGMENT_BYTES)));
+        match pool.upgrade() {
+            Some(pool) => pool.add_made(segment),
+            None => return,
+        }
     }
 }
 
@@ -446,6 +584,7 @@ mod tests {
     #[test]
     fn files_round_trip_through_segments_and_a_full_cache_waits() {
         let cache = std::sync::Arc::new(HostCache::new(3 * SEGMENT_BYTES as u64).expect("cache"));
+        cache.wait_made();
         let bytes: Vec<u8> = (0..SEGMENT_BYTES * 2 + 77).map(|i| (i * 7 % 251) as u8).collect();
         let (c, waited) = cache.store_parts(&[&bytes]).expect("store");
         assert!(waited < Duration::from_secs(1));
@@ -460,8 +599,19 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         drop(c);
         assert!(t.join().expect("join") >= Duration::from_millis(40), "it waited for room");
-        // Too large for the whole cache: an error, not a hang.
-        assert!(cache.store_parts(&[&vec![0; 4 * SEGMENT_BYTES]]).is_err());
+        // Too large for the whole cache: spilled outside it, not refused.
+        let big: Vec<u8> = (0..4 * SEGMENT_BYTES + 3).map(|i| (i % 253) as u8).collect();
+        let (spilled, _) = cache.store_parts(&[&big[..10], &big[10..]]).expect("spilled");
+        assert!(spilled.spilled());
+        let mut back = Vec::new();
+        spilled.write_to(&mut back).expect("write");
+        assert_eq!(back, big);
+        let mut mid = vec![0u8; SEGMENT_BYTES + 9];
+        spilled.read_at(SEGMENT_BYTES - 4, &mut mid).expect("read_at");
+        assert_eq!(mid, big[SEGMENT_BYTES - 4..2 * SEGMENT_BYTES + 5]);
+        assert_eq!(spilled.trailer().expect("trailer").as_slice(), &big[big.len() - 32..]);
+        assert_eq!(cache.in_use(), 0, "a spilled file lends no segment");
+        drop(spilled);
         // Parts across segment boundaries land in order.
         let (a, b) = bytes.split_at(SEGMENT_BYTES + 5);
         let (c, _) = cache.store_parts(&[a, &b[..10], &b[10..]]).expect("store");
@@ -474,6 +624,7 @@ mod tests {
     #[test]
     fn a_file_filled_in_place_spans_segments_and_a_failed_fill_gives_them_back() {
         let cache = HostCache::new(3 * SEGMENT_BYTES as u64).expect("cache");
+        cache.wait_made();
         let bytes: Vec<u8> = (0..SEGMENT_BYTES + 99).map(|i| (i * 13 % 251) as u8).collect();
         let (c, _) = cache
             .store_with(bytes.len(), &mut |slices| {
@@ -515,6 +666,7 @@ mod tests {
     fn a_file_still_being_copied_in_is_waited_for_before_reads_and_before_its_segments_go_back() {
         use std::sync::atomic::{AtomicUsize, Ordering};
         let cache = HostCache::new(2 * SEGMENT_BYTES as u64).expect("cache");
+        cache.wait_made();
         let waits = Arc::new(AtomicUsize::new(0));
         let c = gated(&cache, &waits, false);
         assert_eq!(waits.load(Ordering::SeqCst), 0, "nothing waits before a reader");
@@ -536,6 +688,7 @@ mod tests {
     fn a_deferred_file_takes_its_segments_when_first_read_and_a_dropped_one_never_does() {
         use std::sync::atomic::{AtomicUsize, Ordering};
         let cache = Arc::new(HostCache::new(SEGMENT_BYTES as u64).expect("cache"));
+        cache.wait_made();
         let (held, _) = cache.store_parts(&[&[7u8; 100]]).expect("store");
         assert!(!cache.has_room(10), "the one segment is lent");
         let fills = Arc::new(AtomicUsize::new(0));
@@ -582,13 +735,45 @@ mod tests {
         // Dropped unread: it never takes segments nor runs its fill.
         drop(cache.defer(50, deferred(1)).expect("defer"));
         assert_eq!((fills.load(Ordering::SeqCst), cache.in_use()), (1, 0));
-        // One that could never fit is refused at once.
-        assert!(cache.defer(2 * SEGMENT_BYTES, deferred(2)).is_err());
+        // One that could never fit is spilled, filled now.
+        let spilled = cache.defer(2 * SEGMENT_BYTES, deferred(2)).expect("spilled");
+        assert!(spilled.spilled() && !spilled.deferred());
+        assert!(spilled.pieces().flatten().all(|&b| b == 2));
+        assert_eq!(fills.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn one_spilled_file_at_a_time_and_the_next_waits_for_it() {
+        let cache = Arc::new(HostCache::new(SEGMENT_BYTES as u64).expect("cache"));
+        cache.wait_made();
+        let (a, waited) = cache.store_parts(&[&vec![1u8; 2 * SEGMENT_BYTES]]).expect("spill a");
+        assert!(a.spilled() && waited < Duration::from_millis(20));
+        // A file that fits still takes the segment meanwhile.
+        let (small, _) = cache.store_parts(&[&[5u8; 10]]).expect("small");
+        assert!(!small.spilled());
+        let next = {
+            let cache = Arc::clone(&cache);
+            std::thread::spawn(move || cache.store_parts(&[&vec![2u8; 3 * SEGMENT_BYTES]]).expect("spill b"))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!next.is_finished(), "the second spill waits for the first");
+        drop(a);
+        let (b, waited) = next.join().expect("join");
+        assert!(b.spilled() && waited > Duration::ZERO, "{waited:?}");
+        assert!(b.pieces().flatten().all(|&x| x == 2) && b.len() == 3 * SEGMENT_BYTES);
+        // A fill that fails gives the spill's right back.
+        drop(b);
+        assert!(cache.store_with(2 * SEGMENT_BYTES, &mut |_| Err(Error::Internal("failed".into()))).is_err());
+        let (c, _) = cache.store_parts(&[&vec![3u8; 2 * SEGMENT_BYTES]]).expect("spill c");
+        assert!(c.spilled());
+        drop((c, small));
+        assert_eq!(cache.in_use(), 0);
     }
 
     #[test]
     fn no_later_file_takes_segments_while_a_deferred_one_waits_for_its_own() {
         let cache = Arc::new(HostCache::new(2 * SEGMENT_BYTES as u64).expect("cache"));
+        cache.wait_made();
         let (a, _) = cache.store_parts(&[&[1u8; 10]]).expect("store");
         let b = cache
             .defer(

@@ -147,6 +147,12 @@ pub struct TieredReport {
     /// Whether the diff waits in the GPU cache tier (the host cache was
     /// full): the flusher copies it to the host when it has room.
     pub held_on_gpu: bool,
+    /// Whether the diff was spilled outside the host cache (larger than the
+    /// whole cache, or the cache's segments not made yet): held in heap
+    /// memory of its own until the first disk tier has it
+    /// ([`cache::Cached::spilled`]); a wait for the previous spill counts in
+    /// `backpressure_seconds`.
+    pub spilled: bool,
     /// Device-side times (CUDA backend).
     pub gpu: Option<crate::backend::cuda::GpuTimings>,
 }
@@ -188,6 +194,16 @@ pub struct TieredEngine {
     gpu_cache_reads: std::sync::atomic::AtomicU64,
     /// The CUDA device it uses (CUDA backend).
     device: usize,
+}
+
+/// A version handed to the host cache with no regions to offer
+/// ([`TieredEngine::hand_over`]), not yet committed nor queued.
+pub(crate) struct HandedVersion {
+    handed: crate::backend::Handed,
+    cached: Cached,
+    sealed: bool,
+    report: TieredReport,
+    t0: Instant,
 }
 
 /// A version de-duplicated and copied into the host cache, not yet queued
@@ -234,6 +250,7 @@ impl CachedVersion {
             v.gpu,
         );
         report.held_on_gpu = self.cached.deferred();
+        report.spilled = self.cached.spilled();
         report
     }
 }
@@ -299,7 +316,7 @@ impl TieredEngine {
             0 => None,
             bytes => Some(prefetch::Prefetcher::new(rank, roots.clone(), bytes, tiers.eviction)?),
         };
-        let cache = Arc::new(HostCache::with_memory(tiers.host_cache_bytes, parts.backend.host_segments().as_ref())?);
+        let cache = Arc::new(HostCache::with_memory(tiers.host_cache_bytes, parts.backend.host_segments())?);
         let progress = Progress::new(stores.iter().map(|(n, _)| n.clone()).collect());
         let restore_cache = prefetch.as_ref().map(|p| p.cache().clone());
         let shared = Arc::new(Shared {
@@ -374,21 +391,42 @@ impl TieredEngine {
     /// queued for every tier. On error nothing was queued and the history is
     /// unchanged.
     pub fn checkpoint<'a>(&mut self, version: u64, data: impl Into<Protected<'a>>) -> Result<TieredReport> {
+        let handed = self.hand_over(version, data.into())?;
+        self.submit_handed(handed)
+    }
+
+    /// The call's part of a checkpoint with no regions to offer (one
+    /// rank, or local-only): de-duplicates `input` and hands its file to
+    /// the host cache, nothing more on the host (a device-made diff's
+    /// tables are not decoded); the version stays pending until
+    /// [`TieredEngine::submit_handed`] or [`TieredEngine::abandon`].
+    pub(crate) fn hand_over(&mut self, version: u64, input: Protected<'_>) -> Result<HandedVersion> {
         let t0 = Instant::now();
         if let Some(latest) = self.latest.filter(|&l| l >= version) {
             return Err(Error::VersionNotNewer { latest, requested: version });
         }
-        let input = data.into();
         let baseline = self.next_is_baseline();
         let mut sink = CacheSink { cache: &self.shared.cache, handed: None };
-        let gpu = self.backend.checkpoint_into(version, input, baseline, &mut sink)?;
-        let (cached, waited, t1, copied, sealed) =
-            sink.handed.ok_or_else(|| Error::Internal("the backend handed no file over".into()))?;
+        let handed = self.backend.hand_over_new(version, input, baseline, &mut sink)?;
+        let Some((cached, waited, t1, copied, sealed)) = sink.handed else {
+            self.backend.rollback()?;
+            return Err(Error::Internal("the backend handed no file over".into()));
+        };
         let file_bytes = cached.len() as u64;
-        let held_on_gpu = cached.deferred();
-        self.enqueue(version, baseline, cached, sealed, None)?;
-        let mut report = report_of(version, baseline, file_bytes, t0, t1, copied, waited, gpu);
-        report.held_on_gpu = held_on_gpu;
+        let baseline = handed.baseline;
+        let mut report = report_of(version, baseline, file_bytes, t0, t1, copied, waited, handed.gpu);
+        report.held_on_gpu = cached.deferred();
+        report.spilled = cached.spilled();
+        Ok(HandedVersion { handed, cached, sealed, report, t0 })
+    }
+
+    /// Commits a version [`TieredEngine::hand_over`] cached and queues it on
+    /// every tier. On error the next checkpoint is a baseline.
+    pub(crate) fn submit_handed(&mut self, h: HandedVersion) -> Result<TieredReport> {
+        let HandedVersion { handed, cached, sealed, mut report, t0 } = h;
+        self.backend.commit_handed(handed)?;
+        self.enqueue(report.version, report.baseline, cached, sealed, None)?;
+        report.total_seconds = t0.elapsed().as_secs_f64();
         Ok(report)
     }
 
@@ -847,6 +885,7 @@ fn report_of(
         backpressure_seconds: waited.as_secs_f64(),
         total_seconds: t0.elapsed().as_secs_f64(),
         held_on_gpu: false,
+        spilled: false,
         gpu,
     }
 }

@@ -390,20 +390,22 @@ impl Backend for CudaBackend {
     /// straight into the sink's buffers (the tiers' page-locked cache):
     /// through the GPU cache tier's arena where there is one with room (the
     /// copy to the host on its own stream, deferred while the sink is
-    /// full), otherwise from the output buffer.
-    fn checkpoint_into(
+    /// full), otherwise from the output buffer. The device's record keeps
+    /// the version pending until [`Backend::commit_handed`].
+    fn hand_over_new(
         &mut self,
         version: u64,
         input: Protected<'_>,
         baseline: bool,
         sink: Sink<'_>,
-    ) -> Result<Option<super::GpuTimings>> {
+    ) -> Result<crate::backend::Handed> {
         let prepared = {
             let _span = crate::profile::Span::new("cuda-prepare", version);
             self.dev.prepare(version, input, baseline)?
         };
         let _span = crate::profile::Span::new("cuda-hand-over", version);
         let len = prepared.prefix_len + 32; // the trailer, zero until sealed
+        let baseline = baseline || prepared.stored_whole();
         let mut timings = None;
         let handed = match self.dev.stage(prepared) {
             Err(e) => Err(e),
@@ -436,8 +438,11 @@ impl Backend for CudaBackend {
             self.dev.rollback()?;
             return Err(e);
         }
-        self.dev.commit()?;
-        Ok(timings)
+        Ok(crate::backend::Handed { pending: None, baseline, gpu: timings })
+    }
+
+    fn commit_handed(&mut self, _: crate::backend::Handed) -> Result<()> {
+        self.dev.commit()
     }
 
     fn host_segments(&self) -> Option<crate::memory::SegmentAlloc> {

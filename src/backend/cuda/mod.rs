@@ -3,9 +3,9 @@
 //! loaded at run time, so the crate builds and runs where there is no CUDA;
 //! [`available`] says whether a device can be used.
 //!
-//! Kernels (`kernels/digests.cuh` + `kernels/dedup.cu`) are compiled by NVRTC
-//! for the device's architecture at first use and cached on disk, keyed by a
-//! hash of the source and the architecture.
+//! Kernels (`kernels/digests.cuh` + `kernels/dedup.cu`) come built ahead of
+//! time for the common architectures, or are compiled by NVRTC once per node
+//! and cached on disk ([`kernels`]).
 
 #![allow(unsafe_code)]
 
@@ -14,6 +14,7 @@ pub mod bench;
 mod bounce;
 mod device_cache;
 mod gathered;
+pub mod kernels;
 mod pipeline;
 mod restore;
 mod staging;
@@ -26,9 +27,7 @@ pub use staging::DeviceStaging;
 
 use crate::memory::DeviceRegion;
 use crate::{Error, Result};
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr};
-use cudarc::nvrtc::{CompileOptions, Ptx};
-use std::path::PathBuf;
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr};
 use std::sync::Arc;
 
 /// Kernel source, digests first.
@@ -281,7 +280,17 @@ impl Gpu {
             .map_err(cuda_err)? as u32;
         let name = ctx.name().map_err(cuda_err)?;
         let arch = format!("sm_{major}{minor}");
-        let module = load_module(&ctx, &arch)?;
+        let module = {
+            let _span = crate::profile::Span::new("kernels-load", 0);
+            let (module, source) = kernels::load(&ctx, &arch)?;
+            let what = match source {
+                kernels::KernelSource::Prebuilt => "kernels-prebuilt",
+                kernels::KernelSource::Cached => "kernels-cached",
+                kernels::KernelSource::Compiled => "kernels-compiled",
+            };
+            crate::profile::count(what, 0, 1);
+            module
+        };
         let f = |name: &str| module.load_function(name).map_err(|e| Error::Gpu(format!("kernel {name}: {e}")));
         let k = Kernels {
             leaf_pass: [f("leaf_pass_murmur3")?, f("leaf_pass_xxh3")?, f("leaf_pass_blake3")?],
@@ -359,45 +368,6 @@ impl Gpu {
         // page-locked one unchanged until the stream has run the copy.
         unsafe { cudarc::driver::result::memcpy_htod_async(dst, bytes, stream.cu_stream()) }.map_err(cuda_err)
     }
-}
-
-fn cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("DCKPT_KERNEL_CACHE") {
-        return PathBuf::from(d);
-    }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir);
-    base.join("dckpt").join("kernels")
-}
-
-/// Compiles the kernels for `arch`, or loads the cached PTX.
-fn load_module(ctx: &Arc<CudaContext>, arch: &str) -> Result<Arc<CudaModule>> {
-    let key = blake3::hash(format!("{arch}\n{SOURCE}").as_bytes()).to_hex();
-    let path = cache_dir().join(format!("dedup-{arch}-{}.ptx", &key.as_str()[..16]));
-    let ptx = match std::fs::read_to_string(&path) {
-        Ok(src) => Ptx::from_src(src),
-        Err(_) => {
-            let arch_static: &'static str = Box::leak(arch.to_string().into_boxed_str());
-            let opts = CompileOptions {
-                arch: Some(arch_static),
-                options: vec!["-std=c++17".into(), "-default-device".into()],
-                ..CompileOptions::default()
-            };
-            let ptx = cudarc::nvrtc::compile_ptx_with_opts(SOURCE, opts)
-                .map_err(|e| Error::Gpu(format!("NVRTC could not compile kernels/dedup.cu: {e}")))?;
-            // A cache write failure only costs a recompilation next time.
-            if std::fs::create_dir_all(path.parent().unwrap_or(&path)).is_ok() {
-                let tmp = path.with_extension("tmp");
-                if std::fs::write(&tmp, ptx.to_src()).is_ok() {
-                    let _ = std::fs::rename(&tmp, &path);
-                }
-            }
-            ptx
-        }
-    };
-    ctx.load_module(ptx).map_err(|e| Error::Gpu(format!("loading kernels: {e}")))
 }
 
 /// The record table as the kernels see it (`struct Table` in dedup.cu).

@@ -95,6 +95,14 @@ pub(crate) struct Prepared {
     events: [CudaEvent; 3],
 }
 
+impl Prepared {
+    /// Whether the version is stored whole (dense, or over a bound): a
+    /// baseline, its data the input itself.
+    pub(crate) fn stored_whole(&self) -> bool {
+        matches!(self.pieces.as_slice(), [Piece::Host(_), Piece::Device(..), Piece::Device(..)])
+    }
+}
+
 impl std::fmt::Debug for Prepared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Prepared").field("prefix_len", &self.prefix_len).field("data_len", &self.data_len).finish()

@@ -90,7 +90,7 @@ pub struct BenchCollectiveArgs {
 
 /// Runs `body` with MPI initialized; an error on any rank is printed by that
 /// rank and makes the command fail (MPI is finalized first).
-fn with_mpi(body: impl FnOnce(&mpi::topology::SimpleCommunicator) -> Result<()>) -> Result<ExitCode> {
+pub fn with_mpi(body: impl FnOnce(&mpi::topology::SimpleCommunicator) -> Result<()>) -> Result<ExitCode> {
     let (universe, _) = mpi::initialize_with_threading(mpi::Threading::Multiple)
         .ok_or_else(|| Error::InvalidOption("MPI could not be initialized".into()))?;
     let world = universe.world();

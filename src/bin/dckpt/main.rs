@@ -6,6 +6,8 @@ mod bench_cmd;
 mod collective_cmd;
 mod compress_cmd;
 mod rtm_cmd;
+#[cfg(feature = "mpi")]
+mod runtime_cmd;
 mod store_cmds;
 
 use clap::{Parser, Subcommand};
@@ -85,6 +87,15 @@ enum Command {
     /// Measure the collective step under mpirun (rank 0 prints JSON).
     #[cfg(feature = "mpi")]
     BenchCollective(collective_cmd::BenchCollectiveArgs),
+    /// What an application waits for through the Runtime under mpirun:
+    /// every call, the first, the drain, latest + restart, bytes on every
+    /// tier, beside the naive alternative and TieredEngine (rank 0 prints).
+    #[cfg(feature = "mpi")]
+    BenchRuntime(runtime_cmd::BenchRuntimeArgs),
+    /// The GPU kernels built into this binary and the node's kernel cache;
+    /// --emit DIR compiles them ahead of time.
+    #[cfg(feature = "mpi")]
+    Kernels(runtime_cmd::KernelsArgs),
 }
 
 fn main() -> ExitCode {
@@ -106,6 +117,10 @@ fn main() -> ExitCode {
         }),
         #[cfg(feature = "mpi")]
         Command::BenchCollective(a) => collective_cmd::bench(a),
+        #[cfg(feature = "mpi")]
+        Command::BenchRuntime(a) => runtime_cmd::bench(a),
+        #[cfg(feature = "mpi")]
+        Command::Kernels(a) => runtime_cmd::kernels(a),
     };
     match result {
         Ok(code) => code,
