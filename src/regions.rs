@@ -34,45 +34,6 @@ pub struct Region {
     pub bytes: u64,
 }
 
-/// A version's regions whose digests may still be on their way (a copy
-/// back from the device in flight): resolved later, on any thread (the
-/// collective step's), so the application does not wait for them.
-pub struct PendingRegions(Pending);
-
-enum Pending {
-    Ready(Vec<Region>),
-    Deferred(Box<dyn FnOnce() -> crate::Result<Vec<Region>> + Send>),
-}
-
-impl PendingRegions {
-    /// Regions already known.
-    pub fn ready(regions: Vec<Region>) -> Self {
-        PendingRegions(Pending::Ready(regions))
-    }
-
-    /// Regions that `resolve` produces when asked (it may wait for a device).
-    pub fn deferred(resolve: impl FnOnce() -> crate::Result<Vec<Region>> + Send + 'static) -> Self {
-        PendingRegions(Pending::Deferred(Box::new(resolve)))
-    }
-
-    /// The regions, waiting for them if needed.
-    pub fn resolve(self) -> crate::Result<Vec<Region>> {
-        match self.0 {
-            Pending::Ready(regions) => Ok(regions),
-            Pending::Deferred(resolve) => resolve(),
-        }
-    }
-}
-
-impl std::fmt::Debug for PendingRegions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.0 {
-            Pending::Ready(r) => write!(f, "PendingRegions::Ready({} regions)", r.len()),
-            Pending::Deferred(_) => f.write_str("PendingRegions::Deferred"),
-        }
-    }
-}
-
 /// The largest node level whose nodes hold at most `region_bytes` bytes
 /// (level 0, one chunk, at least).
 pub fn max_region_level(chunk_size: u32, region_bytes: u64) -> u32 {
@@ -202,13 +163,6 @@ pub fn region_nodes(diff: &Diff, max_level: u32) -> Vec<NodeId> {
 /// The regions of `nodes` (from [`region_nodes`]) with their `digests`, in order.
 pub fn regions_of(layout: &Layout, nodes: &[NodeId], digests: &[Digest]) -> Vec<Region> {
     nodes.iter().zip(digests).map(|(&node, &digest)| region(layout, node, digest)).collect()
-}
-
-/// The regions of `nodes` whose digest is known, in order: a node without
-/// one is not offered (it stays this rank's, as a region below
-/// `min_region_bytes` does).
-pub fn known_regions(layout: &Layout, nodes: &[NodeId], digests: &[Option<Digest>]) -> Vec<Region> {
-    nodes.iter().zip(digests).filter_map(|(&node, digest)| Some(region(layout, node, (*digest)?))).collect()
 }
 
 fn region(layout: &Layout, node: NodeId, digest: Digest) -> Region {

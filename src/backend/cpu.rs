@@ -95,10 +95,14 @@ impl Backend for CpuBackend {
     }
 
     /// The rewritten diff encoded from the buffer at once (the same bytes
-    /// as applying the deferred rewrite, with less copying).
+    /// as applying the deferred rewrite, with less copying); before any
+    /// give-away, the file as made, its data's place kept for a give-away
+    /// decided later (the collective step's thread).
     fn serialize<'a>(&'a mut self, version: &mut Deduplicated, data: &[u8]) -> Result<DiffBytes<'a>> {
         let p = version.pending.as_any_mut().downcast_mut::<CpuPending>().ok_or_else(foreign)?;
-        p.1 = None;
+        if p.1.take().is_none() {
+            return self.serialize_deferred(version, data).map(|(file, _)| file);
+        }
         Ok(DiffBytes::Owned(crate::format::encode_diff(&version.diff, data)))
     }
 

@@ -21,7 +21,7 @@ pub mod ring;
 use crate::diff::Diff;
 use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
-use crate::regions::{self, Conversion, FirstBytes, PendingRegions, Region, Rewrite};
+use crate::regions::{self, Conversion, FirstBytes, Region, Rewrite};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::any::Any;
@@ -164,15 +164,6 @@ pub trait Backend: Send {
         Ok(regions::first_regions(&version.diff, &bytes, max_level))
     }
 
-    /// As [`Backend::regions`], but where the digests come from a device
-    /// the copy back may still be in flight: the result resolves on any
-    /// thread (the collective step's), after this version's kernels. A
-    /// region whose digest the device turns out not to hold is left out
-    /// there (never offered). By default the regions, computed now.
-    fn regions_deferred(&mut self, version: &Deduplicated, data: &[u8], max_level: u32) -> Result<PendingRegions> {
-        self.regions(version, data, max_level).map(PendingRegions::ready)
-    }
-
     /// The diff file of `version` (after regions were given away); applies
     /// the record moves that giving away implies. `data` is the protected
     /// host buffer (CPU).
@@ -261,14 +252,20 @@ pub trait Backend: Send {
     /// no regions to offer, local-only or on one rank, takes). On any error,
     /// the sink's included, the version is rolled back.
     fn hand_over_new(&mut self, version: u64, input: Protected<'_>, baseline: bool, sink: Sink<'_>) -> Result<Handed> {
-        let mut d = self.deduplicate(version, input, baseline)?;
+        let mut d = {
+            let _span = crate::profile::Span::new("dedup", version);
+            self.deduplicate(version, input, baseline)?
+        };
         let gpu = d.gpu;
-        let handed = self.serialize(&mut d, input.host_bytes()).and_then(|file| sink.put(&file.parts(), true));
+        let handed = {
+            let _span = crate::profile::Span::new("serialize-cache", version);
+            self.serialize(&mut d, input.host_bytes()).and_then(|file| sink.put(&file.parts(), true))
+        };
         if let Err(e) = handed {
             self.rollback()?;
             return Err(e);
         }
-        Ok(Handed { baseline: d.diff.baseline, pending: Some(d), gpu })
+        Ok(Handed { baseline: d.diff.baseline, pending: Some(d), describe: None, gpu })
     }
 
     /// Makes a version [`Backend::hand_over_new`] handed over permanent
@@ -281,8 +278,15 @@ pub trait Backend: Send {
     }
 }
 
+/// Describes a version handed over without its diff on the host
+/// ([`Handed::describe`]): given a reader of the handed-over file
+/// (`read(offset, buf)` fills `buf` from the file at `offset`), decodes its
+/// metadata into the pending version the backend commits or gives regions
+/// away from, and says where its FIRST data starts in the file.
+pub type Describe =
+    Box<dyn FnOnce(&mut dyn FnMut(u64, &mut [u8]) -> Result<()>) -> Result<(Deduplicated, usize)> + Send>;
+
 /// A version [`Backend::hand_over_new`] gave to its sink, not committed yet.
-#[derive(Debug)]
 pub struct Handed {
     /// The backend's pending state, where it keeps one outside itself (the
     /// CPU's); `None` where the backend holds it (the device's record).
@@ -290,6 +294,10 @@ pub struct Handed {
     /// Whether the version is a baseline: asked for, or stored whole
     /// because nearly every chunk changed.
     pub baseline: bool,
+    /// Where `pending` is `None`: how to describe the version later, from
+    /// its handed-over file (the collective step's thread does, off the
+    /// application's path).
+    pub describe: Option<Describe>,
     /// Device-side times (CUDA backend).
     pub gpu: Option<cuda::GpuTimings>,
 }
@@ -305,6 +313,16 @@ pub(crate) fn hand_over_bytes<B: Backend + ?Sized>(
     let (file, rewrite) = backend.serialize_deferred(version, data)?;
     sink.put(&file.parts(), file.trailer().is_some())?;
     Ok(rewrite)
+}
+
+impl fmt::Debug for Handed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Handed")
+            .field("pending", &self.pending)
+            .field("baseline", &self.baseline)
+            .field("describe", &self.describe.is_some())
+            .finish()
+    }
 }
 
 /// Receives a diff file ([`Backend::checkpoint_into`]), and whether it is

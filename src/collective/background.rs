@@ -8,24 +8,24 @@
 //! in the same reductions.
 
 use super::reduce::{Reducer, ThreadComm};
-use super::regions::{Conversion, PendingRegions, conversions};
+use super::regions::{Conversion, conversions};
 use super::step::tuple_set;
 use crate::layout::Layout;
-use crate::tiers::CachedVersion;
+use crate::tiers::{CachedVersion, HandedVersion};
 use crate::{Error, Result};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-/// A version handed to the background step.
+/// A version handed to the background step: cached, not yet committed,
+/// with nothing found in the call but the file (the thread decodes a
+/// device-made diff from the cached file and hashes its FIRST regions).
 pub(crate) struct Task {
     /// The version, cached and not yet committed.
-    pub cached: CachedVersion,
-    /// Its FIRST regions, their digests possibly still on their way from
-    /// the device (those below the handle's `min_region_bytes` included:
-    /// the thread leaves them out).
-    pub regions: PendingRegions,
+    pub handed: HandedVersion,
+    /// The largest region's level (nodes of at most `2^max_level` chunks).
+    pub max_level: u32,
 }
 
 /// What every task of one handle shares: this rank, the ranks' layouts and
@@ -118,11 +118,11 @@ fn run(
 ) -> Result<Settled> {
     let t = Instant::now();
     let StepParams { me, ref layouts, threshold, min_region_bytes } = *params;
-    let Task { mut cached, regions } = task;
-    let version = cached.version();
-    let mut regions = {
-        let _span = crate::profile::Span::new("step-regions", version);
-        regions.resolve()?
+    let Task { handed, max_level } = task;
+    let version = handed.version();
+    let (mut cached, mut regions) = {
+        let _span = crate::profile::Span::new("step-describe", version);
+        handed.describe(max_level)?
     };
     let set = tuple_set(me, &mut regions, min_region_bytes, threshold);
     crate::profile::count("offered-entries", version, set.len() as u64);

@@ -205,7 +205,7 @@ impl TieredCollective {
             self.agree_on_baseline(version)?;
         }
         if self.worker.is_some() {
-            return self.checkpoint_overlapped(version, input, t0);
+            return self.checkpoint_handed(version, input, t0);
         }
         if alone(&self.comm, &self.opts) {
             return self.checkpoint_alone(version, input, t0);
@@ -277,39 +277,29 @@ impl TieredCollective {
     }
 
     /// The call's part when the step runs in the background: the local
-    /// de-duplication, the regions and their digests, the copy into the host
-    /// cache (the file as de-duplicated locally), one agreement, then the
-    /// version goes to the step's thread (which builds the tuple set). The
-    /// returned report is not settled.
-    fn checkpoint_overlapped(
+    /// de-duplication and the hand-over of its file to the host cache, as
+    /// local-only takes them (no device-made metadata decoded, no region
+    /// found or hashed in the call), one agreement, then the version goes
+    /// to the step's thread, which decodes the diff from the cached file
+    /// (where the device made it) and hashes its FIRST regions from the
+    /// cached bytes. The returned report is not settled.
+    fn checkpoint_handed(
         &mut self,
         version: u64,
         input: Protected<'_>,
         t0: Instant,
     ) -> Result<CollectiveReport<TieredReport>> {
-        let host = input.host_bytes();
-        let local = {
-            let _span = crate::profile::Span::new("dedup-local", version);
-            self.engine.deduplicate_local(version, input)
+        let handed = {
+            let _span = crate::profile::Span::new("dedup-cache", version);
+            self.engine.hand_over(version, input)
         };
-        let local_end = Instant::now();
-        let offered = local.and_then(|local| {
-            let _span = crate::profile::Span::new("regions", version);
-            let regions = self.engine.regions_deferred(&local, host, self.max_level)?;
-            Ok((local, regions))
-        });
-        let offered_at = Instant::now();
-        let cached = offered.and_then(|(local, regions)| {
-            let _span = crate::profile::Span::new("cache", version);
-            Ok((self.engine.cache(local, host)?, regions))
-        });
-        let (cached, regions) = {
+        let handed = {
             let _span = crate::profile::Span::new("agree-cache", version);
-            self.agree_or_abandon("the de-duplication or the copy into the host cache", version, cached)?
+            self.agree_or_abandon("the de-duplication or the copy into the host cache", version, handed)?
         };
-        let checkpoint = cached.report();
+        let checkpoint = handed.report();
         let worker = self.worker.as_ref().ok_or_else(|| Error::Internal("no collective step thread".into()))?;
-        if let Err(e) = worker.submit(Task { cached, regions }) {
+        if let Err(e) = worker.submit(Task { handed, max_level: self.max_level }) {
             let _ = self.engine.abandon();
             return Err(e);
         }
@@ -321,8 +311,8 @@ impl TieredCollective {
             merged_entries: 0,
             regions_referenced: 0,
             bytes_referenced: 0,
-            local_seconds: (offered_at - t0).as_secs_f64(),
-            offer_seconds: (offered_at - local_end).as_secs_f64(),
+            local_seconds: t0.elapsed().as_secs_f64(),
+            offer_seconds: 0.0,
             reduce_seconds: 0.0,
             total_seconds: t0.elapsed().as_secs_f64(),
             settled: false,

@@ -444,6 +444,16 @@ pub fn seal(pieces: &[&[u8]], file_len: u64) -> Result<[u8; 32], String> {
     Ok(*hasher.finalize().as_bytes())
 }
 
+/// Where the FIRST data of an uncompressed diff file of `file_len` bytes
+/// starts, from its header (its first [`HEADER_LEN`] bytes).
+pub fn data_start_of(header: &[u8], file_len: u64) -> Result<u64, String> {
+    let header = DiffHeader::decode(header)?;
+    if header.compressed.is_some() {
+        return Err("a compressed diff file".into());
+    }
+    Ok(header.data_start(header.meta_len(file_len)?))
+}
+
 /// Calls `f(offset in range, bytes)` for the parts of `pieces` (consecutive)
 /// that fall in `range`, in order.
 fn copy_range(pieces: &[&[u8]], range: std::ops::Range<u64>, f: &mut dyn FnMut(u64, &[u8])) {

@@ -77,6 +77,8 @@ pub struct BenchRuntimeOptions {
     pub seed: u64,
     /// Also time `TieredEngine` on the same versions.
     pub engine: bool,
+    /// Time `TieredEngine` before the runtime (after it by default).
+    pub engine_first: bool,
 }
 
 /// What `bench-runtime` measured (rank 0 has it).
@@ -167,10 +169,26 @@ pub fn run(
     }
     let seed = if o.shared_base { o.seed } else { o.seed + u64::from(rank) };
     let workload = || Workload::new(o.size, o.change, o.shape, seed);
-    let mut w = workload()?;
+    let w = workload()?;
     let ordinal = local_rank(world) % crate::backend::cuda::device_count().max(1);
     let (mut buf, device) =
         Buffer::on(if on_device { BackendKind::Cuda } else { BackendKind::Cpu }, w.current(), ordinal)?;
+
+    // The layer beneath on the same versions, first where asked (an
+    // order effect would show as the two swapping).
+    let store = config.store_options();
+    let engine_run = |buf: &mut Buffer| -> Result<Vec<f64>> {
+        match o.engine {
+            true => engine_calls(world, o, &config, backend, ordinal, &store, buf, seed),
+            false => Ok(Vec::new()),
+        }
+    };
+    let mut engine_calls = if o.engine_first { engine_run(&mut buf)? } else { Vec::new() };
+    if o.engine_first && rank == 0 {
+        progress("engine");
+    }
+    let mut w = workload()?;
+    buf.load(w.current())?;
 
     // The runtime, as an application holds it.
     let mut rt = Runtime::init(world, config.clone());
@@ -236,29 +254,8 @@ pub fn run(
         progress("naive");
     }
 
-    // The layer beneath, on the same versions.
-    let mut engine_calls = Vec::new();
-    if o.engine {
-        let mut tiers = config.tier_options(NAME);
-        tiers.local = tiers.local.map(|d| d.with_file_name(format!("{NAME}-engine-{rank}")));
-        tiers.shared = tiers.shared.map(|d| d.with_file_name(format!("{NAME}-engine-{rank}")));
-        let store = config.store_options();
-        let mut engine =
-            TieredEngine::open_for(rank, o.size as u64, &store, &tiers, backend, ordinal, Listing::Manifest)?;
-        let mut w = workload()?;
-        buf.load(w.current())?;
-        for v in 1..=o.versions {
-            if v > 1 {
-                w.advance();
-                buf.load(w.current())?;
-            }
-            world.barrier();
-            let t = Instant::now();
-            engine.checkpoint(v, buf.protected()?)?;
-            engine_calls.push(ms(t));
-        }
-        engine.wait_all()?;
-        engine.finalize()?;
+    if !o.engine_first {
+        engine_calls = engine_run(&mut buf)?;
         if rank == 0 {
             progress("engine");
         }
@@ -307,6 +304,42 @@ pub fn run(
         engine_calls_ms,
         config: config.to_toml()?,
     }))
+}
+
+/// `TieredEngine::checkpoint` of the same versions, each rank its own
+/// store beside the runtime's (no collective step): each call's time (ms).
+#[allow(clippy::too_many_arguments)]
+fn engine_calls(
+    world: &SimpleCommunicator,
+    o: &BenchRuntimeOptions,
+    config: &Config,
+    backend: BackendKind,
+    ordinal: usize,
+    store: &crate::store::StoreOptions,
+    buf: &mut Buffer,
+    seed: u64,
+) -> Result<Vec<f64>> {
+    let rank = world.rank().max(0) as u32;
+    let mut tiers = config.tier_options(NAME);
+    tiers.local = tiers.local.map(|d| d.with_file_name(format!("{NAME}-engine-{rank}")));
+    tiers.shared = tiers.shared.map(|d| d.with_file_name(format!("{NAME}-engine-{rank}")));
+    let mut engine = TieredEngine::open_for(rank, o.size as u64, store, &tiers, backend, ordinal, Listing::Manifest)?;
+    let mut w = Workload::new(o.size, o.change, o.shape, seed)?;
+    buf.load(w.current())?;
+    let mut calls = Vec::new();
+    for v in 1..=o.versions {
+        if v > 1 {
+            w.advance();
+            buf.load(w.current())?;
+        }
+        world.barrier();
+        let t = Instant::now();
+        engine.checkpoint(v, buf.protected()?)?;
+        calls.push(ms(t));
+    }
+    engine.wait_all()?;
+    engine.finalize()?;
+    Ok(calls)
 }
 
 /// Protects the benchmark's buffer as region 0 (what an application does

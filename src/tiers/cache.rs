@@ -346,14 +346,15 @@ impl Cached {
         if offset.checked_add(buf.len())? > self.len {
             return None;
         }
-        // One piece per segment touched, copied in parallel.
+        // One piece per segment touched (at most a segment's size: a
+        // spill's one segment too), copied in parallel.
         let mut jobs: Vec<(&mut [u8], &[u8])> = Vec::new();
         let mut rest: &mut [u8] = buf;
         let mut at = offset;
         while !rest.is_empty() {
             let seg = self.segments().get(at / self.segment_len)?.bytes();
             let from = at % self.segment_len;
-            let n = rest.len().min(seg.len().checked_sub(from)?);
+            let n = rest.len().min(seg.len().checked_sub(from)?).min(SEGMENT_BYTES);
             if n == 0 {
                 return None;
             }
@@ -371,6 +372,18 @@ impl Cached {
     /// the cache (see the module documentation).
     pub fn spilled(&self) -> bool {
         self.spilled
+    }
+
+    /// The file's bytes `range` where they lie in one segment (a spilled
+    /// file's, whole), borrowed; `None` where they span segments or run
+    /// past the file.
+    pub fn contiguous(&self, range: std::ops::Range<usize>) -> Option<&[u8]> {
+        if range.end > self.len || range.start > range.end {
+            return None;
+        }
+        let seg = self.segments().get(range.start / self.segment_len)?.bytes();
+        let from = range.start % self.segment_len;
+        seg.get(from..from + range.len())
     }
 
     /// The last 32 bytes (a diff file's trailer).
@@ -610,11 +623,15 @@ mod tests {
         spilled.read_at(SEGMENT_BYTES - 4, &mut mid).expect("read_at");
         assert_eq!(mid, big[SEGMENT_BYTES - 4..2 * SEGMENT_BYTES + 5]);
         assert_eq!(spilled.trailer().expect("trailer").as_slice(), &big[big.len() - 32..]);
+        assert_eq!(spilled.contiguous(5..3 * SEGMENT_BYTES), Some(&big[5..3 * SEGMENT_BYTES]), "one segment");
+        assert_eq!(spilled.contiguous(5..big.len() + 1), None, "past the end");
         assert_eq!(cache.in_use(), 0, "a spilled file lends no segment");
         drop(spilled);
         // Parts across segment boundaries land in order.
         let (a, b) = bytes.split_at(SEGMENT_BYTES + 5);
         let (c, _) = cache.store_parts(&[a, &b[..10], &b[10..]]).expect("store");
+        assert_eq!(c.contiguous(7..SEGMENT_BYTES), Some(&bytes[7..SEGMENT_BYTES]));
+        assert_eq!(c.contiguous(SEGMENT_BYTES - 1..SEGMENT_BYTES + 1), None, "across segments");
         let mut back = Vec::new();
         c.write_to(&mut back).expect("write");
         assert_eq!(back, bytes);

@@ -37,7 +37,7 @@ use crate::engine::{Engine, OpenReport};
 use crate::format::Compression;
 use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
-use crate::regions::{Conversion, PendingRegions, Region, Rewrite};
+use crate::regions::{Conversion, Region, Rewrite};
 use crate::store::{Store, StoreOptions};
 use crate::{Error, Result};
 use cache::Cached;
@@ -204,6 +204,66 @@ pub(crate) struct HandedVersion {
     sealed: bool,
     report: TieredReport,
     t0: Instant,
+    cache_started: Instant,
+    copied: Duration,
+    waited: Duration,
+}
+
+impl HandedVersion {
+    /// What the version cost the application until now.
+    pub(crate) fn report(&self) -> TieredReport {
+        self.report.clone()
+    }
+
+    /// The version's number.
+    pub(crate) fn version(&self) -> u64 {
+        self.report.version
+    }
+
+    /// The collective step's side of a version handed over before its
+    /// diff was on the host (any thread; the application is not waiting):
+    /// the diff decoded from the cached file's metadata, and its FIRST
+    /// regions (nodes of at most `2^max_level` chunks) hashed from the
+    /// cached FIRST bytes, by the digest rule every backend shares.
+    pub(crate) fn describe(mut self, max_level: u32) -> Result<(CachedVersion, Vec<Region>)> {
+        self.cached.ready()?;
+        let cached = &self.cached;
+        let short = || Error::Internal("a cached diff file shorter than its tables".into());
+        let mut read = |at: u64, buf: &mut [u8]| cached.read_at(at as usize, buf).ok_or_else(short);
+        let (version, data_start) = match (self.handed.pending.take(), self.handed.describe.take()) {
+            (_, Some(describe)) => describe(&mut read)?,
+            // Described already (the CPU): the data's place from the header.
+            (Some(version), None) => {
+                let mut header = [0u8; crate::format::diff_file::HEADER_LEN as usize];
+                read(0, &mut header)?;
+                let at = crate::format::data_start_of(&header, cached.len() as u64)
+                    .map_err(|e| Error::Internal(format!("a cached diff file: {e}")))?;
+                (version, at as usize)
+            }
+            (None, None) => return Err(Error::Internal("a handed-over version with nothing to describe it".into())),
+        };
+        // The FIRST data where it lies in one segment (a spilled file),
+        // else gathered.
+        let data = data_start..data_start + version.diff.data_bytes() as usize;
+        let copied;
+        let first = match cached.contiguous(data.clone()) {
+            Some(bytes) => bytes,
+            None => {
+                let mut bytes = vec![0u8; data.len()];
+                read(data.start as u64, &mut bytes)?;
+                copied = bytes;
+                &copied
+            }
+        };
+        let regions = crate::regions::first_regions(
+            &version.diff,
+            &crate::regions::FirstBytes::gathered(&version.diff, first),
+            max_level,
+        );
+        let HandedVersion { cached, sealed, t0, cache_started, copied, waited, .. } = self;
+        let c = CachedVersion { version, cached, sealed, rewrite: None, started: t0, cache_started, copied, waited };
+        Ok((c, regions))
+    }
 }
 
 /// A version de-duplicated and copied into the host cache, not yet queued
@@ -221,11 +281,6 @@ pub(crate) struct CachedVersion {
 }
 
 impl CachedVersion {
-    /// The version's number.
-    pub(crate) fn version(&self) -> u64 {
-        self.version.diff.version
-    }
-
     /// Turns the converted regions into references to their owners after
     /// the hand-over (the collective step run in the background): the diff
     /// and the pending record change; the cached bytes wait for
@@ -417,13 +472,13 @@ impl TieredEngine {
         let mut report = report_of(version, baseline, file_bytes, t0, t1, copied, waited, handed.gpu);
         report.held_on_gpu = cached.deferred();
         report.spilled = cached.spilled();
-        Ok(HandedVersion { handed, cached, sealed, report, t0 })
+        Ok(HandedVersion { handed, cached, sealed, report, t0, cache_started: t1, copied, waited })
     }
 
     /// Commits a version [`TieredEngine::hand_over`] cached and queues it on
     /// every tier. On error the next checkpoint is a baseline.
     pub(crate) fn submit_handed(&mut self, h: HandedVersion) -> Result<TieredReport> {
-        let HandedVersion { handed, cached, sealed, mut report, t0 } = h;
+        let HandedVersion { handed, cached, sealed, mut report, t0, .. } = h;
         self.backend.commit_handed(handed)?;
         self.enqueue(report.version, report.baseline, cached, sealed, None)?;
         report.total_seconds = t0.elapsed().as_secs_f64();
@@ -486,17 +541,6 @@ impl TieredEngine {
     /// ([`Engine::regions`]).
     pub(crate) fn regions(&mut self, local: &LocalCheckpoint<'_>, data: &[u8], max_level: u32) -> Result<Vec<Region>> {
         self.backend.regions(local.deduplicated(), data, max_level)
-    }
-
-    /// As [`TieredEngine::regions`], their digests possibly still on their
-    /// way from the device ([`Backend::regions_deferred`]).
-    pub(crate) fn regions_deferred(
-        &mut self,
-        local: &LocalCheckpoint<'_>,
-        data: &[u8],
-        max_level: u32,
-    ) -> Result<PendingRegions> {
-        self.backend.regions_deferred(local.deduplicated(), data, max_level)
     }
 
     /// Collective step 2: serializes the (rewritten) diff into the host

@@ -14,7 +14,7 @@ use crate::backend::{Backend, BackendKind, Deduplicated, DiffBytes, PendingVersi
 use crate::diff::Diff;
 use crate::layout::{Layout, NodeId};
 use crate::memory::{Protected, ProtectedMut};
-use crate::regions::{self, Conversion, FirstBytes, FirstIndex, PendingRegions, Region, Rewrite};
+use crate::regions::{self, Conversion, FirstBytes, FirstIndex, Region, Rewrite};
 use crate::{Error, Result};
 use std::any::Any;
 use std::sync::Arc;
@@ -82,6 +82,9 @@ enum GpuFile {
     /// its metadata on the host), unsealed: `file_len` counts the trailer
     /// the flush worker writes. Taken by [`Backend::hand_over`].
     Staged { staged: Option<Staged>, file_len: usize },
+    /// Handed over to the host cache before its metadata was decoded
+    /// (the collective step's thread described it from there).
+    Handed,
     /// Not copied yet (no arena, or no room in it): where the device made
     /// it, the output buffer or, for a version stored whole, the input
     /// itself (valid until the next version is prepared; the input for as
@@ -283,30 +286,6 @@ impl Backend for CudaBackend {
         self.hashed_regions(version, &nodes, max_level)
     }
 
-    /// Off the device's tree, the copy back left in flight for the
-    /// collective step's thread; where the tree holds no digests, hashed
-    /// now where the bytes lie.
-    fn regions_deferred(&mut self, version: &Deduplicated, _: &[u8], max_level: u32) -> Result<PendingRegions> {
-        let diff = &version.diff;
-        let nodes = {
-            let _span = crate::profile::Span::new("regions-nodes", diff.version);
-            regions::region_nodes(diff, max_level)
-        };
-        let Some(gathered) = self.dev.node_digests(diff.version, &nodes)? else {
-            return self.hashed_regions(version, &nodes, max_level).map(PendingRegions::ready);
-        };
-        let (layout, v) = (diff.layout, diff.version);
-        Ok(PendingRegions::deferred(move || {
-            let digests = {
-                let _span = crate::profile::Span::new("regions-wait", v);
-                gathered.wait()?
-            };
-            let regions = regions::known_regions(&layout, &nodes, &digests);
-            crate::profile::count("regions-unknown", v, (nodes.len() - regions.len()) as u64);
-            Ok(regions)
-        }))
-    }
-
     fn serialize_deferred<'a>(
         &'a mut self,
         version: &mut Deduplicated,
@@ -328,7 +307,7 @@ impl Backend for CudaBackend {
                 Ok((file, rewrite))
             }
             GpuFile::Staged { .. } => Err(Error::Internal("a staged GPU file is handed over, not serialized".into())),
-            GpuFile::OnDevice { .. } => Err(taken_twice()),
+            GpuFile::OnDevice { .. } | GpuFile::Handed => Err(taken_twice()),
         }
     }
 
@@ -357,6 +336,7 @@ impl Backend for CudaBackend {
                 return Ok(rewrite);
             }
             GpuFile::Pinned { .. } => return hand_over_bytes(self, version, data, sink),
+            GpuFile::Handed => return Err(taken_twice()),
         };
         let staged = staged.ok_or_else(|| Error::Internal("a staged GPU file was handed over twice".into()))?;
         let rewrite = self.settle_given(version)?;
@@ -406,6 +386,7 @@ impl Backend for CudaBackend {
         let _span = crate::profile::Span::new("cuda-hand-over", version);
         let len = prepared.prefix_len + 32; // the trailer, zero until sealed
         let baseline = baseline || prepared.stored_whole();
+        let (data_start, data_len) = (prepared.data_start, prepared.data_len);
         let mut timings = None;
         let handed = match self.dev.stage(prepared) {
             Err(e) => Err(e),
@@ -438,7 +419,16 @@ impl Backend for CudaBackend {
             self.dev.rollback()?;
             return Err(e);
         }
-        Ok(crate::backend::Handed { pending: None, baseline, gpu: timings })
+        let describe: crate::backend::Describe = Box::new(move |read| {
+            let mut meta = vec![0u8; data_start];
+            read(0, &mut meta)?;
+            let diff = crate::format::decode_meta(&meta, data_len as u64)
+                .map_err(|e| Error::Gpu(format!("the GPU produced an invalid diff: {e}")))?;
+            let dense = diff.dense;
+            let pending = GpuPending { file: GpuFile::Handed, data_start, dense, given: None, rewrite: None };
+            Ok((Deduplicated { diff, pending: Box::new(pending), gpu: timings }, data_start))
+        });
+        Ok(crate::backend::Handed { pending: None, baseline, describe: Some(describe), gpu: timings })
     }
 
     fn commit_handed(&mut self, _: crate::backend::Handed) -> Result<()> {

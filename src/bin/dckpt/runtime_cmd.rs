@@ -38,6 +38,9 @@ pub struct BenchRuntimeArgs {
     /// Skip timing `TieredEngine` on the same versions.
     #[arg(long)]
     no_engine: bool,
+    /// Time `TieredEngine` before the runtime (after it by default).
+    #[arg(long, conflicts_with = "no_engine")]
+    engine_first: bool,
     /// Seed of the synthetic versions.
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -67,6 +70,7 @@ pub fn bench(a: BenchRuntimeArgs) -> Result<ExitCode> {
         dir: a.dir,
         seed: a.seed,
         engine: !a.no_engine,
+        engine_first: a.engine_first,
     };
     let json = a.json;
     crate::collective_cmd::with_mpi(|world| {
