@@ -157,7 +157,8 @@ pub struct E2eReport {
     pub tiered: Option<E2eTiered>,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// The median of `v` (the upper one of an even count; 0 when empty).
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return 0.0;
     }
@@ -165,7 +166,8 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn ms(t: Instant) -> f64 {
+/// Milliseconds since `t`.
+pub(crate) fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
 

@@ -147,7 +147,11 @@ impl HeapSegment {
         use rayon::prelude::*;
         const PAGE: usize = 4096;
         let mut bytes = vec![0u8; len].into_boxed_slice();
-        bytes.par_chunks_mut(1 << 21).for_each(|c| c.iter_mut().step_by(PAGE).for_each(|b| *b = 0));
+        // A zero the compiler cannot see: a store of a known zero into
+        // zeroed memory could be dropped, and the page left unmapped.
+        bytes
+            .par_chunks_mut(1 << 21)
+            .for_each(|c| c.iter_mut().step_by(PAGE).for_each(|b| *b = std::hint::black_box(0)));
         HeapSegment(bytes)
     }
 }

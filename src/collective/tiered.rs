@@ -246,6 +246,19 @@ impl TieredCollective {
         Ok(report)
     }
 
+    /// The call's first part when it offers no regions itself: the local
+    /// de-duplication and the hand-over of the file to the host cache
+    /// ([`TieredEngine::hand_over`]), agreed by every rank (on a failure
+    /// anywhere, every rank abandons the version).
+    fn hand_over_agreed(&mut self, version: u64, input: Protected<'_>) -> Result<crate::tiers::HandedVersion> {
+        let handed = {
+            let _span = crate::profile::Span::new("dedup-cache", version);
+            self.engine.hand_over(version, input)
+        };
+        let _span = crate::profile::Span::new("agree-cache", version);
+        self.agree_or_abandon("the de-duplication or the copy into the host cache", version, handed)
+    }
+
     /// A checkpoint with no regions to offer (local-only, or one rank): the
     /// tiers' own path, the file handed to the host cache with nothing
     /// decoded on the host, then one agreement (every rank took it, or
@@ -256,14 +269,7 @@ impl TieredCollective {
         input: Protected<'_>,
         t0: Instant,
     ) -> Result<CollectiveReport<TieredReport>> {
-        let handed = {
-            let _span = crate::profile::Span::new("dedup-cache", version);
-            self.engine.hand_over(version, input)
-        };
-        let handed = {
-            let _span = crate::profile::Span::new("agree-cache", version);
-            self.agree_or_abandon("the de-duplication or the copy into the host cache", version, handed)?
-        };
+        let handed = self.hand_over_agreed(version, input)?;
         let checkpoint = {
             let _span = crate::profile::Span::new("submit", version);
             self.engine.submit_handed(handed)?
@@ -289,14 +295,7 @@ impl TieredCollective {
         input: Protected<'_>,
         t0: Instant,
     ) -> Result<CollectiveReport<TieredReport>> {
-        let handed = {
-            let _span = crate::profile::Span::new("dedup-cache", version);
-            self.engine.hand_over(version, input)
-        };
-        let handed = {
-            let _span = crate::profile::Span::new("agree-cache", version);
-            self.agree_or_abandon("the de-duplication or the copy into the host cache", version, handed)?
-        };
+        let handed = self.hand_over_agreed(version, input)?;
         let checkpoint = handed.report();
         let worker = self.worker.as_ref().ok_or_else(|| Error::Internal("no collective step thread".into()))?;
         if let Err(e) = worker.submit(Task { handed, max_level: self.max_level }) {

@@ -16,7 +16,7 @@
 
 use super::{Region, Runtime};
 use crate::backend::BackendKind;
-use crate::bench_e2e::Buffer;
+use crate::bench_e2e::{Buffer, median, ms};
 use crate::config::Config;
 use crate::generate::{Shape, Workload};
 use crate::tiers::{Listing, TieredEngine};
@@ -193,22 +193,16 @@ pub fn run(
     // The runtime, as an application holds it.
     let mut rt = Runtime::init(world, config.clone());
     protect(&mut rt, &mut buf)?;
-    let (mut calls, mut spilled, mut waited) = (Vec::new(), 0u64, 0.0f64);
-    for v in 1..=o.versions {
-        if v > 1 {
-            w.advance();
-            buf.load(w.current())?;
-        }
-        world.barrier();
-        let t = Instant::now();
+    let (mut spilled, mut waited) = (0u64, 0.0f64);
+    let calls = timed_versions(world, o, &mut w, &mut buf, |v, _| {
         let r = rt.checkpoint(NAME, v)?;
-        calls.push(ms(t));
         spilled += u64::from(r.checkpoint.spilled);
         waited += r.checkpoint.backpressure_seconds * 1e3;
         if rank == 0 {
             progress("checkpoint");
         }
-    }
+        Ok(())
+    })?;
     let overlapped = rt.stats().overlapped_calls > 0;
     let t = Instant::now();
     rt.wait(NAME, o.versions)?;
@@ -326,6 +320,21 @@ fn engine_calls(
     let mut engine = TieredEngine::open_for(rank, o.size as u64, store, &tiers, backend, ordinal, Listing::Manifest)?;
     let mut w = Workload::new(o.size, o.change, o.shape, seed)?;
     buf.load(w.current())?;
+    let calls = timed_versions(world, o, &mut w, buf, |v, buf| engine.checkpoint(v, buf.protected()?).map(|_| ()))?;
+    engine.wait_all()?;
+    engine.finalize()?;
+    Ok(calls)
+}
+
+/// Versions 1..=`o.versions` of `w` loaded into `buf` one by one, each
+/// followed (every rank at once) by `call`; each call's time (ms).
+fn timed_versions(
+    world: &SimpleCommunicator,
+    o: &BenchRuntimeOptions,
+    w: &mut Workload,
+    buf: &mut Buffer,
+    mut call: impl FnMut(u64, &Buffer) -> Result<()>,
+) -> Result<Vec<f64>> {
     let mut calls = Vec::new();
     for v in 1..=o.versions {
         if v > 1 {
@@ -334,11 +343,9 @@ fn engine_calls(
         }
         world.barrier();
         let t = Instant::now();
-        engine.checkpoint(v, buf.protected()?)?;
+        call(v, buf)?;
         calls.push(ms(t));
     }
-    engine.wait_all()?;
-    engine.finalize()?;
     Ok(calls)
 }
 
@@ -391,16 +398,4 @@ fn write_fsync(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
     let mut f = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
     f.write_all(bytes).and_then(|()| f.sync_all()).map_err(|e| Error::io(path, e))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn ms(t: Instant) -> f64 {
-    t.elapsed().as_secs_f64() * 1e3
 }
