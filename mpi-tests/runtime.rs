@@ -11,6 +11,7 @@ use super::World;
 use super::common::noise;
 use dckpt::config::{Bytes, Config, Mode};
 use dckpt::runtime::{Region, Runtime};
+use mpi::traits::*;
 use std::path::Path;
 
 /// Region `id`'s bytes on `rank` at `version`.
@@ -111,6 +112,12 @@ pub fn runtime(w: &World, root: &Path) {
     let mut rt = Runtime::init(w.comm, config.clone());
     protect_all(&mut rt, &mut bufs);
     w.check(rt.latest("sim").expect("latest") == Some(4), "the newest version every rank has");
+    w.check(!rt.is_open("sim"), "latest read the manifests only (nothing opened)");
+    // Version 0 is C's and Fortran's "none": refused on every rank.
+    w.check(
+        matches!(rt.checkpoint("sim", 0), Err(e) if e.kind() == dckpt::ErrorKind::InvalidOption),
+        "version 0 is refused",
+    );
     // A version that does not exist fails on every rank.
     w.check(rt.restart("sim", 9).is_err(), "restarting a version that does not exist");
     for v in [4u64, 2] {
@@ -137,6 +144,78 @@ pub fn runtime(w: &World, root: &Path) {
     for collective in [true, false] {
         larger_than_the_cache(w, &Config { collective, ..config.clone() });
     }
+    damaged_newest(w, &config);
+    another_rank_count(w, &config);
+}
+
+/// The newest version damaged on every tier of one rank: `restart_latest`
+/// falls back to the newest version that restores everywhere, on every
+/// rank, with the right bytes, and the next checkpoint proceeds.
+fn damaged_newest(w: &World, config: &Config) {
+    let name = "damaged";
+    let len = 200_000 + 512 * w.rank as usize;
+    let mut bufs = vec![vec![0u8; len]];
+    let mut rt = Runtime::init(w.comm, config.clone());
+    for v in 1..=3u64 {
+        bufs[0] = content(w.rank, 9, len, v);
+        protect_all(&mut rt, &mut bufs);
+        rt.checkpoint(name, v).expect("checkpoint");
+    }
+    rt.finalize().expect("finalize");
+    // Rank 0's version 3, damaged in place on every tier (same length).
+    if w.rank == 0 {
+        for tier in [config.scratch.as_ref(), config.persistent.as_ref()].into_iter().flatten() {
+            let file = tier.join(name).join("rank-00000").join(dckpt::store::diff_file_name(3));
+            let mut bytes = std::fs::read(&file).expect("read the newest diff");
+            let mid = bytes.len() / 2;
+            bytes[mid..].iter_mut().for_each(|b| *b ^= 0x5a);
+            std::fs::write(&file, bytes).expect("damage it");
+        }
+    }
+    w.comm.barrier();
+    let mut bufs = vec![vec![0u8; len]];
+    let mut rt = Runtime::init(w.comm, config.clone());
+    protect_all(&mut rt, &mut bufs);
+    w.check(rt.restart("damaged", 3).is_err(), "restarting the damaged version fails on every rank");
+    let restored = rt.restart_latest(name).expect("restart_latest");
+    w.check(restored == Some(2), &format!("fell back to version 2 everywhere, got {restored:?}"));
+    w.check(bufs[0] == content(w.rank, 9, len, 2), "the fallback's bytes");
+    // The next checkpoint proceeds (a baseline), and restores.
+    bufs[0] = content(w.rank, 9, len, 4);
+    protect_all(&mut rt, &mut bufs);
+    let r = rt.checkpoint(name, 4).expect("the checkpoint after a fallback");
+    w.check(r.checkpoint.baseline, "the checkpoint after a fallback is a baseline");
+    rt.wait(name, 4).expect("durable");
+    bufs[0].fill(0);
+    rt.restart(name, 4).expect("restart the new version");
+    w.check(bufs[0] == content(w.rank, 9, len, 4), "the version after a fallback");
+    rt.finalize().expect("finalize");
+}
+
+/// A store written by this job's ranks, read by a job of fewer ranks: a
+/// distinct error on every rank, never "nothing to restart from".
+fn another_rank_count(w: &World, config: &Config) {
+    if w.size < 2 {
+        return;
+    }
+    let name = "sized";
+    let mut bufs = vec![vec![0u8; 4096]];
+    let mut rt = Runtime::init(w.comm, config.clone());
+    protect_all(&mut rt, &mut bufs);
+    rt.checkpoint(name, 1).expect("checkpoint");
+    rt.finalize().expect("finalize");
+    let color = if w.rank == 0 { 0 } else { 1 };
+    let part = w.comm.split_by_color(mpi::topology::Color::with_value(color)).expect("split");
+    let mut rt = Runtime::init(&part, config.clone());
+    let mut bufs = vec![vec![0u8; 4096]];
+    protect_all(&mut rt, &mut bufs);
+    let latest = rt.latest(name);
+    w.check(
+        matches!(&latest, Err(e) if e.kind() == dckpt::ErrorKind::RankCount),
+        &format!("latest on {} of {} ranks: {latest:?}", part.size(), w.size),
+    );
+    drop(rt);
+    w.comm.barrier();
 }
 
 /// Regions whose diffs are larger than the whole host cache (the defaults

@@ -136,6 +136,20 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A checkpoint written by a job of another size: its ranks' regions
+    /// are read with `old_regions` / `read_region`, not restarted rank by rank.
+    #[error(
+        "checkpoint '{name}' was written by {written} rank(s); this job has {now} (read the old ranks' regions with \
+         old_regions / read_region, or restart with {written} ranks)"
+    )]
+    RankCount {
+        /// The checkpoint name.
+        name: String,
+        /// Ranks of the job that wrote it.
+        written: u32,
+        /// Ranks of this job.
+        now: u32,
+    },
     /// An internal invariant failed (a bug: please report it).
     #[error("internal error: {0}")]
     Internal(String),
@@ -178,6 +192,8 @@ pub enum ErrorKind {
     NoSpace = 15,
     /// [`Error::NotDurable`].
     NotDurable = 16,
+    /// [`Error::RankCount`].
+    RankCount = 17,
     /// [`Error::Internal`].
     Internal = 99,
 }
@@ -211,6 +227,7 @@ impl Error {
             Error::NeedsRepair { .. } => ErrorKind::NeedsRepair,
             Error::NoSpace { .. } => ErrorKind::NoSpace,
             Error::NotDurable { .. } => ErrorKind::NotDurable,
+            Error::RankCount { .. } => ErrorKind::RankCount,
             Error::Internal(_) => ErrorKind::Internal,
         }
     }

@@ -513,6 +513,16 @@ pub fn restore_in(catalog: &mut Catalog, rank: u32, version: u64) -> Result<(Vec
 /// the version's length. Every byte of `out` is written; on an error its
 /// content is unspecified (what was verified before the error).
 pub fn restore_in_place(catalog: &mut Catalog, rank: u32, version: u64, out: &mut [u8]) -> Result<RestoreStats> {
+    restore_in_place_resolved(catalog, rank, version, out).map(|(stats, _)| stats)
+}
+
+/// As [`restore_in_place`], also returning where each chunk was read from.
+pub fn restore_in_place_resolved(
+    catalog: &mut Catalog,
+    rank: u32,
+    version: u64,
+    out: &mut [u8],
+) -> Result<(RestoreStats, Resolution)> {
     let want = out.len();
     restore_with(catalog, rank, version, |len| {
         if len == want {
@@ -521,7 +531,6 @@ pub fn restore_in_place(catalog: &mut Catalog, rank: u32, version: u64, out: &mu
             Err(Error::InvalidOption(format!("the buffer holds {want} bytes, version {version} holds {len}")))
         }
     })
-    .map(|(stats, _)| stats)
 }
 
 /// The restore: resolves, asks `output` for the buffer of the version's

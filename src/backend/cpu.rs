@@ -145,6 +145,20 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn rebuild_from(&mut self, _version: u64, data: Protected<'_>, map: &crate::engine::StoredMap) -> Result<()> {
+        let Protected::Host(bytes) = data else {
+            return Err(Error::InvalidOption("the CPU backend rebuilds from host memory".into()));
+        };
+        let (layout, hash, rank) = (self.state.layout, self.state.hash, self.state.rank);
+        let opts = crate::store::StoreOptions { method: self.method, hash, ..Default::default() };
+        let rebuilt = crate::engine::rebuilt_from(bytes, map, layout, &opts);
+        let limits = self.state.limits;
+        self.state = rebuilt.into_state(layout, hash, rank);
+        self.state.limits = limits;
+        self.restart_pending = false;
+        Ok(())
+    }
+
     fn place(&self, bytes: &[u8], dst: ProtectedMut<'_>) -> Result<()> {
         match dst {
             ProtectedMut::Host(out) if out.len() == bytes.len() => {

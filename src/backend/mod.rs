@@ -216,6 +216,14 @@ pub trait Backend: Send {
     /// memory on the CUDA backend).
     fn place(&self, bytes: &[u8], dst: ProtectedMut<'_>) -> Result<()>;
 
+    /// Rebuilds the de-duplication state from `data`, the restored bytes of
+    /// committed `version` (host memory, or device memory on the CUDA
+    /// backend), whose chunks are stored where `map` says: the previous
+    /// leaves and the record a baseline of it would leave, each entry moved
+    /// to where its bytes are stored ([`crate::engine::rebuild_state`]'s
+    /// rule). Any pending version is forgotten first.
+    fn rebuild_from(&mut self, version: u64, data: Protected<'_>, map: &crate::engine::StoredMap) -> Result<()>;
+
     /// The host memory its files should be cached in, if not the heap: the
     /// CUDA backend's page-locked segments, which its device copies diffs
     /// into directly ([`FileSink::fill`]).

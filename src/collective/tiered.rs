@@ -442,6 +442,14 @@ impl TieredCollective {
         self.engine.restore_into(version, dst)
     }
 
+    /// A restart's restore on this rank: `version` into `dst`, and the
+    /// de-duplication state rebuilt from those bytes
+    /// ([`TieredEngine::restart_into`]). Call [`Self::settle_for_restore`]
+    /// on every rank first.
+    pub fn restart_into(&mut self, version: u64, dst: ProtectedMut<'_>) -> Result<()> {
+        self.engine.restart_into(version, dst)
+    }
+
     /// Readies a restore of `version` on every rank (a restart): a version
     /// not yet committed on any tier may reference files other ranks have
     /// not made durable yet, so every rank first settles its own flushes of

@@ -6,7 +6,7 @@
 mod rebuild;
 mod staged;
 
-pub use rebuild::{Rebuilt, rebuild_state};
+pub use rebuild::{Rebuilt, StoredMap, rebuild_state, rebuilt_from};
 pub use staged::{LocalCheckpoint, StagedCheckpoint};
 
 use crate::backend::budget::GpuCache;
@@ -82,6 +82,9 @@ pub struct Engine {
     record_len: u64,
     /// The next version must be a baseline (no history could be rebuilt).
     force_baseline: bool,
+    /// The committed version whose state is still to be rebuilt (an
+    /// engine opened with [`RebuildAt::Later`] that has not restarted yet).
+    rebuild_pending: Option<u64>,
     opened: OpenReport,
 }
 
@@ -118,7 +121,7 @@ impl Engine {
         backend: BackendKind,
         device: usize,
     ) -> Result<Self> {
-        Self::open_with_cache(root, rank, data_len, opts, backend, device, GpuCache::NONE)
+        Self::open_with_cache(root, rank, data_len, opts, backend, device, GpuCache::NONE, RebuildAt::Open)
     }
 
     /// As [`Engine::open_on_device`], giving the CUDA backend a GPU cache
@@ -132,6 +135,7 @@ impl Engine {
         backend: BackendKind,
         device: usize,
         gpu_cache: GpuCache,
+        rebuild: RebuildAt,
     ) -> Result<Self> {
         let t0 = Instant::now();
         let (store, notes) = Store::open_writer(root, rank, data_len, opts)?;
@@ -145,63 +149,32 @@ impl Engine {
                 path.display()
             ));
         }
-        let mut force_baseline = false;
-        let mut damaged = |v: u64, e: Error, opened: &mut OpenReport| {
-            opened.warnings.push(format!(
-                "rank {rank}: the latest version {v} cannot be restored ({e}); the next checkpoint is a baseline \
-                 (older versions stay restorable; `dckpt repair` removes what nothing needs)"
-            ));
-            force_baseline = true;
-        };
         // `auto` keeps SHA-1 stores on the CPU (the GPU has no SHA-1 kernel);
         // an explicit `cuda` gets the GPU backend's clear refusal instead.
         let resolved = match backend {
             BackendKind::Auto if opts.hash == crate::HashAlgo::Sha1 => BackendKind::Cpu,
             other => other.resolve(),
         };
-        let backend: Box<dyn Backend> = match resolved {
+        let mut backend: Box<dyn Backend> = match resolved {
             BackendKind::Cuda => {
                 let gpu = Gpu::open(device)?;
-                let mut dev =
-                    GpuDedup::with_budget(gpu, layout, opts.hash, opts.method, rank, opts.gpu_memory, gpu_cache)?;
-                if let Some(v) = latest.filter(|_| opts.method.uses_previous()) {
-                    match rebuild::restore_latest(store.root(), rank, v) {
-                        Ok(restored) => {
-                            opened.restore_seconds = restored.seconds;
-                            let t = Instant::now();
-                            dev.rebuild(v, &restored.data, &restored.stored_runs()?)?;
-                            opened.rebuild_seconds = t.elapsed().as_secs_f64();
-                        }
-                        Err(e) => damaged(v, e, &mut opened),
-                    }
-                }
+                let dev = GpuDedup::with_budget(gpu, layout, opts.hash, opts.method, rank, opts.gpu_memory, gpu_cache)?;
                 Box::new(CudaBackend::new(dev))
             }
-            _ => {
-                // Full keeps no state: nothing to restore.
-                let wanted = latest.filter(|_| opts.method.uses_previous());
-                let state = match wanted.map(|v| (v, rebuild_state(store.root(), rank, v, layout, opts))) {
-                    Some((_, Ok(r))) => {
-                        opened.restore_seconds = r.restore_seconds;
-                        opened.rebuild_seconds = r.rebuild_seconds;
-                        let t = Instant::now();
-                        let state = r.into_state(layout, opts.hash, rank);
-                        opened.rebuild_seconds += t.elapsed().as_secs_f64();
-                        state
-                    }
-                    Some((v, Err(e))) => {
-                        damaged(v, e, &mut opened);
-                        DedupState::new(layout, opts.hash, rank)
-                    }
-                    None => DedupState::new(layout, opts.hash, rank),
-                };
-                Box::new(CpuBackend::new(state, opts.method))
-            }
+            _ => Box::new(CpuBackend::new(DedupState::new(layout, opts.hash, rank), opts.method)),
         };
+        // Full keeps no state: nothing to restore.
+        let mut rebuild_pending = latest.filter(|_| opts.method.uses_previous());
+        let mut force_baseline = false;
+        if rebuild == RebuildAt::Open
+            && let Some(v) = rebuild_pending.take()
+        {
+            force_baseline = !rebuild_from_disk(backend.as_mut(), store.root(), rank, v, &mut opened);
+        }
         let record_len = backend.record_entries();
         opened.record_entries = record_len;
         opened.total_seconds = t0.elapsed().as_secs_f64();
-        Ok(Engine { store, backend, opts: opts.clone(), record_len, force_baseline, opened })
+        Ok(Engine { store, backend, opts: opts.clone(), record_len, force_baseline, rebuild_pending, opened })
     }
 
     /// Takes the engine apart for the asynchronous tiers, which drive the
@@ -212,6 +185,7 @@ impl Engine {
             backend: self.backend,
             opts: self.opts,
             force_baseline: self.force_baseline,
+            rebuild_pending: self.rebuild_pending,
             opened: self.opened,
         }
     }
@@ -296,7 +270,50 @@ pub(crate) struct EngineParts {
     pub backend: Box<dyn Backend>,
     pub opts: StoreOptions,
     pub force_baseline: bool,
+    pub rebuild_pending: Option<u64>,
     pub opened: OpenReport,
+}
+
+/// When opening an engine rebuilds its de-duplication state from the
+/// newest committed version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RebuildAt {
+    /// At once (a restore of that version in the open).
+    Open,
+    /// From a restart's own restore, or else at the first checkpoint
+    /// ([`rebuild_from_disk`]): opening reads manifests only.
+    Later,
+}
+
+/// Restores committed `version` of `rank` from the store under `root` and
+/// rebuilds `backend`'s state from it. A version that cannot be restored
+/// leaves a warning in `opened` and `false` (the next checkpoint must be a
+/// baseline; older versions stay restorable).
+pub(crate) fn rebuild_from_disk(
+    backend: &mut dyn Backend,
+    root: &Path,
+    rank: u32,
+    version: u64,
+    opened: &mut OpenReport,
+) -> bool {
+    let _span = crate::profile::Span::new("rebuild", version);
+    let rebuilt = rebuild::restore_latest(root, rank, version).and_then(|restored| {
+        opened.restore_seconds = restored.seconds;
+        let t = Instant::now();
+        backend.rebuild_from(version, Protected::Host(&restored.data), &restored.map)?;
+        opened.rebuild_seconds = t.elapsed().as_secs_f64();
+        Ok(())
+    });
+    match rebuilt {
+        Ok(()) => true,
+        Err(e) => {
+            opened.warnings.push(format!(
+                "rank {rank}: the latest version {version} cannot be restored ({e}); the next checkpoint is a \
+                 baseline (older versions stay restorable; `dckpt repair` removes what nothing needs)"
+            ));
+            false
+        }
+    }
 }
 
 /// The report of a written version; the write time runs from `t1` to now.

@@ -58,20 +58,29 @@ impl Rebuilt {
     }
 }
 
-/// The latest version restored, with where each of its chunks is stored.
-#[derive(Debug)]
-pub struct Restored {
-    /// Its bytes.
-    pub data: Vec<u8>,
+/// Where each chunk of a restored version is stored: what a rebuild needs
+/// beside the restored bytes.
+#[derive(Debug, Default)]
+pub struct StoredMap {
     /// Its chunks mapped to stored chunks, coalesced, sorted by destination.
     pub runs: Vec<Source>,
     /// The layout of every rank holding some of its bytes.
     pub layouts: HashMap<u32, Layout>,
-    /// Seconds the restore took.
-    pub seconds: f64,
 }
 
-impl Restored {
+impl StoredMap {
+    /// The map of a restore's resolution, each rank's layout read through
+    /// `catalog` (which the restore opened them in).
+    pub fn of(catalog: &mut Catalog, sources: Vec<Source>) -> Result<Self> {
+        let mut layouts = HashMap::new();
+        for s in &sources {
+            if let std::collections::hash_map::Entry::Vacant(v) = layouts.entry(s.rank) {
+                v.insert(catalog.store(s.rank)?.layout()?);
+            }
+        }
+        Ok(StoredMap { runs: coalesce(sources), layouts })
+    }
+
     /// The runs as the GPU rebuild takes them.
     pub fn stored_runs(&self) -> Result<Vec<StoredRun>> {
         self.runs
@@ -91,40 +100,52 @@ impl Restored {
     }
 }
 
+/// The latest version restored, with where each of its chunks is stored.
+#[derive(Debug)]
+pub struct Restored {
+    /// Its bytes.
+    pub data: Vec<u8>,
+    /// Where its chunks are stored.
+    pub map: StoredMap,
+    /// Seconds the restore took.
+    pub seconds: f64,
+}
+
 /// Restores committed version `latest` of `rank` (every block verified,
 /// every cross-rank reference checked) and resolves where its chunks live.
 pub fn restore_latest(root: &Path, rank: u32, latest: u64) -> Result<Restored> {
     let t0 = Instant::now();
     let mut catalog = Catalog::new(root);
     let (data, _stats, res) = restore::restore_in(&mut catalog, rank, latest)?;
-    let mut layouts = HashMap::new();
-    for s in &res.sources {
-        if let std::collections::hash_map::Entry::Vacant(v) = layouts.entry(s.rank) {
-            v.insert(catalog.store(s.rank)?.layout()?);
-        }
-    }
-    Ok(Restored { data, runs: coalesce(res.sources), layouts, seconds: t0.elapsed().as_secs_f64() })
+    let map = StoredMap::of(&mut catalog, res.sources)?;
+    Ok(Restored { data, map, seconds: t0.elapsed().as_secs_f64() })
 }
 
 /// Rebuilds the CPU state of `rank` from its committed version `latest`.
 pub fn rebuild_state(root: &Path, rank: u32, latest: u64, layout: Layout, opts: &StoreOptions) -> Result<Rebuilt> {
     let restored = restore_latest(root, rank, latest)?;
+    let mut rebuilt = rebuilt_from(&restored.data, &restored.map, layout, opts);
+    rebuilt.restore_seconds = restored.seconds;
+    Ok(rebuilt)
+}
+
+/// The CPU state a baseline checkpoint of `data` (a restored version whose
+/// chunks are stored where `map` says) would leave: its leaf digests and
+/// its record, each entry moved to where its bytes are stored.
+pub fn rebuilt_from(data: &[u8], map: &StoredMap, layout: Layout, opts: &StoreOptions) -> Rebuilt {
     let t1 = Instant::now();
-    let mut rebuilt =
-        Rebuilt { previous: None, entries: Vec::new(), restore_seconds: restored.seconds, rebuild_seconds: 0.0 };
+    let mut rebuilt = Rebuilt { previous: None, entries: Vec::new(), restore_seconds: 0.0, rebuild_seconds: 0.0 };
     if opts.method.uses_previous() {
-        let Restored { data, runs, layouts, .. } = restored;
         let leaves: Vec<Digest> =
-            crate::dedup::hash_leaves(&data, layout, opts.hash, None).into_iter().map(|(_, d)| d).collect();
-        drop(data);
+            crate::dedup::hash_leaves(data, layout, opts.hash, None).into_iter().map(|(_, d)| d).collect();
         if opts.method.uses_record() {
-            let at = |node| locate(node, &layout, &runs, &layouts);
+            let at = |node| locate(node, &layout, &map.runs, &map.layouts);
             rebuilt.entries = located_entries(&leaves, opts.hash, opts.method == Method::Tree, at);
         }
         rebuilt.previous = Some(leaves);
     }
     rebuilt.rebuild_seconds = t1.elapsed().as_secs_f64();
-    Ok(rebuilt)
+    rebuilt
 }
 
 /// The record entries a baseline checkpoint of a version with leaf digests

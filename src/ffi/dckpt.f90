@@ -5,8 +5,8 @@
 !   ierr = dckpt_init(MPI_COMM_WORLD, "", ck)            ! "" = defaults + DCKPT_<KEY> environment
 !   ierr = dckpt_protect(ck, 0, c_loc(u), int(size(u), c_size_t) * 8, DCKPT_HOST)
 !   ierr = dckpt_checkpoint(ck, "heat", step)
-!   ierr = dckpt_latest(ck, "heat", version)             ! 0: none
-!   ierr = dckpt_restart(ck, "heat", version)
+!   ierr = dckpt_restart_latest(ck, "heat", version)     ! 0: none, start fresh
+!   (or dckpt_latest + dckpt_restart for one chosen version)
 !   ierr = dckpt_finalize(ck)
 !
 ! Every function returns DCKPT_OK (0) or an error code; dckpt_error_message()
@@ -20,12 +20,15 @@ module dckpt
     implicit none
     private
     public :: dckpt_init, dckpt_protect, dckpt_unprotect, dckpt_checkpoint, dckpt_latest, dckpt_restart, &
-              dckpt_wait, dckpt_finalize, dckpt_error_message
+              dckpt_restart_latest, dckpt_wait, dckpt_finalize, dckpt_error_message
     public :: DCKPT_OK, DCKPT_HOST, DCKPT_DEVICE, DCKPT_ERR_INVALID_OPTION, DCKPT_ERR_MISSING_VERSION, &
-              DCKPT_ERR_INTERNAL
+              DCKPT_ERR_MISMATCH, DCKPT_ERR_RANK_COUNT, DCKPT_ERR_INTERNAL
+    ! What a program needs of iso_c_binding to call these (`use dckpt` alone).
+    public :: c_ptr, c_null_ptr, c_loc, c_int, c_int64_t, c_size_t, c_double, c_float
 
     integer(c_int), parameter :: DCKPT_OK = 0, DCKPT_HOST = 0, DCKPT_DEVICE = 1
-    integer(c_int), parameter :: DCKPT_ERR_MISSING_VERSION = 3, DCKPT_ERR_INVALID_OPTION = 7, DCKPT_ERR_INTERNAL = 99
+    integer(c_int), parameter :: DCKPT_ERR_MISSING_VERSION = 3, DCKPT_ERR_MISMATCH = 5, DCKPT_ERR_INVALID_OPTION = 7, &
+                                 DCKPT_ERR_RANK_COUNT = 17, DCKPT_ERR_INTERNAL = 99
 
     interface
         integer(c_int) function c_init_f(comm, config, out) bind(C, name="dckpt_init_f")
@@ -59,6 +62,12 @@ module dckpt
             integer(c_int64_t), value :: version
         end function
         integer(c_int) function c_latest(h, name, version) bind(C, name="dckpt_latest")
+            import :: c_int, c_ptr, c_char, c_int64_t
+            type(c_ptr), value :: h
+            character(kind=c_char), dimension(*) :: name
+            integer(c_int64_t) :: version
+        end function
+        integer(c_int) function c_restart_latest(h, name, version) bind(C, name="dckpt_restart_latest")
             import :: c_int, c_ptr, c_char, c_int64_t
             type(c_ptr), value :: h
             character(kind=c_char), dimension(*) :: name
@@ -145,6 +154,16 @@ contains
         integer(c_int64_t), intent(out) :: version
         version = 0
         dckpt_latest = c_latest(handle, c_text(name), version)
+    end function
+
+    !> Restarts from the newest version of `name` that restores on every rank (older ones where
+    !> the newest is damaged everywhere); `version` gets it, 0 if there is none (collective).
+    integer(c_int) function dckpt_restart_latest(handle, name, version)
+        type(c_ptr), intent(in) :: handle
+        character(len=*), intent(in) :: name
+        integer(c_int64_t), intent(out) :: version
+        version = 0
+        dckpt_restart_latest = c_restart_latest(handle, c_text(name), version)
     end function
 
     !> Restores `version` of `name` into every protected region (collective).

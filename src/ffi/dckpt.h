@@ -95,6 +95,12 @@
 #define DCKPT_ERR_NOT_DURABLE 16
 
 /**
+ * A checkpoint written by a job of another rank count (read its ranks'
+ * regions instead; see `dckpt_latest`).
+ */
+#define DCKPT_ERR_RANK_COUNT 17
+
+/**
  * A bug, or a panic caught at the boundary.
  */
 #define DCKPT_ERR_INTERNAL 99
@@ -189,6 +195,18 @@ int dckpt_latest(struct DckptRuntime *h, const char *name, uint64_t *version);
  * `h` is a live handle; `name` a NUL-terminated string.
  */
 int dckpt_restart(struct DckptRuntime *h, const char *name, uint64_t version);
+
+/**
+ * Restarts from the newest version of `name` that restores on every rank
+ * (older ones where the newest is damaged everywhere; one warning names
+ * what was skipped) and writes it to `*version`, or 0 if there is none
+ * (start from the beginning). Collective.
+ *
+ * # Safety
+ * `h` is a live handle; `name` a NUL-terminated string; `version` points
+ * to writable memory.
+ */
+int dckpt_restart_latest(struct DckptRuntime *h, const char *name, uint64_t *version);
 
 /**
  * Waits until version `version` of `name` is durable on every tier of

@@ -68,6 +68,9 @@ pub const DCKPT_ERR_NEEDS_REPAIR: c_int = 14;
 pub const DCKPT_ERR_NO_SPACE: c_int = 15;
 /// The version is not durable yet.
 pub const DCKPT_ERR_NOT_DURABLE: c_int = 16;
+/// A checkpoint written by a job of another rank count (read its ranks'
+/// regions instead; see `dckpt_latest`).
+pub const DCKPT_ERR_RANK_COUNT: c_int = 17;
 /// A bug, or a panic caught at the boundary.
 pub const DCKPT_ERR_INTERNAL: c_int = 99;
 
@@ -296,6 +299,29 @@ pub unsafe extern "C" fn dckpt_restart(h: *mut DckptRuntime, name: *const c_char
     })
 }
 
+/// Restarts from the newest version of `name` that restores on every rank
+/// (older ones where the newest is damaged everywhere; one warning names
+/// what was skipped) and writes it to `*version`, or 0 if there is none
+/// (start from the beginning). Collective.
+///
+/// # Safety
+/// `h` is a live handle; `name` a NUL-terminated string; `version` points
+/// to writable memory.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dckpt_restart_latest(h: *mut DckptRuntime, name: *const c_char, version: *mut u64) -> c_int {
+    status(|| {
+        // SAFETY: per the contract.
+        let (rt, name) = unsafe { (runtime(h)?, text(name, "the checkpoint name")?) };
+        if version.is_null() {
+            return Err(Error::InvalidOption("the version pointer is NULL".into()));
+        }
+        let restored = rt.restart_latest(name)?.unwrap_or(0);
+        // SAFETY: non-NULL and writable per the contract.
+        unsafe { *version = restored };
+        Ok(())
+    })
+}
+
 /// Waits until version `version` of `name` is durable on every tier of
 /// every rank (collective).
 ///
@@ -358,6 +384,7 @@ mod tests {
             (DCKPT_ERR_NEEDS_REPAIR, ErrorKind::NeedsRepair),
             (DCKPT_ERR_NO_SPACE, ErrorKind::NoSpace),
             (DCKPT_ERR_NOT_DURABLE, ErrorKind::NotDurable),
+            (DCKPT_ERR_RANK_COUNT, ErrorKind::RankCount),
             (DCKPT_ERR_INTERNAL, ErrorKind::Internal),
         ];
         for (code, kind) in pairs {

@@ -118,6 +118,15 @@ pub struct BenchRuntimeReport {
     pub latest_ms: f64,
     /// `restart` of the latest version (ms); the bytes were checked.
     pub restart_ms: f64,
+    /// A new job's `latest` (a new Runtime in the same process, nothing
+    /// open: the manifests only), ms.
+    pub cold_latest_ms: f64,
+    /// That new job's `restart` of the same version (opening the engine,
+    /// one restore, the state rebuilt from it), ms.
+    pub cold_restart_ms: f64,
+    /// `dckpt restore`'s library call on the same version (read, verify,
+    /// into host memory; no placing), ms.
+    pub restore_only_ms: f64,
     /// Bytes on each tier after the drain, `(tier, bytes)`: every rank's
     /// files in the tier's directory as rank 0 sees it (on one node, all).
     pub tier_bytes: Vec<(String, u64)>,
@@ -225,10 +234,39 @@ pub fn run(
     if buf.copy_out()? != want {
         return Err(Error::Internal(format!("rank {rank}: the restarted region differs from the last version")));
     }
-    drop(want);
     rt.finalize()?;
     if rank == 0 {
         progress("restart");
+    }
+
+    // A new job: latest + restart from nothing open, then the plain restore.
+    buf.load(&vec![0x5a; o.size])?;
+    world.barrier();
+    let mut rt = Runtime::init(world, config.clone());
+    protect(&mut rt, &mut buf)?;
+    let t = Instant::now();
+    let latest = rt.latest(NAME)?;
+    let cold_latest_ms = ms(t);
+    let t = Instant::now();
+    match latest {
+        Some(v) => rt.restart(NAME, v)?,
+        None => return Err(Error::Internal("a new job found no version to restart from".into())),
+    }
+    let cold_restart_ms = ms(t);
+    if buf.copy_out()? != want {
+        return Err(Error::Internal(format!("rank {rank}: a new job's restart differs from the last version")));
+    }
+    drop(want);
+    rt.finalize()?;
+    world.barrier();
+    let root = tiers_of(&config).into_iter().map(|(_, d)| d).next();
+    let t = Instant::now();
+    if let (Some(root), Some(v)) = (root, latest) {
+        crate::restore::restore_version(&root, rank, v)?;
+    }
+    let restore_only_ms = ms(t);
+    if rank == 0 {
+        progress("cold restart");
     }
 
     // The naive alternative, twice (the faster: the page cache warmed up).
@@ -263,10 +301,29 @@ pub fn run(
     };
     let calls_ms = slowest(&calls);
     let engine_calls_ms = if engine_calls.is_empty() { Vec::new() } else { slowest(&engine_calls) };
-    let [drain_ms, latest_ms, restart_ms, naive_copy_ms, naive_write_ms, waited]: [f64; 6] =
-        slowest(&[drain_ms, latest_ms, restart_ms, copy_ms, write_ms, waited])
-            .try_into()
-            .map_err(|_| Error::Internal("gathered figures".into()))?;
+    let [
+        drain_ms,
+        latest_ms,
+        restart_ms,
+        naive_copy_ms,
+        naive_write_ms,
+        waited,
+        cold_latest_ms,
+        cold_restart_ms,
+        restore_only_ms,
+    ]: [f64; 9] = slowest(&[
+        drain_ms,
+        latest_ms,
+        restart_ms,
+        copy_ms,
+        write_ms,
+        waited,
+        cold_latest_ms,
+        cold_restart_ms,
+        restore_only_ms,
+    ])
+    .try_into()
+    .map_err(|_| Error::Internal("gathered figures".into()))?;
     let mut spilled_all = 0u64;
     world.all_reduce_into(&spilled, &mut spilled_all, ::mpi::collective::SystemOperation::sum());
     if rank != 0 {
@@ -291,6 +348,9 @@ pub fn run(
         drain_ms,
         latest_ms,
         restart_ms,
+        cold_latest_ms,
+        cold_restart_ms,
+        restore_only_ms,
         tier_bytes,
         naive_copy_ms,
         naive_write_ms,

@@ -72,6 +72,12 @@ impl Runtime {
         }
     }
 
+    /// Whether checkpoint `name` is open in this process (a checkpoint or a
+    /// restart opened it; `latest` alone does not).
+    pub fn is_open(&self, name: &str) -> bool {
+        self.names.contains_key(name)
+    }
+
     /// The configuration the runtime runs with.
     pub fn config(&self) -> &Config {
         &self.config
@@ -201,6 +207,12 @@ impl Runtime {
     }
 
     fn checkpoint_untimed(&mut self, name: &str, version: u64) -> Result<CollectiveReport<TieredReport>> {
+        // 0 is `latest`'s "none" in C and Fortran: never a version.
+        let numbered = match version {
+            0 => Err(Error::InvalidOption(format!("checkpoint '{name}': versions start at 1 (0 means none)"))),
+            _ => Ok(()),
+        };
+        all_agree(&self.comm, "the version number", version, numbered)?;
         let regions = self.regions.clone();
         let sync = self.config.mode == Mode::Sync;
         {
@@ -254,39 +266,150 @@ impl Runtime {
 
     /// The newest version of `name` that every rank can restart from (its
     /// regions protected first, as for a checkpoint); `None` if there is
-    /// none. Collective.
+    /// none. Before the name is used in this process, read from the tiers'
+    /// manifests and commit records alone (nothing is opened or restored);
+    /// afterwards, the newest version taken. A checkpoint written by a job
+    /// of another size is [`Error::RankCount`] on every rank. Collective.
     pub fn latest(&mut self, name: &str) -> Result<Option<u64>> {
-        let named = self.named(name)?;
-        named.ckpt.settle();
-        let mine = named.ckpt.engine().latest().unwrap_or(0);
+        let _span = crate::profile::Span::new("runtime-latest", 0);
+        let mine = match self.names.get_mut(name) {
+            Some(named) => {
+                named.ckpt.settle();
+                Ok(named.ckpt.engine().latest().unwrap_or(0))
+            }
+            None => self.listed_newest(name),
+        };
+        let mine = all_agree(&self.comm, "finding the latest version", 0, mine)?;
         let mut newest = 0u64;
         self.comm.all_reduce_into(&mine, &mut newest, ::mpi::collective::SystemOperation::min());
         Ok((newest > 0).then_some(newest))
     }
 
+    /// This rank's newest version of `name` listed on any tier (0 if none),
+    /// from the manifests alone, once the protected regions and the job's
+    /// size are checked against what the name holds.
+    fn listed_newest(&self, name: &str) -> Result<u64> {
+        check_name(name)?;
+        let shapes = self.shapes();
+        if shapes.is_empty() {
+            return Err(Error::InvalidOption(format!("checkpoint '{name}': no region is protected")));
+        }
+        let table = table_of(self.rank(), &shapes);
+        let t = self.config.tier_options(name);
+        let roots: Vec<std::path::PathBuf> = [t.local, t.shared].into_iter().flatten().collect();
+        self.check_rank_count(name)?;
+        roots.iter().try_for_each(|root| check_table(root, &table, name))?;
+        let mut newest = 0;
+        for root in &roots {
+            match crate::store::Store::open(root, self.rank()) {
+                Ok(store) => newest = newest.max(store.manifest().latest().map_or(0, |v| v.version)),
+                Err(Error::NoStore { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(newest)
+    }
+
+    /// Refuses a name whose region tables were written by a job of another
+    /// size ([`Error::RankCount`]).
+    fn check_rank_count(&self, name: &str) -> Result<()> {
+        let Ok(root) = self.read_root(name) else { return Ok(()) };
+        let Ok(tables) = super::table::tables(&root) else { return Ok(()) }; // none yet
+        let now = self.comm.size().max(1) as u32;
+        let written = tables.iter().map(|t| t.rank + 1).max().unwrap_or(0);
+        if written == 0 || written == now {
+            return Ok(());
+        }
+        Err(Error::RankCount { name: name.to_string(), written, now })
+    }
+
     /// Restores version `version` of `name` into every protected region
-    /// (device regions on the device). Collective: it succeeds on every
+    /// (device regions on the device), reading it once: the next checkpoint
+    /// continues from those same bytes. Collective: it succeeds on every
     /// rank or fails on every rank (naming the ranks that could not
     /// restore), so no rank goes on alone. On an error the regions' content
-    /// is unspecified.
+    /// is unspecified. [`Runtime::restart_latest`] falls back to older
+    /// versions instead.
     pub fn restart(&mut self, name: &str, version: u64) -> Result<()> {
+        let restored = self.restart_here(name, version);
+        all_agree(&self.comm, "the restart", version, restored)
+    }
+
+    /// Restarts from the newest version of `name` that restores on every
+    /// rank: the newest listed first; where it does not restore on some
+    /// rank (damage on every tier), the ranks agree on the next older one,
+    /// and so on. Returns the version restored (`None` if there is none:
+    /// start from the beginning), with one warning naming what was skipped.
+    /// Collective.
+    pub fn restart_latest(&mut self, name: &str) -> Result<Option<u64>> {
+        let Some(mut version) = self.latest(name)? else { return Ok(None) };
+        let mut skipped = Vec::new();
+        loop {
+            let restored = self.restart_here(name, version);
+            let ok = u64::from(restored.is_ok());
+            let mut everywhere = 0u64;
+            self.comm.all_reduce_into(&ok, &mut everywhere, ::mpi::collective::SystemOperation::min());
+            if everywhere == 1 {
+                if !skipped.is_empty() && self.rank() == 0 {
+                    tracing::warn!(
+                        "checkpoint '{name}': restarted from version {version}; skipped {}",
+                        skipped.join("; ")
+                    );
+                }
+                return Ok(Some(version));
+            }
+            let why = restored.err().map_or_else(|| "it did not restore on another rank".into(), |e| e.to_string());
+            skipped.push(format!("version {version} (rank {}: {why})", self.rank()));
+            // The next older version every rank lists.
+            let older = self.listed_below(name, version).unwrap_or(0);
+            let mut next = 0u64;
+            self.comm.all_reduce_into(&older, &mut next, ::mpi::collective::SystemOperation::min());
+            if next == 0 {
+                return Err(Error::Collective(format!(
+                    "checkpoint '{name}': no version restores on every rank; tried {}",
+                    skipped.join("; ")
+                )));
+            }
+            version = next;
+        }
+    }
+
+    /// The newest version older than `version` this rank lists on any tier.
+    fn listed_below(&self, name: &str, version: u64) -> Result<u64> {
+        let t = self.config.tier_options(name);
+        let mut newest = 0;
+        for root in [t.local, t.shared].into_iter().flatten() {
+            if let Ok(store) = crate::store::Store::open(&root, self.rank()) {
+                let below = store.manifest().versions.iter().map(|v| v.version).filter(|&v| v < version).max();
+                newest = newest.max(below.unwrap_or(0));
+            }
+        }
+        Ok(newest)
+    }
+
+    /// This rank's part of a restart (the name opened if needed; its
+    /// flushes of `version` settled on every rank first).
+    fn restart_here(&mut self, name: &str, version: u64) -> Result<()> {
+        let _span = crate::profile::Span::new("runtime-restart", version);
         let regions = self.regions.clone();
+        if self.names.get(name).is_none() {
+            self.check_rank_count(name)?;
+        }
         let named = self.named(name)?;
         named.ckpt.settle_for_restore(version);
-        let restored = match &mut named.staging {
-            Staging::Host(buf) => named.ckpt.restore_into(version, ProtectedMut::Host(buf)).map(|()| {
+        match &mut named.staging {
+            Staging::Host(buf) => named.ckpt.restart_into(version, ProtectedMut::Host(buf)).map(|()| {
                 scatter_host(&regions, buf);
             }),
             Staging::Device(staging) => staging
                 .region()
-                .and_then(|region| named.ckpt.restore_into(version, ProtectedMut::Device(region)))
+                .and_then(|region| named.ckpt.restart_into(version, ProtectedMut::Device(region)))
                 .and_then(|()| staging.scatter(&mut raw::pieces_mut(&regions))),
             Staging::Direct => match raw::pieces_mut(&regions).pop() {
-                Some((_, region)) => named.ckpt.restore_into(version, region),
+                Some((_, region)) => named.ckpt.restart_into(version, region),
                 None => Err(Error::Internal("a direct name has one region".into())),
             },
-        };
-        all_agree(&self.comm, "the restart", version, restored)
+        }
     }
 
     /// The tier directory old ranks' tables and files are read from: the

@@ -33,7 +33,7 @@ use crate::backend::Deduplicated;
 use crate::backend::budget::GpuCache;
 use crate::backend::{Backend, BackendKind};
 use crate::engine::LocalCheckpoint;
-use crate::engine::{Engine, OpenReport};
+use crate::engine::{Engine, OpenReport, RebuildAt, StoredMap};
 use crate::format::Compression;
 use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
@@ -180,6 +180,10 @@ pub struct TieredEngine {
     latest: Option<u64>,
     chain_len: u64,
     force_baseline: bool,
+    /// The committed version (and the tier holding it) the backend's state
+    /// is still to be rebuilt from: at a restart from that restore's bytes,
+    /// else at the first checkpoint.
+    rebuild_pending: Option<(u64, usize)>,
     rank: u32,
     roots: Vec<PathBuf>,
     opened: OpenReport,
@@ -188,7 +192,8 @@ pub struct TieredEngine {
     /// The restore cache and its prefetch thread, if configured.
     prefetch: Option<prefetch::Prefetcher>,
     /// The host buffer device restores go through, allocated at the first
-    /// one and kept (page-locked on the CUDA backend).
+    /// one (heap memory every core prefaults: page-locking it would cost
+    /// more than the copy it speeds up) and kept.
     restore_staging: std::sync::Mutex<Option<crate::memory::Segment>>,
     /// Files restores read out of the GPU cache tier ([`Self::gpu_cache_reads`]).
     gpu_cache_reads: std::sync::atomic::AtomicU64,
@@ -349,7 +354,18 @@ impl TieredEngine {
             |root: &PathBuf| Store::open(root, rank).ok().and_then(|s| s.manifest().latest().map(|v| v.version));
         let latests: Vec<Option<u64>> = disks.iter().map(|(_, p)| latest_of(p)).collect();
         let newest = (0..disks.len()).max_by_key(|&i| (latests[i], std::cmp::Reverse(i))).unwrap_or(0);
-        let engine = Engine::open_with_cache(&disks[newest].1, rank, data_len, opts, backend, device, tiers.gpu_cache)?;
+        // Manifests only: the state is rebuilt from a restart's own restore,
+        // else at the first checkpoint.
+        let engine = Engine::open_with_cache(
+            &disks[newest].1,
+            rank,
+            data_len,
+            opts,
+            backend,
+            device,
+            tiers.gpu_cache,
+            RebuildAt::Later,
+        )?;
         let parts = engine.into_parts();
         let mut stores: Vec<(String, Store)> = Vec::with_capacity(disks.len());
         let mut base = Some(parts.store);
@@ -391,6 +407,7 @@ impl TieredEngine {
             latest,
             chain_len,
             force_baseline: parts.force_baseline || disagree,
+            rebuild_pending: parts.rebuild_pending.map(|v| (v, newest)),
             rank,
             roots,
             opened: parts.opened,
@@ -457,6 +474,7 @@ impl TieredEngine {
     /// [`TieredEngine::submit_handed`] or [`TieredEngine::abandon`].
     pub(crate) fn hand_over(&mut self, version: u64, input: Protected<'_>) -> Result<HandedVersion> {
         let t0 = Instant::now();
+        self.rebuild_if_pending();
         if let Some(latest) = self.latest.filter(|&l| l >= version) {
             return Err(Error::VersionNotNewer { latest, requested: version });
         }
@@ -528,6 +546,7 @@ impl TieredEngine {
     /// Collective step 1: de-duplicates `input` without changing the
     /// history (the backend keeps it pending).
     pub(crate) fn deduplicate_local<'a>(&mut self, version: u64, input: Protected<'a>) -> Result<LocalCheckpoint<'a>> {
+        self.rebuild_if_pending();
         if let Some(latest) = self.latest.filter(|&l| l >= version) {
             return Err(Error::VersionNotNewer { latest, requested: version });
         }
@@ -599,7 +618,10 @@ impl TieredEngine {
     }
 
     /// Whether the next version will be a baseline.
-    pub(crate) fn next_baseline(&self) -> bool {
+    /// (A state still to be rebuilt is rebuilt first: a rebuild that fails
+    /// makes it one.)
+    pub(crate) fn next_baseline(&mut self) -> bool {
+        self.rebuild_if_pending();
         self.next_is_baseline()
     }
 
@@ -699,6 +721,59 @@ impl TieredEngine {
     /// every way fails, is the first one's; host memory is restored in
     /// place, so after an error its content is unspecified.
     pub fn restore_into(&self, version: u64, mut dst: ProtectedMut<'_>) -> Result<()> {
+        self.restore_mapped(version, &mut dst).map(drop)
+    }
+
+    /// A restart's restore: `version` restored into `dst` as
+    /// [`TieredEngine::restore_into`] does, and the de-duplication state
+    /// rebuilt from those same bytes (on the device for device memory), so
+    /// that the next checkpoint continues from it; nothing is read twice.
+    /// A version older than the newest taken makes the next checkpoint a
+    /// baseline (the record points into its chain, which retention may
+    /// drop once newer chains exist).
+    pub fn restart_into(&mut self, version: u64, mut dst: ProtectedMut<'_>) -> Result<()> {
+        let map = self.restore_mapped(version, &mut dst)?;
+        let _span = crate::profile::Span::new("restart-rebuild", version);
+        let data = match &dst {
+            ProtectedMut::Host(bytes) => Protected::Host(bytes),
+            ProtectedMut::Device(region) => Protected::Device(*region),
+        };
+        match self.backend.rebuild_from(version, data, &map) {
+            Ok(()) => self.rebuild_pending = None,
+            Err(e) => {
+                tracing::warn!(
+                    "rank {}: rebuilding from version {version}: {e}; the next checkpoint is a baseline",
+                    self.rank
+                );
+                self.force_baseline = true;
+                self.rebuild_pending = None;
+            }
+        }
+        if self.latest != Some(version) {
+            self.force_baseline = true;
+        }
+        Ok(())
+    }
+
+    /// Rebuilds the backend's state from the newest committed version if
+    /// no restart did (the first checkpoint after opening a store).
+    fn rebuild_if_pending(&mut self) {
+        if let Some((version, tier)) = self.rebuild_pending.take()
+            && !crate::engine::rebuild_from_disk(
+                self.backend.as_mut(),
+                &self.roots[tier],
+                self.rank,
+                version,
+                &mut self.opened,
+            )
+        {
+            self.force_baseline = true;
+        }
+    }
+
+    /// [`TieredEngine::restore_into`], returning where the version's chunks
+    /// are stored.
+    fn restore_mapped(&self, version: u64, dst: &mut ProtectedMut<'_>) -> Result<StoredMap> {
         let _span = crate::profile::Span::new("restore", version);
         // Still in the host cache: from there, without waiting for its flush.
         let (overlay, mut first_error) =
@@ -706,28 +781,43 @@ impl TieredEngine {
                 Ok(overlay) => (overlay, None),
                 Err(e) => (None, Some(e)),
             };
-        let mut attempt = |home: usize, reach: Reach, overlay: Option<writeback::Overlay>| {
-            let restored = self.restore_from(version, home, reach, overlay.map(Arc::new), &mut dst);
-            restored.map_err(|e| first_error.get_or_insert(e).kind()).is_ok()
+        let mut map = None;
+        let mut attempt = |home: usize, reach: Reach, overlay: Option<writeback::Overlay>| match self.restore_from(
+            version,
+            home,
+            reach,
+            overlay.map(Arc::new),
+            dst,
+        ) {
+            Ok(m) => {
+                map = Some(m);
+                true
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+                false
+            }
         };
+        let mut restored = false;
         if let Some(overlay) = overlay {
             self.gpu_cache_reads.fetch_add(overlay.peeked() as u64, std::sync::atomic::Ordering::Relaxed);
-            if attempt(0, Reach::Fastest, Some(overlay)) {
-                return Ok(());
+            restored = attempt(0, Reach::Fastest, Some(overlay));
+        }
+        let home = if restored { None } else { self.first_durable(version) };
+        if let Some(home) = home {
+            restored = attempt(home, Reach::Fastest, None) || attempt(home, Reach::HomeOnly, None);
+        }
+        if !restored {
+            // The slower tiers, once they have settled it.
+            let _ = self.shared.progress.wait(version);
+            for (i, tier) in self.tiers().iter().enumerate() {
+                if Some(i) != home && self.is_durable(version, tier) && attempt(i, Reach::HomeOnly, None) {
+                    break;
+                }
             }
         }
-        let home = self.first_durable(version);
-        if let Some(home) = home
-            && (attempt(home, Reach::Fastest, None) || attempt(home, Reach::HomeOnly, None))
-        {
-            return Ok(());
-        }
-        // The slower tiers, once they have settled it.
-        let _ = self.shared.progress.wait(version);
-        for (i, tier) in self.tiers().iter().enumerate() {
-            if Some(i) != home && self.is_durable(version, tier) && attempt(i, Reach::HomeOnly, None) {
-                return Ok(());
-            }
+        if let Some(map) = map {
+            return Ok(map);
         }
         Err(first_error.unwrap_or_else(|| Error::MissingVersion {
             dir: self.roots[0].clone(),
@@ -746,7 +836,7 @@ impl TieredEngine {
         reach: Reach,
         overlay: Option<Arc<writeback::Overlay>>,
         dst: &mut ProtectedMut<'_>,
-    ) -> Result<()> {
+    ) -> Result<StoredMap> {
         let cache = self.prefetch.as_ref().map(prefetch::Prefetcher::cache);
         let at = reader::At { roots: &self.roots, home, overlay };
         match dst {
@@ -757,15 +847,13 @@ impl TieredEngine {
                 let mut staging = self.restore_staging.lock().unwrap_or_else(PoisonError::into_inner);
                 if staging.as_ref().is_none_or(|s| s.bytes().len() != region.len()) {
                     *staging = None; // freed before the new one is allocated
-                    *staging = Some(match self.backend.host_segments() {
-                        Some(alloc) => alloc(region.len())?,
-                        None => Box::new(crate::memory::HeapSegment::new(region.len())),
-                    });
+                    *staging = Some(Box::new(crate::memory::HeapSegment::prefaulted(region.len())));
                 }
                 let buf = staging.as_mut().ok_or_else(|| Error::Internal("restore staging".into()))?.bytes_mut();
-                reader::restore(at, self.rank, version, reach, cache, buf)?;
+                let map = reader::restore(at, self.rank, version, reach, cache, buf)?;
                 let _span = crate::profile::Span::new("restore-upload", version);
-                self.backend.place(buf, ProtectedMut::Device(*region))
+                self.backend.place(buf, ProtectedMut::Device(*region))?;
+                Ok(map)
             }
         }
     }

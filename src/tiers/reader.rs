@@ -12,7 +12,8 @@
 
 use super::prefetch::{FileKey, ReadCounters, RestoreCache};
 use super::writeback::Overlay;
-use crate::restore::{Catalog, restore_in_place};
+use crate::engine::StoredMap;
+use crate::restore::{Catalog, restore_in_place_resolved};
 use crate::storage::{Entry, Fill, LockGuard, Posix, ReadAt, Storage};
 use crate::store::parse_diff_name;
 use crate::{Error, Result};
@@ -43,7 +44,7 @@ pub(crate) struct At<'a> {
 /// `reach` says (through `cache` if given), into `out` (of the version's
 /// length; after an error its content is unspecified). On failure the files the cache served are forgotten, so
 /// that a damaged copy is not served again; in every case the cache learns
-/// the version was restored.
+/// the version was restored. Returns where each of its chunks is stored.
 pub(crate) fn restore(
     at: At<'_>,
     rank: u32,
@@ -51,7 +52,7 @@ pub(crate) fn restore(
     reach: Reach,
     cache: Option<&RestoreCache>,
     out: &mut [u8],
-) -> Result<()> {
+) -> Result<StoredMap> {
     let tiers: Vec<Posix> = at.roots.iter().map(|r| Posix::at(r)).collect();
     let reader = Arc::new(TierReader {
         home: at.home,
@@ -62,7 +63,8 @@ pub(crate) fn restore(
         touched: Mutex::new(Vec::new()),
     });
     let mut catalog = Catalog::on(Arc::clone(&reader) as Arc<dyn Storage>);
-    let result = restore_in_place(&mut catalog, rank, version, out).map(|_| ());
+    let result = restore_in_place_resolved(&mut catalog, rank, version, out)
+        .and_then(|(_, res)| StoredMap::of(&mut catalog, res.sources));
     if let Some(cache) = cache {
         if result.is_err() {
             cache.forget(&reader.touched.lock().unwrap_or_else(PoisonError::into_inner));

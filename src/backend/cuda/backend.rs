@@ -440,6 +440,11 @@ impl Backend for CudaBackend {
         Some(Box::new(move |len| super::PinnedSegment::new(&ctx, len).map(|s| Box::new(s) as crate::memory::Segment)))
     }
 
+    fn rebuild_from(&mut self, version: u64, data: Protected<'_>, map: &crate::engine::StoredMap) -> Result<()> {
+        self.dev.rollback()?;
+        self.dev.rebuild(version, data, &map.stored_runs()?)
+    }
+
     fn place(&self, bytes: &[u8], dst: ProtectedMut<'_>) -> Result<()> {
         if bytes.len() != dst.len() {
             return Err(Error::InvalidOption(format!(

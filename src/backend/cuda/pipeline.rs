@@ -504,16 +504,16 @@ impl GpuDedup {
         cfg(self.gpu.sms * 8, 256)
     }
 
-    /// Rebuilds the state after a reopen from `data`, the restored bytes of
+    /// Rebuilds the state after a reopen from `data` (host or device memory), the restored bytes of
     /// committed version `latest`: one baseline pass of the pipeline without
     /// output (the previous leaves, and the entries a baseline inserts), then
     /// `table_locate` moves every entry to where its bytes are stored per
     /// `runs` (engine::rebuild's rule) or drops it. Same record as the CPU's.
-    pub fn rebuild(&mut self, latest: u64, data: &[u8], runs: &[StoredRun]) -> Result<()> {
+    pub fn rebuild(&mut self, latest: u64, data: Protected<'_>, runs: &[StoredRun]) -> Result<()> {
         if self.method == Method::Full {
             return Ok(());
         }
-        self.compute_with(latest, Protected::Host(data), true, false)?;
+        self.compute_with(latest, data, true, false)?;
         self.commit()?;
         // The upload buffer was for the restored bytes; applications that
         // checkpoint device buffers never need it.
@@ -1164,13 +1164,24 @@ impl GpuDedup {
         let gpu = self.gpu.clone();
         let st = &gpu.stream;
         // DCKPT_GPU_PROFILE=1 prints the time of each stage (CUDA events) to stderr.
-        let profile = std::env::var_os("DCKPT_GPU_PROFILE").is_some();
-        let mut marks: Vec<(&str, cudarc::driver::CudaEvent)> = Vec::new();
+        // With DCKPT_GPU_PROFILE=sync, the context is synchronized first (the
+        // wait shows whether other work was still running on the device), and
+        // each stage's host time and the launching thread's context switches
+        // are printed beside the device's.
+        let profile_mode = std::env::var("DCKPT_GPU_PROFILE").ok();
+        let profile = profile_mode.is_some();
+        let mut pre_sync_ms = 0.0;
+        if profile_mode.as_deref() == Some("sync") {
+            let t = std::time::Instant::now();
+            gpu.ctx.synchronize().map_err(cuda_err)?;
+            pre_sync_ms = t.elapsed().as_secs_f64() * 1e3;
+        }
+        let mut marks: Vec<(&str, cudarc::driver::CudaEvent, std::time::Instant, [i64; 2])> = Vec::new();
         let mut mark = |name: &'static str| -> Result<()> {
             if profile {
                 let e =
                     st.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda_err)?;
-                marks.push((name, e));
+                marks.push((name, e, std::time::Instant::now(), thread_switches()));
             }
             Ok(())
         };
@@ -1339,10 +1350,13 @@ impl GpuDedup {
         if profile {
             st.synchronize().map_err(cuda_err)?;
             let mut line = format!("gpu-profile {} v{version}:", self.method);
+            let mut host = String::from(" | host");
             for w in marks.windows(2) {
                 line += &format!(" {} {:.3}", w[1].0, w[0].1.elapsed_ms(&w[1].1).map_err(cuda_err)?);
+                let (vol, invol) = (w[1].3[0] - w[0].3[0], w[1].3[1] - w[0].3[1]);
+                host += &format!(" {} {:.3}/{vol}v{invol}i", w[1].0, (w[1].2 - w[0].2).as_secs_f64() * 1e3);
             }
-            eprintln!("{line} ms");
+            eprintln!("{line} ms{host} pre-sync {pre_sync_ms:.3}");
         }
         Ok(Run::Ready(counters))
     }
@@ -1354,6 +1368,21 @@ impl GpuDedup {
         self.gpu.stream.synchronize().map_err(cuda_err)?;
         Ok(c)
     }
+}
+
+/// The calling thread's voluntary and involuntary context switches so far
+/// (for DCKPT_GPU_PROFILE; zeros where they cannot be read).
+fn thread_switches() -> [i64; 2] {
+    let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes one rusage into the pointer it is given, which
+    // points to a zeroed value of that type owned by this frame.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, u.as_mut_ptr()) };
+    if rc != 0 {
+        return [0, 0];
+    }
+    // SAFETY: zero-initialised and, with rc 0, filled by getrusage.
+    let u = unsafe { u.assume_init() };
+    [u.ru_nvcsw, u.ru_nivcsw]
 }
 
 /// Header and table of a version stored whole: a Full checkpoint, or a

@@ -133,6 +133,13 @@ fn table(r: &BenchRuntimeReport) -> String {
         r.latest_ms,
         r.restart_ms
     );
+    s += &format!(
+        "  a new job's latest + restart  {:10.2}   ({:.2} + {:.2}); the restore alone {:.2}\n",
+        r.cold_latest_ms + r.cold_restart_ms,
+        r.cold_latest_ms,
+        r.cold_restart_ms,
+        r.restore_only_ms
+    );
     s += &format!("  spilled calls / waited (ms)  {:10} / {:.2}\n", r.spilled_calls, r.backpressure_ms);
     for (tier, bytes) in &r.tier_bytes {
         s += &format!("  bytes on {tier:<19} {bytes:12}\n");
