@@ -67,7 +67,11 @@ fn is_damage(e: &Error) -> bool {
         | Error::OwnerUnavailable { .. }
         | Error::MissingVersion { .. }
         | Error::NoStore { .. } => true,
-        Error::Io { source, .. } => source.kind() == std::io::ErrorKind::NotFound,
+        // Missing, or a FIFO, device or link in a file's place (refused
+        // before any read could block: `fsio::open_regular`).
+        Error::Io { source, .. } => {
+            matches!(source.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::InvalidInput)
+        }
         _ => false,
     }
 }
@@ -260,11 +264,17 @@ fn settle_manifest(
 ) -> Result<Option<(Manifest, bool)>> {
     let dir = rank_dir(root, rank);
     let mpath = dir.join("MANIFEST");
-    let decoded = match fs::read(&mpath) {
-        Ok(b) => Some(Manifest::decode(&b, &mpath)),
+    let mut bytes = Vec::new();
+    let read =
+        crate::storage::fsio::open_regular(&mpath).and_then(|mut f| std::io::Read::read_to_end(&mut f, &mut bytes));
+    let decoded = match read {
+        Ok(_) => Some(Manifest::decode(&bytes, &mpath)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        // A FIFO, device or link in its place: a damaged manifest (set aside below).
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => Some(Err(Error::io(&mpath, e))),
         Err(e) => return Err(Error::io(&mpath, e)),
     };
+    let mut damaged_manifest = false;
     let original = match decoded {
         Some(Ok(m)) if m.rank != rank => {
             report.act(&mpath, format!("left alone: the manifest is rank {}'s, not rank {rank}'s", m.rank));
@@ -272,7 +282,8 @@ fn settle_manifest(
         }
         Some(Ok(m)) => Some(m),
         Some(Err(e)) => {
-            report.act(&mpath, format!("damaged ({e}); rebuilt from the diff files"));
+            report.act(&mpath, format!("damaged: {e}"));
+            damaged_manifest = true;
             None
         }
         None => None,
@@ -285,7 +296,11 @@ fn settle_manifest(
                 m
             }
             None => {
-                // Nothing to rebuild from: leftovers of a first checkpoint.
+                // Nothing to rebuild from: leftovers of a first checkpoint
+                // (and a damaged manifest set aside, so the rank starts anew).
+                if damaged_manifest {
+                    set_aside(report, &mpath, "no diff file verifies to rebuild the manifest from", dry_run)?;
+                }
                 clean_files(&dir, &|_| false, &|v| set_aside_versions.contains(&v), dry_run, report)?;
                 return Ok(None);
             }

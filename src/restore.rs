@@ -110,30 +110,47 @@ impl Catalog {
     pub fn reader(&mut self, rank: u32, version: u64) -> Result<&DiffReader> {
         let key = (rank, version);
         if !self.readers.contains_key(&key) {
-            let store = self.store(rank)?;
-            let entry = store.manifest().get(version).cloned().ok_or_else(|| Error::MissingVersion {
-                dir: store.root().to_path_buf(),
-                rank,
-                version,
-            })?;
-            let path = store.diff_path(version);
-            let layout = store.layout()?;
-            let (hash, method) = (store.manifest().hash, store.manifest().method);
-            let reader = DiffReader::open_in(store.storage().clone(), &store.diff_rel(version))?;
-            let h = &reader.header;
-            if h.rank != rank || h.version != version {
-                return Err(Error::corrupt(&path, format!("file holds rank {} version {}", h.rank, h.version)));
-            }
-            if reader.diff.layout != layout || h.hash != hash || h.method != method {
-                return Err(Error::corrupt(&path, "parameters differ from the manifest's"));
-            }
-            if reader.file_len() != entry.file_len || hex(&reader.trailer()) != entry.trailer {
-                return Err(Error::corrupt(&path, "length or checksum differs from the committed entry's"));
-            }
+            let reader = self.opening(rank, version)?.open()?;
             self.readers.insert(key, reader);
         }
         self.touch(key);
         self.readers.get(&key).ok_or_else(|| Error::Internal("reader cache".into()))
+    }
+
+    /// Opens the readers of `versions` of `rank` not open yet, in parallel
+    /// (each parses and checks a file's tables: a chain's files are
+    /// independent). The first error, if any.
+    pub fn preload(&mut self, rank: u32, versions: &[u64]) -> Result<()> {
+        let missing: Vec<u64> = versions.iter().copied().filter(|&v| !self.readers.contains_key(&(rank, v))).collect();
+        let wanted: Vec<ReaderOpening> = missing.into_iter().map(|v| self.opening(rank, v)).collect::<Result<_>>()?;
+        let opened: Vec<DiffReader> = wanted.into_par_iter().map(ReaderOpening::open).collect::<Result<_>>()?;
+        for reader in opened {
+            let key = (rank, reader.header.version);
+            self.readers.insert(key, reader);
+            self.touch(key);
+        }
+        Ok(())
+    }
+
+    /// What opening the reader of `(rank, version)` needs from its store.
+    fn opening(&mut self, rank: u32, version: u64) -> Result<ReaderOpening> {
+        let store = self.store(rank)?;
+        let entry = store.manifest().get(version).cloned().ok_or_else(|| Error::MissingVersion {
+            dir: store.root().to_path_buf(),
+            rank,
+            version,
+        })?;
+        Ok(ReaderOpening {
+            storage: store.storage().clone(),
+            rel: store.diff_rel(version),
+            path: store.diff_path(version),
+            rank,
+            version,
+            layout: store.layout()?,
+            hash: store.manifest().hash,
+            method: store.manifest().method,
+            entry,
+        })
     }
 
     /// Marks `key` most recently used; closes the files of the least
@@ -158,6 +175,39 @@ impl Catalog {
     /// Number of diff files opened so far.
     pub fn files_opened(&self) -> usize {
         self.readers.len()
+    }
+}
+
+/// A diff file's reader to open, with what it must match.
+struct ReaderOpening {
+    storage: Arc<dyn Storage>,
+    rel: PathBuf,
+    path: PathBuf,
+    rank: u32,
+    version: u64,
+    layout: Layout,
+    hash: crate::hash::HashAlgo,
+    method: crate::dedup::Method,
+    entry: crate::format::manifest::VersionEntry,
+}
+
+impl ReaderOpening {
+    /// Opens and checks the reader: the file's rank, version and
+    /// parameters, its length and checksum against the committed entry.
+    fn open(self) -> Result<DiffReader> {
+        let path = &self.path;
+        let reader = DiffReader::open_in(self.storage, &self.rel)?;
+        let h = &reader.header;
+        if h.rank != self.rank || h.version != self.version {
+            return Err(Error::corrupt(path, format!("file holds rank {} version {}", h.rank, h.version)));
+        }
+        if reader.diff.layout != self.layout || h.hash != self.hash || h.method != self.method {
+            return Err(Error::corrupt(path, "parameters differ from the manifest's"));
+        }
+        if reader.file_len() != self.entry.file_len || hex(&reader.trailer()) != self.entry.trailer {
+            return Err(Error::corrupt(path, "length or checksum differs from the committed entry's"));
+        }
+        Ok(reader)
     }
 }
 
@@ -241,6 +291,7 @@ pub fn resolve_all(catalog: &mut Catalog, rank: u32, version: u64) -> Result<Res
         .iter()
         .map(|v| v.version)
         .collect();
+    catalog.preload(rank, &chain)?;
     // Each version's runs, newest first, sorted by start.
     let mut walk_order: Vec<VersionRuns> = Vec::with_capacity(chain.len());
     for &v in chain.iter().rev() {
@@ -696,6 +747,12 @@ const MAX_READ_BLOCKS: u64 = 256;
 /// at a time), verifying it and copying its pieces while it is in cache
 /// ([`DiffReader::for_each_verified_block`]; no copy of the file first
 /// where it lives in memory).
+///
+/// The windows are read in parallel (one core's read of the page cache
+/// would be the restore's slowest stage): every piece's destination is cut
+/// out of `out` once, up front, so each window owns its own (the plan's
+/// destinations are disjoint; [`destinations`] checks). Read and copy
+/// times are summed over the windows.
 fn copy_from_file(reader: &DiffReader, copies: &[Copy], out: &mut [u8]) -> Result<IoTimes> {
     let bs = u64::from(reader.header.block_size);
     // Union of the blocks touched, in order.
@@ -707,49 +764,57 @@ fn copy_from_file(reader: &DiffReader, copies: &[Copy], out: &mut [u8]) -> Resul
             _ => spans.push(b),
         }
     }
-    let mut io = IoTimes::default();
-    let mut lo = 0;
-    let mut buf = Vec::new();
+    let Some(last_block) = spans.last().map(|s| s.end) else { return Ok(IoTimes::default()) };
+    // Every piece, cut at block boundaries: (block, offset in it, destination, length).
     let mut pieces: Vec<Piece> = Vec::new();
+    for c in copies {
+        let mut from = c.data_off;
+        let to = c.data_off + c.len;
+        while from < to {
+            let block = from / bs;
+            let cut = to.min((block + 1) * bs);
+            pieces.push(Piece {
+                block: block as usize,
+                at: (from - block * bs) as usize,
+                dst: c.dst_off + (from - c.data_off),
+                len: (cut - from) as usize,
+            });
+            from = cut;
+        }
+    }
+    let mut work = destinations(&mut pieces, out, last_block as usize)?.into_iter();
+    // The read windows, each with its blocks' jobs.
+    let mut windows: Vec<(Range<u64>, Vec<BlockJobs<'_>>)> = Vec::new();
+    let mut at = 0u64;
     for span in spans {
+        work.by_ref().take((span.start - at) as usize).for_each(drop);
         let mut b = span.start;
         while b < span.end {
             let e = (b + MAX_READ_BLOCKS).min(span.end);
-            let (s, t) = (b * bs, (e * bs).min(reader.header.data_bytes));
-            while lo < copies.len() && copies[lo].data_off + copies[lo].len <= s {
-                lo += 1;
-            }
-            // The window's pieces, cut at block boundaries: (block, offset in it, destination, length).
-            pieces.clear();
-            for c in copies[lo..].iter().take_while(|c| c.data_off < t) {
-                let mut from = c.data_off.max(s);
-                let to = (c.data_off + c.len).min(t);
-                while from < to {
-                    let block = from / bs;
-                    let cut = to.min((block + 1) * bs);
-                    pieces.push(Piece {
-                        block: (block - b) as usize,
-                        at: (from - block * bs) as usize,
-                        dst: c.dst_off + (from - c.data_off),
-                        len: (cut - from) as usize,
-                    });
-                    from = cut;
-                }
-            }
-            let work = destinations(&mut pieces, out, (e - b) as usize)?;
+            windows.push((b..e, work.by_ref().take((e - b) as usize).collect()));
+            b = e;
+        }
+        at = span.end;
+    }
+    let data_bytes = reader.header.data_bytes;
+    let times: Vec<(f64, f64, u64)> = windows
+        .into_par_iter()
+        .map_init(Vec::new, |buf, (blocks, jobs)| {
             let started = std::time::Instant::now();
-            let read = reader.for_each_verified_block(b..e, &mut buf, work, |block, jobs| {
+            let bytes = (blocks.end * bs).min(data_bytes) - blocks.start * bs;
+            let read = reader.for_each_verified_block(blocks, buf, jobs, |block, jobs| {
                 for (at, dst) in jobs {
                     dst.copy_from_slice(&block[at..at + dst.len()]);
                 }
             })?;
-            io.read += read.as_secs_f64();
-            io.copy += started.elapsed().saturating_sub(read).as_secs_f64();
-            io.bytes += t - s;
-            b = e;
-        }
-    }
-    Ok(io)
+            Ok((read.as_secs_f64(), started.elapsed().saturating_sub(read).as_secs_f64(), bytes))
+        })
+        .collect::<Result<_>>()?;
+    Ok(times.into_iter().fold(IoTimes::default(), |io, (read, copy, bytes)| IoTimes {
+        bytes: io.bytes + bytes,
+        read: io.read + read,
+        copy: io.copy + copy,
+    }))
 }
 
 /// A piece of a read window: `len` bytes at `at` of its `block` go to `dst`.

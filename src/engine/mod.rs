@@ -121,7 +121,14 @@ impl Engine {
         backend: BackendKind,
         device: usize,
     ) -> Result<Self> {
-        Self::open_with_cache(root, rank, data_len, opts, backend, device, GpuCache::NONE, RebuildAt::Open)
+        Self::open_with_cache(
+            root,
+            rank,
+            data_len,
+            opts,
+            backend,
+            OpenWith { device, gpu_cache: GpuCache::NONE, rebuild: RebuildAt::Open },
+        )
     }
 
     /// As [`Engine::open_on_device`], giving the CUDA backend a GPU cache
@@ -133,10 +140,9 @@ impl Engine {
         data_len: u64,
         opts: &StoreOptions,
         backend: BackendKind,
-        device: usize,
-        gpu_cache: GpuCache,
-        rebuild: RebuildAt,
+        with: OpenWith,
     ) -> Result<Self> {
+        let OpenWith { device, gpu_cache, rebuild } = with;
         let t0 = Instant::now();
         let (store, notes) = Store::open_writer(root, rank, data_len, opts)?;
         let OpenNotes { removed, rolled_forward, damaged_records, .. } = notes;
@@ -272,6 +278,16 @@ pub(crate) struct EngineParts {
     pub force_baseline: bool,
     pub rebuild_pending: Option<u64>,
     pub opened: OpenReport,
+}
+
+/// How [`Engine::open_with_cache`] opens the backend.
+pub(crate) struct OpenWith {
+    /// The CUDA device.
+    pub device: usize,
+    /// The GPU cache tier's arena.
+    pub gpu_cache: GpuCache,
+    /// When the de-duplication state is rebuilt.
+    pub rebuild: RebuildAt,
 }
 
 /// When opening an engine rebuilds its de-duplication state from the

@@ -314,7 +314,7 @@ impl Runtime {
     /// size ([`Error::RankCount`]).
     fn check_rank_count(&self, name: &str) -> Result<()> {
         let Ok(root) = self.read_root(name) else { return Ok(()) };
-        let Ok(tables) = super::table::tables(&root) else { return Ok(()) }; // none yet
+        let tables = super::table::tables_if_any(&root)?;
         let now = self.comm.size().max(1) as u32;
         let written = tables.iter().map(|t| t.rank + 1).max().unwrap_or(0);
         if written == 0 || written == now {
@@ -392,7 +392,7 @@ impl Runtime {
     fn restart_here(&mut self, name: &str, version: u64) -> Result<()> {
         let _span = crate::profile::Span::new("runtime-restart", version);
         let regions = self.regions.clone();
-        if self.names.get(name).is_none() {
+        if !self.names.contains_key(name) {
             self.check_rank_count(name)?;
         }
         let named = self.named(name)?;
@@ -526,7 +526,7 @@ fn table_of(rank: u32, shapes: &[Shape]) -> RegionTable {
 /// (other ids or lengths; where each lives may change between runs: a
 /// checkpoint of device memory restarts into host memory and back).
 fn check_table(root: &std::path::Path, table: &RegionTable, name: &str) -> Result<()> {
-    let Ok(old) = super::table::tables(root) else { return Ok(()) }; // none yet
+    let old = super::table::tables_if_any(root)?; // a damaged table is an error, not "none"
     let layout = |t: &RegionTable| t.regions.iter().map(|e| (e.id, e.len, e.offset)).collect::<Vec<_>>();
     match old.iter().find(|t| t.rank == table.rank) {
         Some(t) if layout(t) != layout(table) => Err(Error::InvalidOption(format!(

@@ -6,8 +6,15 @@
 //! it needs from the tier directory.
 //!
 //! ```text
-//! <tier>/<name>/regions/rank-00003.json   {"rank":3,"regions":[{"id":0,"len":4096,"offset":0,"device":false},…]}
+//! <tier>/<name>/regions/rank-00003.json   dckpt-regions 1 <BLAKE3 of the body>
+//!                                         {"rank":3,"regions":[{"id":0,"len":4096,"offset":0,"device":false},…]}
 //! ```
+//!
+//! A table is checked before it is used: its checksum (tables written
+//! before the checksum are read as plain JSON), its rank against its file
+//! name, and its regions, which must follow each other without gaps in id
+//! order; where the rank's store is at hand, their total must be its
+//! buffer's length. A damaged table is an error, never a wrong read.
 
 use crate::store::commits::CommitLog;
 use crate::{Error, Result};
@@ -39,6 +46,11 @@ pub struct RegionTable {
     pub regions: Vec<TableEntry>,
 }
 
+/// The region tables' tag and format ([`crate::format::checked_json`]).
+const TAG: &str = "dckpt-regions";
+const FORMAT: u32 = 1;
+const FORMAT_TEXT: &str = "1";
+
 fn table_path(root: &Path, rank: u32) -> PathBuf {
     root.join("regions").join(format!("rank-{rank:05}.json"))
 }
@@ -48,8 +60,8 @@ impl RegionTable {
     /// name and rank: an identical table already there is left as it is).
     pub fn write(&self, root: &Path) -> Result<()> {
         let path = table_path(root, self.rank);
-        let bytes = serde_json::to_vec(self).map_err(|e| Error::Internal(e.to_string()))?;
-        if std::fs::read(&path).is_ok_and(|old| old == bytes) {
+        let bytes = crate::format::checked_json::encode(TAG, FORMAT, self, false);
+        if crate::storage::fsio::read_regular(&path).is_ok_and(|old| old == bytes) {
             return Ok(());
         }
         let dir = root.join("regions");
@@ -58,28 +70,115 @@ impl RegionTable {
         crate::storage::fsio::sync_dir(&dir)
     }
 
+    /// The bytes of the rank's buffer its regions cover.
+    pub fn total(&self) -> u64 {
+        self.regions.iter().map(|e| e.len).sum()
+    }
+
+    /// Refuses a table whose regions do not follow each other in id order
+    /// from offset 0, or whose rank is not `rank` (the file's).
+    fn check(&self, rank: u32, path: &Path) -> Result<()> {
+        if self.rank != rank {
+            return Err(Error::corrupt(path, format!("region table of rank {} in rank {rank}'s file", self.rank)));
+        }
+        let mut at = 0u64;
+        for (i, e) in self.regions.iter().enumerate() {
+            if i > 0 && self.regions[i - 1].id >= e.id {
+                return Err(Error::corrupt(
+                    path,
+                    format!("region {} listed after region {}", e.id, self.regions[i - 1].id),
+                ));
+            }
+            if e.offset != at {
+                return Err(Error::corrupt(path, format!("region {} starts at {}, not at {at}", e.id, e.offset)));
+            }
+            at = at.checked_add(e.len).ok_or_else(|| Error::corrupt(path, "region lengths overflow"))?;
+        }
+        Ok(())
+    }
+
+    /// Reads and checks the table in `path`, the file of `rank`.
+    fn read(path: &Path, rank: u32) -> Result<Self> {
+        let bytes = crate::storage::fsio::read_regular(path)?;
+        let table: RegionTable = if bytes.starts_with(TAG.as_bytes()) {
+            crate::format::checked_json::decode(&bytes, path, TAG, &[FORMAT_TEXT], "region table")?
+        } else {
+            // Written before tables carried a checksum: still read, still checked.
+            serde_json::from_slice(&bytes).map_err(|e| Error::corrupt(path, format!("region table: {e}")))?
+        };
+        table.check(rank, path)?;
+        Ok(table)
+    }
+
     /// The region `id`, if the rank protected it.
     pub fn get(&self, id: u32) -> Option<&TableEntry> {
         self.regions.iter().find(|e| e.id == id)
     }
 }
 
-/// Every rank's table under the tier root `root` (rank order).
+/// Every rank's table under the tier root `root` (rank order), each
+/// checked; an error if there is none.
 pub fn tables(root: &Path) -> Result<Vec<RegionTable>> {
     let dir = root.join("regions");
     let entries = std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))?;
     let mut out = Vec::new();
-    for e in entries.flatten() {
-        let path = e.path();
-        if path.extension().is_some_and(|x| x == "json") {
-            let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
-            let table: RegionTable =
-                serde_json::from_slice(&bytes).map_err(|e| Error::corrupt(&path, format!("region table: {e}")))?;
-            out.push(table);
-        }
+    for e in entries {
+        let e = e.map_err(|e| Error::io(&dir, e))?;
+        let name = e.file_name();
+        let Some(rank) = name.to_str().and_then(parse_table_name) else { continue };
+        out.push(RegionTable::read(&e.path(), rank)?);
     }
     out.sort_by_key(|t| t.rank);
     Ok(out)
+}
+
+/// As [`tables`], but no table directory at all is none (a name not
+/// checkpointed yet).
+pub fn tables_if_any(root: &Path) -> Result<Vec<RegionTable>> {
+    match tables(root) {
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        other => other,
+    }
+}
+
+/// The rank of a table file name `rank-NNNNN.json`.
+fn parse_table_name(name: &str) -> Option<u32> {
+    let digits = name.strip_prefix("rank-")?.strip_suffix(".json")?;
+    (digits.len() == 5 && digits.bytes().all(|b| b.is_ascii_digit())).then(|| digits.parse().ok()).flatten()
+}
+
+/// The problems of the region tables under the tier root `root`: each
+/// table checked, and its regions' total against its rank's buffer.
+pub fn check_tables(root: &Path) -> Vec<(PathBuf, String)> {
+    let dir = root.join("regions");
+    let Ok(entries) = std::fs::read_dir(&dir) else { return Vec::new() };
+    let mut problems = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rank) = name.to_str().and_then(parse_table_name) else { continue };
+        let path = e.path();
+        match RegionTable::read(&path, rank).and_then(|t| check_total(root, &t, &path)) {
+            Ok(()) => {}
+            Err(e) => problems.push((path, e.to_string())),
+        }
+    }
+    problems
+}
+
+/// Refuses a table whose regions do not cover its rank's buffer exactly.
+fn check_total(root: &Path, table: &RegionTable, path: &Path) -> Result<()> {
+    let len = match crate::store::Store::open(root, table.rank) {
+        Ok(store) => store.layout()?.data_len(),
+        Err(Error::NoStore { .. }) => return Ok(()), // no checkpoint of the rank yet
+        Err(e) => return Err(e),
+    };
+    if table.total() != len {
+        return Err(Error::corrupt(
+            path,
+            format!("regions of {} bytes in all, but rank {}'s checkpoints hold {len}", table.total(), table.rank),
+        ));
+    }
+    Ok(())
 }
 
 /// The versions committed under the tier root `root` (every rank's files
@@ -106,10 +205,69 @@ pub fn read_region(root: &Path, rank: u32, id: u32, version: u64, range: Range<u
         )));
     }
     let (from, to) = (entry.offset + range.start, entry.offset + range.end);
-    let len = crate::restore::Catalog::new(root).store(rank)?.layout()?.data_len();
-    if to > len {
-        return Err(Error::corrupt(&path, format!("region {id} passes the end of rank {rank}'s buffer")));
-    }
+    check_total(root, &table, &path)?;
     // Only the chunks holding the range are read.
     crate::restore::restore_range(root, rank, version, from..to)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(rank: u32) -> RegionTable {
+        RegionTable {
+            rank,
+            regions: vec![
+                TableEntry { id: 0, len: 100, offset: 0, device: false },
+                TableEntry { id: 3, len: 28, offset: 100, device: true },
+            ],
+        }
+    }
+
+    #[test]
+    fn a_table_is_checked_before_it_is_used() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        table(2).write(dir.path()).expect("write");
+        assert_eq!(tables(dir.path()).expect("read"), vec![table(2)]);
+        let path = table_path(dir.path(), 2);
+        let good = std::fs::read(&path).expect("read");
+        // Any changed byte of the body (an offset, a length, an id) fails the checksum.
+        let at = good.iter().position(|&b| b == b'{').expect("body");
+        for i in at..good.len() - 1 {
+            let mut bad = good.clone();
+            bad[i] ^= 1;
+            std::fs::write(&path, &bad).expect("write");
+            assert!(matches!(tables(dir.path()), Err(Error::Corrupt { .. })), "byte {i} changed unnoticed");
+        }
+        // A table written before the checksum is still read, and still checked.
+        let legacy = |t: &RegionTable| serde_json::to_vec(t).expect("json");
+        std::fs::write(&path, legacy(&table(2))).expect("write");
+        assert_eq!(tables(dir.path()).expect("legacy"), vec![table(2)]);
+        let mut gap = table(2);
+        gap.regions[1].offset = 101;
+        std::fs::write(&path, legacy(&gap)).expect("write");
+        let e = tables(dir.path()).expect_err("a gap between regions");
+        assert!(e.to_string().contains("starts at 101"), "{e}");
+        std::fs::write(&path, legacy(&table(5))).expect("write");
+        assert!(tables(dir.path()).is_err(), "rank 5's table in rank 2's file");
+    }
+
+    #[test]
+    fn regions_must_cover_the_rank_s_buffer() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opts = crate::store::StoreOptions { chunk_size: 32, ..Default::default() };
+        let mut e = crate::Engine::open_or_create(dir.path(), 2, 128, &opts).expect("open");
+        e.checkpoint(1, &vec![7u8; 128]).expect("checkpoint");
+        drop(e);
+        table(2).write(dir.path()).expect("write");
+        assert!(check_tables(dir.path()).is_empty());
+        assert_eq!(read_region(dir.path(), 2, 3, 1, 0..28).expect("read"), vec![7u8; 28]);
+        let mut short = table(2);
+        short.regions[1].len = 20;
+        std::fs::remove_file(table_path(dir.path(), 2)).expect("remove");
+        short.write(dir.path()).expect("write");
+        let problems = check_tables(dir.path());
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(read_region(dir.path(), 2, 3, 1, 0..20).is_err(), "a table short of the buffer is not used");
+    }
 }

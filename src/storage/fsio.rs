@@ -30,6 +30,50 @@ fn temp_path(path: &Path) -> PathBuf {
     path.with_file_name(format!(".{name}.{}.{n}.{nanos:08x}{TEMP_SUFFIX}", std::process::id()))
 }
 
+/// Opens `path` for reading if it is a regular file, refusing anything
+/// else before it can block a reader or lead out of the store: a symbolic
+/// link (`O_NOFOLLOW`), a FIFO, a device, a socket or a directory (opened
+/// non-blocking, then checked). The refusal is an `InvalidInput` error
+/// saying what the path is.
+pub fn open_regular(path: &Path) -> std::io::Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => refused("a symbolic link"),
+            _ => e,
+        })?;
+    let kind = file.metadata()?.file_type();
+    if kind.is_file() {
+        return Ok(file);
+    }
+    let what = if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "a device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_dir() {
+        "a directory"
+    } else {
+        "not a regular file"
+    };
+    Err(refused(what))
+}
+
+fn refused(what: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{what}, not a regular file: refused"))
+}
+
+/// The whole content of the regular file `path` ([`open_regular`]).
+pub fn read_regular(path: &Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    open_regular(path).and_then(|mut f| f.read_to_end(&mut bytes)).map_err(|e| Error::io(path, e))?;
+    Ok(bytes)
+}
+
 /// Creates a new file exclusively (`O_CREAT | O_EXCL | O_NOFOLLOW`): a
 /// planted file or symbolic link at `path` makes it fail instead of being
 /// followed or truncated.

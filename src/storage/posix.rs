@@ -34,6 +34,29 @@ impl Posix {
     pub fn root(&self) -> &Path {
         &self.root
     }
+
+    /// Refuses `rel` where a directory on its way below the root (with
+    /// `whole`, also its last component) is a symbolic link: nothing is
+    /// listed, written, renamed or removed outside the store through one.
+    fn inside(&self, rel: &Path, whole: bool) -> Result<PathBuf> {
+        let mut at = self.root.clone();
+        let parts: Vec<_> = rel.components().collect();
+        let checked = if whole { parts.len() } else { parts.len().saturating_sub(1) };
+        for part in &parts[..checked] {
+            at.push(part);
+            match fs::symlink_metadata(&at) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    return Err(Error::UnsafePath {
+                        path: at,
+                        reason: "a symbolic link inside the store (dckpt does not follow links there)".into(),
+                    });
+                }
+                // Missing: nothing to follow (the operation says what is missing).
+                _ => {}
+            }
+        }
+        Ok(self.locate(rel))
+    }
 }
 
 #[derive(Debug)]
@@ -74,28 +97,29 @@ impl Storage for Posix {
     }
 
     fn create_dir(&self, rel: &Path) -> Result<()> {
-        let p = self.locate(rel);
+        let p = self.inside(rel, true)?;
         fs::create_dir_all(&p).map_err(|e| Error::io(&p, e))
     }
 
     fn read(&self, rel: &Path) -> Result<Option<Vec<u8>>> {
-        let p = self.locate(rel);
-        match fs::read(&p) {
-            Ok(b) => Ok(Some(b)),
+        let p = self.inside(rel, false)?;
+        let mut bytes = Vec::new();
+        match fsio::open_regular(&p).and_then(|mut f| f.read_to_end(&mut bytes)) {
+            Ok(_) => Ok(Some(bytes)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(Error::io(&p, e)),
         }
     }
 
     fn open(&self, rel: &Path) -> Result<Box<dyn ReadAt>> {
-        let p = self.locate(rel);
-        let file = File::open(&p).map_err(|e| Error::io(&p, e))?;
+        let p = self.inside(rel, false)?;
+        let file = fsio::open_regular(&p).map_err(|e| Error::io(&p, e))?;
         let len = file.metadata().map_err(|e| Error::io(&p, e))?.len();
         Ok(Box::new(PosixFile { file, len }))
     }
 
     fn list(&self, rel: &Path) -> Result<Vec<Entry>> {
-        let p = self.locate(rel);
+        let p = self.inside(rel, true)?;
         let entries = match fs::read_dir(&p) {
             Ok(e) => e,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -123,16 +147,16 @@ impl Storage for Posix {
     }
 
     fn write_atomic(&self, rel: &Path, fill: Fill<'_>) -> Result<()> {
-        fsio::write_atomic_with(&self.locate(rel), |f| fill(f))
+        fsio::write_atomic_with(&self.inside(rel, false)?, |f| fill(f))
     }
 
     fn remove(&self, rel: &Path) -> Result<()> {
-        let p = self.locate(rel);
+        let p = self.inside(rel, false)?;
         fs::remove_file(&p).map_err(|e| Error::io(&p, e))
     }
 
     fn rename(&self, from: &Path, to: &Path) -> Result<()> {
-        let (f, t) = (self.locate(from), self.locate(to));
+        let (f, t) = (self.inside(from, false)?, self.inside(to, false)?);
         fs::rename(&f, &t).map_err(|e| Error::io(&f, e))
     }
 
@@ -141,7 +165,7 @@ impl Storage for Posix {
     }
 
     fn lock(&self, rel: &Path) -> Result<Box<dyn LockGuard>> {
-        let path = self.locate(rel);
+        let path = self.inside(rel, false)?;
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)

@@ -350,7 +350,7 @@ impl Worker {
             }
             Source::File(path, len) => {
                 let trailer = read_trailer(path, *len)?;
-                let src = Mutex::new(std::fs::File::open(path).map_err(|e| Error::io(path, e))?);
+                let src = Mutex::new(crate::storage::fsio::open_regular(path).map_err(|e| Error::io(path, e))?);
                 self.store.write_diff_with(job.version, job.baseline, *len, Some(&trailer), &mut |w| {
                     let mut f = src.lock().unwrap_or_else(PoisonError::into_inner);
                     let copied = std::io::copy(&mut *f, w)?;
@@ -537,7 +537,7 @@ fn write_sealed(pieces: &[&[u8]], trailer: &[u8; 32], out: &mut dyn std::io::Wri
 /// The last 32 bytes of a file of `len` bytes.
 fn read_trailer(path: &std::path::Path, len: u64) -> Result<[u8; 32]> {
     use std::os::unix::fs::FileExt;
-    let f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let f = crate::storage::fsio::open_regular(path).map_err(|e| Error::io(path, e))?;
     let mut t = [0u8; 32];
     let at = len.checked_sub(32).ok_or_else(|| Error::corrupt(path, "shorter than a trailer"))?;
     f.read_exact_at(&mut t, at).map_err(|e| Error::io(path, e))?;

@@ -33,7 +33,7 @@ use crate::backend::Deduplicated;
 use crate::backend::budget::GpuCache;
 use crate::backend::{Backend, BackendKind};
 use crate::engine::LocalCheckpoint;
-use crate::engine::{Engine, OpenReport, RebuildAt, StoredMap};
+use crate::engine::{Engine, OpenReport, OpenWith, RebuildAt, StoredMap};
 use crate::format::Compression;
 use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
@@ -362,9 +362,7 @@ impl TieredEngine {
             data_len,
             opts,
             backend,
-            device,
-            tiers.gpu_cache,
-            RebuildAt::Later,
+            OpenWith { device, gpu_cache: tiers.gpu_cache, rebuild: RebuildAt::Later },
         )?;
         let parts = engine.into_parts();
         let mut stores: Vec<(String, Store)> = Vec::with_capacity(disks.len());
@@ -847,6 +845,7 @@ impl TieredEngine {
                 let mut staging = self.restore_staging.lock().unwrap_or_else(PoisonError::into_inner);
                 if staging.as_ref().is_none_or(|s| s.bytes().len() != region.len()) {
                     *staging = None; // freed before the new one is allocated
+                    let _span = crate::profile::Span::new("restore-staging", version);
                     *staging = Some(Box::new(crate::memory::HeapSegment::prefaulted(region.len())));
                 }
                 let buf = staging.as_mut().ok_or_else(|| Error::Internal("restore staging".into()))?.bytes_mut();

@@ -63,8 +63,10 @@ pub(crate) fn restore(
         touched: Mutex::new(Vec::new()),
     });
     let mut catalog = Catalog::on(Arc::clone(&reader) as Arc<dyn Storage>);
-    let result = restore_in_place_resolved(&mut catalog, rank, version, out)
-        .and_then(|(_, res)| StoredMap::of(&mut catalog, res.sources));
+    let result = restore_in_place_resolved(&mut catalog, rank, version, out).and_then(|(_, res)| {
+        let _span = crate::profile::Span::new("restore-map", version);
+        StoredMap::of(&mut catalog, res.sources)
+    });
     if let Some(cache) = cache {
         if result.is_err() {
             cache.forget(&reader.touched.lock().unwrap_or_else(PoisonError::into_inner));

@@ -442,7 +442,11 @@ impl Backend for CudaBackend {
 
     fn rebuild_from(&mut self, version: u64, data: Protected<'_>, map: &crate::engine::StoredMap) -> Result<()> {
         self.dev.rollback()?;
-        self.dev.rebuild(version, data, &map.stored_runs()?)
+        let runs = {
+            let _span = crate::profile::Span::new("rebuild-runs", version);
+            map.stored_runs()?
+        };
+        self.dev.rebuild(version, data, &runs)
     }
 
     fn place(&self, bytes: &[u8], dst: ProtectedMut<'_>) -> Result<()> {

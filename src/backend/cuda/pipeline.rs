@@ -513,14 +513,18 @@ impl GpuDedup {
         if self.method == Method::Full {
             return Ok(());
         }
-        self.compute_with(latest, data, true, false)?;
-        self.commit()?;
+        {
+            let _span = crate::profile::Span::new("rebuild-pass", latest);
+            self.compute_with(latest, data, true, false)?;
+            self.commit()?;
+        }
         // The upload buffer was for the restored bytes; applications that
         // checkpoint device buffers never need it.
         self.staging = None;
         if !self.method.uses_record() || self.record_entries() == 0 {
             return Ok(());
         }
+        let _span = crate::profile::Span::new("rebuild-locate", latest);
         self.locate_entries(latest, runs)
     }
 

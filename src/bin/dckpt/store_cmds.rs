@@ -250,7 +250,12 @@ pub fn restore(a: RestoreArgs) -> Result<ExitCode> {
 }
 
 pub fn verify(dir: &Path) -> Result<ExitCode> {
-    let report = dckpt::verify::verify_store(dir)?;
+    let mut report = dckpt::verify::verify_store(dir)?;
+    // A runtime checkpoint's region tables (`regions/`), where there are any.
+    #[cfg(feature = "mpi")]
+    for (path, message) in dckpt::runtime::table::check_tables(dir) {
+        report.problems.push(dckpt::verify::Problem { path, message: format!("region table: {message}") });
+    }
     for p in &report.problems {
         eprintln!("dckpt: {}: {}", p.path.display(), p.message);
     }
