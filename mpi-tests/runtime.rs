@@ -146,6 +146,29 @@ pub fn runtime(w: &World, root: &Path) {
     }
     damaged_newest(w, &config);
     another_rank_count(w, &config);
+    disagreeing_configs(w, &config);
+}
+
+/// Ranks given different settings that must agree (here `mode`, and the
+/// chunk size): the first call fails on every rank, naming them; none
+/// waits for the others.
+fn disagreeing_configs(w: &World, config: &Config) {
+    if w.size < 2 {
+        return;
+    }
+    let odd = Config {
+        mode: if w.rank == 1 { Mode::Sync } else { Mode::Async },
+        chunk_size: if w.rank == 1 { 256 } else { config.chunk_size },
+        ..config.clone()
+    };
+    let mut bufs = vec![vec![1u8; 8192]];
+    let mut rt = Runtime::init(w.comm, odd);
+    protect_all(&mut rt, &mut bufs);
+    let e = rt.checkpoint("odd", 1).expect_err("ranks that disagree on mode");
+    let text = e.to_string();
+    w.check(text.contains("mode") && text.contains("chunk_size"), &format!("the disagreement named: {text}"));
+    drop(rt);
+    w.comm.barrier();
 }
 
 /// The newest version damaged on every tier of one rank: `restart_latest`
@@ -176,6 +199,7 @@ fn damaged_newest(w: &World, config: &Config) {
     let mut bufs = vec![vec![0u8; len]];
     let mut rt = Runtime::init(w.comm, config.clone());
     protect_all(&mut rt, &mut bufs);
+    w.check(rt.versions(name).expect("versions") == [1, 2, 3], "every rank lists versions 1 to 3");
     w.check(rt.restart("damaged", 3).is_err(), "restarting the damaged version fails on every rank");
     let restored = rt.restart_latest(name).expect("restart_latest");
     w.check(restored == Some(2), &format!("fell back to version 2 everywhere, got {restored:?}"));
@@ -186,6 +210,10 @@ fn damaged_newest(w: &World, config: &Config) {
     let r = rt.checkpoint(name, 4).expect("the checkpoint after a fallback");
     w.check(r.checkpoint.baseline, "the checkpoint after a fallback is a baseline");
     rt.wait(name, 4).expect("durable");
+    w.check(
+        matches!(rt.wait(name, 77), Err(e) if e.kind() == dckpt::ErrorKind::MissingVersion),
+        "waiting for a version never taken",
+    );
     bufs[0].fill(0);
     rt.restart(name, 4).expect("restart the new version");
     w.check(bufs[0] == content(w.rank, 9, len, 4), "the version after a fallback");

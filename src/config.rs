@@ -201,17 +201,55 @@ impl Config {
     /// The configuration in `file` (if any) with the environment's
     /// `DCKPT_<KEY>` overrides, checked.
     pub fn load(file: Option<&Path>) -> Result<Config> {
-        Self::load_with(file, |name| std::env::var(name).ok())
+        check_variable_names(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()))?;
+        let config = Self::load_with(file, |name| std::env::var(name).ok())?;
+        config.check_machine()?;
+        Ok(config)
+    }
+
+    /// Where each key's value comes from: `DCKPT_<KEY>`, the file, or the
+    /// defaults (what `dckpt config` prints beside the values).
+    pub fn sources(file: Option<&Path>, env: impl Fn(&str) -> Option<String>) -> Result<Vec<(&'static str, String)>> {
+        let table = match file {
+            Some(path) => read_table(path)?,
+            None => toml::Table::new(),
+        };
+        Ok(KEYS
+            .iter()
+            .map(|&key| {
+                let var = format!("DCKPT_{}", key.to_uppercase());
+                let from = if env(&var).is_some() {
+                    format!("environment variable {var}")
+                } else if let (true, Some(f)) = (table.contains_key(key), file) {
+                    f.display().to_string()
+                } else {
+                    "default".to_string()
+                };
+                (key, from)
+            })
+            .collect())
+    }
+
+    /// Refuses caches this machine cannot hold: the host cache and the
+    /// prefetch cache together beyond its memory (the job would be killed
+    /// for memory with no message).
+    pub fn check_machine(&self) -> Result<()> {
+        let Some(total) = machine_memory() else { return Ok(()) };
+        let asked = self.host_cache_size.0.saturating_add(self.prefetch_cache_size.0);
+        if asked > total {
+            return Err(Error::InvalidOption(format!(
+                "configuration: host_cache_size + prefetch_cache_size = {asked} bytes, beyond this machine's {total} \
+                 bytes of memory (each rank of a node allocates its own)"
+            )));
+        }
+        Ok(())
     }
 
     /// [`Config::load`] with `env` as the environment (tests).
     pub fn load_with(file: Option<&Path>, env: impl Fn(&str) -> Option<String>) -> Result<Config> {
         let origin = file.map_or_else(|| "the defaults".to_string(), |f| f.display().to_string());
         let table = match file {
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-                text.parse::<toml::Table>().map_err(|e| invalid(&origin, &e.to_string()))?
-            }
+            Some(path) => read_table(path)?,
             None => toml::Table::new(),
         };
         Self::from_table(table, &origin, env)
@@ -220,6 +258,7 @@ impl Config {
     /// This configuration (a program's own defaults) with the environment's
     /// `DCKPT_<KEY>` overrides, checked.
     pub fn with_env(&self) -> Result<Config> {
+        check_variable_names(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()))?;
         let table = toml::Table::try_from(self).map_err(|e| Error::Internal(format!("configuration: {e}")))?;
         Self::from_table(table, "the program's settings", |name| std::env::var(name).ok())
     }
@@ -238,35 +277,59 @@ impl Config {
             }
         }
         let config = Config::deserialize(table).map_err(|e| invalid(origin, &e.to_string()))?;
-        config.check().map_err(|e| invalid(origin, &e))?;
+        // An error names the variable that set the value, else the origin.
+        config.check().map_err(|(key, message)| {
+            let var = format!("DCKPT_{}", key.to_uppercase());
+            match env(&var) {
+                Some(_) => invalid(&format!("environment variable {var}"), &message),
+                None => invalid(origin, &message),
+            }
+        })?;
         Ok(config)
     }
 
     /// The values no type can check: a usable chunk size, a K in range, a
-    /// directory at least, retention of one version at least.
-    fn check(&self) -> std::result::Result<(), String> {
-        Layout::new(u64::from(self.chunk_size), self.chunk_size).map_err(|e| format!("chunk_size: {e}"))?;
+    /// directory at least (named, and two different ones), retention of one
+    /// version at least. An error names the key responsible.
+    fn check(&self) -> std::result::Result<(), (&'static str, String)> {
+        let fail = |key: &'static str, message: String| Err((key, format!("{key}: {message}")));
+        if let Err(e) = Layout::new(u64::from(self.chunk_size), self.chunk_size) {
+            return fail("chunk_size", e.to_string());
+        }
         if !(1..=crate::collective::merge::MAX_THRESHOLD).contains(&self.threshold) {
-            return Err(format!(
-                "threshold: {} is outside 1..={}",
-                self.threshold,
-                crate::collective::merge::MAX_THRESHOLD
-            ));
+            let max = crate::collective::merge::MAX_THRESHOLD;
+            return fail("threshold", format!("{} is outside 1..={max}", self.threshold));
         }
         if self.collective && !self.method.uses_record() {
-            return Err(format!(
-                "method: {} keeps no record, and the collective step needs one (tree or list; or collective = false)",
-                self.method
-            ));
+            return fail(
+                "method",
+                format!(
+                    "{} keeps no record, and the collective step needs one (tree or list; or collective = false)",
+                    self.method
+                ),
+            );
         }
         if self.scratch.is_none() && self.persistent.is_none() {
-            return Err("scratch, persistent: set at least one directory".into());
+            return Err(("persistent", "scratch, persistent: set at least one directory".into()));
+        }
+        for (key, dir) in [("scratch", &self.scratch), ("persistent", &self.persistent)] {
+            if dir.as_ref().is_some_and(|d| d.as_os_str().is_empty()) {
+                return fail(key, "an empty directory name (unset it rather than setting it empty)".into());
+            }
+        }
+        if let (Some(a), Some(b)) = (&self.scratch, &self.persistent)
+            && same_directory(a, b)
+        {
+            return fail(
+                "scratch",
+                format!("{} is also persistent: two tiers need two directories (or set only one)", a.display()),
+            );
         }
         if self.max_versions == Some(0) {
-            return Err("max_versions: keep at least one version".into());
+            return fail("max_versions", "keep at least one version".into());
         }
         if self.max_chain == Some(0) {
-            return Err("max_chain: a chain holds at least its baseline".into());
+            return fail("max_chain", "a chain holds at least its baseline".into());
         }
         Ok(())
     }
@@ -327,6 +390,101 @@ fn override_value(raw: &str) -> toml::Value {
 }
 
 /// The error of a configuration from `origin`, on one line.
+/// The DCKPT_* environment variables that are not settings: dckpt's own
+/// switches (profiles, the kernel cache, the C examples' configuration
+/// file) and those of its tests, scripts and fault injection.
+pub const OTHER_VARIABLES: &[&str] = &[
+    "PROFILE",
+    "GPU_PROFILE",
+    "KERNEL_CACHE",
+    "CONFIG",
+    "CRASH_AT",
+    "DELAY_AT",
+    "MPI_TEST_BACKEND",
+    "MPI_TEST_DIR",
+    "BLESS",
+    "TIERS_CHILD",
+    "E2E_DIR",
+    "BIN",
+    "DEMO_RANKS",
+    "DEMO_DIR",
+    "APT_PACKAGES",
+];
+
+/// Refuses an environment variable named like a dckpt setting that is
+/// none (`DCKPT_CHUNKSIZE`, `dckpt_chunk_size`), naming the closest one:
+/// a misspelled override would otherwise be silently ignored.
+pub fn check_variable_names(names: impl IntoIterator<Item = String>) -> Result<()> {
+    for name in names {
+        let upper = name.to_ascii_uppercase();
+        let Some(rest) = upper.strip_prefix("DCKPT_") else { continue };
+        let setting = KEYS.iter().any(|k| k.to_uppercase() == rest);
+        if (setting || OTHER_VARIABLES.contains(&rest)) && name == upper {
+            continue;
+        }
+        if setting || OTHER_VARIABLES.contains(&rest) {
+            return Err(Error::InvalidOption(format!(
+                "environment variable {name}: dckpt reads {upper} (upper case); rename it"
+            )));
+        }
+        let closest = KEYS.iter().map(|k| k.to_uppercase()).min_by_key(|k| edit_distance(rest, k));
+        return Err(Error::InvalidOption(format!(
+            "environment variable {name} is not a dckpt setting{}",
+            closest.map(|k| format!(" (did you mean DCKPT_{k}?)")).unwrap_or_default()
+        )));
+    }
+    Ok(())
+}
+
+/// Levenshtein distance (names of a few dozen letters).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for j in 0..b.len() {
+            let here = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != b[j])).min(row[j] + 1).min(here + 1);
+            prev = here;
+        }
+    }
+    row[b.len()]
+}
+
+/// Whether `a` and `b` name one directory (as written, or once resolved
+/// where both exist).
+fn same_directory(a: &Path, b: &Path) -> bool {
+    let clean = |p: &Path| p.components().collect::<PathBuf>();
+    if clean(a) == clean(b) {
+        return true;
+    }
+    matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+}
+
+/// This machine's memory in bytes (Linux: /proc/meminfo), if known.
+fn machine_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// The TOML table in `path`; a syntax error is one line naming the file,
+/// the line and the column.
+fn read_table(path: &Path) -> Result<toml::Table> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    text.parse::<toml::Table>().map_err(|e| {
+        let at = e.span().map(|s| {
+            let before = &text[..s.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!(" at line {line}, column {col}")
+        });
+        invalid(&path.display().to_string(), &format!("{}{}", e.message(), at.unwrap_or_default()))
+    })
+}
+
 fn invalid(origin: &str, message: &str) -> Error {
     let message = message.split_whitespace().collect::<Vec<_>>().join(" ");
     Error::InvalidOption(format!("configuration ({origin}): {message}"))
@@ -434,11 +592,57 @@ mod tests {
             ("persistent = \"/a\"\ngpu_cache_size = \"lots\"\n", &[], "gpu_cache_size"),
             ("persistent = \"/a\"\n", &[("DCKPT_GPU_MEMORY", "-2x")], "DCKPT_GPU_MEMORY"),
             ("persistent = [\n", &[], "dckpt.toml"),
+            // A range error set by a variable names the variable, not the file.
+            ("persistent = \"/a\"\n", &[("DCKPT_CHUNK_SIZE", "16")], "DCKPT_CHUNK_SIZE"),
+            ("persistent = \"/a\"\n", &[("DCKPT_THRESHOLD", "0")], "DCKPT_THRESHOLD"),
+            // An empty directory, and one directory for two tiers.
+            ("scratch = \"/s\"\n", &[("DCKPT_PERSISTENT", "")], "DCKPT_PERSISTENT"),
+            ("persistent = \"/a\"\nscratch = \"/a/\"\n", &[], "two directories"),
         ];
         for (text, env, named) in cases {
             let e = load(text, env).expect_err(text);
             assert_eq!(e.kind(), crate::ErrorKind::InvalidOption, "{text}: {e}");
             assert!(e.to_string().contains(named), "{text}: the error names {named}: {e}");
+            assert!(!e.to_string().contains('\n'), "one line: {e}");
         }
+        // A syntax error says where, on one line.
+        let e = load("persistent = \"/a\"\nmode = = 3\n", &[]).expect_err("syntax");
+        assert!(e.to_string().contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn misspelled_and_lower_case_variables_are_refused_by_name() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        check_variable_names(names(&["DCKPT_CHUNK_SIZE", "DCKPT_PROFILE", "PATH", "HOME"])).expect("known");
+        let e = check_variable_names(names(&["DCKPT_CHUNKSIZE"])).expect_err("misspelled");
+        assert!(e.to_string().contains("DCKPT_CHUNK_SIZE"), "the closest key: {e}");
+        let e = check_variable_names(names(&["dckpt_host_cache_size"])).expect_err("lower case");
+        assert!(e.to_string().contains("DCKPT_HOST_CACHE_SIZE"), "{e}");
+        let e = check_variable_names(names(&["DCKPT_PERSISTANT"])).expect_err("misspelled");
+        assert!(e.to_string().contains("DCKPT_PERSISTENT"), "{e}");
+    }
+
+    #[test]
+    fn caches_beyond_the_machine_s_memory_are_refused() {
+        let c = load("persistent = \"/a\"\nhost_cache_size = \"1T\"\nprefetch_cache_size = \"1T\"\n", &[])
+            .expect("a valid file");
+        if machine_memory().is_some_and(|m| m < 2 << 40) {
+            let e = c.check_machine().expect_err("2 TiB of caches");
+            assert!(e.to_string().contains("host_cache_size"), "{e}");
+        }
+        load("persistent = \"/a\"\n", &[]).expect("defaults").check_machine().expect("the defaults fit");
+    }
+
+    #[test]
+    fn the_sources_name_the_variable_the_file_or_the_default() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = dir.path().join("c.toml");
+        std::fs::write(&f, "persistent = \"/a\"\nmethod = \"list\"\n").expect("write");
+        let env = |v: &str| (v == "DCKPT_METHOD").then(|| "tree".to_string());
+        let sources = Config::sources(Some(&f), env).expect("sources");
+        let of = |k: &str| sources.iter().find(|(key, _)| *key == k).map(|(_, s)| s.clone()).unwrap_or_default();
+        assert_eq!(of("method"), "environment variable DCKPT_METHOD");
+        assert!(of("persistent").ends_with("c.toml"));
+        assert_eq!(of("chunk_size"), "default");
     }
 }

@@ -68,10 +68,15 @@ int main(int argc, char **argv) {
     CHECK(dckpt_protect(ck, 0, u + cols, (size_t)rows * cols * sizeof *u, DCKPT_HOST));
     CHECK(dckpt_protect(ck, 1, &step, sizeof step, DCKPT_HOST));
     uint64_t latest = 0;
-    CHECK(dckpt_latest(ck, "heat-c", &latest));
-    if (latest > 0) {
-        CHECK(dckpt_restart(ck, "heat-c", latest));
-        if (rank == 0) printf("heat-c: restarted from the checkpoint of step %" PRId64 "\n", step);
+    /* The newest version every rank restores (older ones where it is damaged); 0: none. */
+    CHECK(dckpt_restart_latest(ck, "heat-c", &latest));
+    if (latest > 0 && rank == 0) printf("heat-c: restarted from the checkpoint of step %" PRId64 "\n", step);
+    /* What could be restarted from (oldest first). */
+    size_t nversions = 0;
+    CHECK(dckpt_versions(ck, "heat-c", NULL, 0, &nversions));
+    if (latest > 0 && nversions == 0) {
+        fprintf(stderr, "heat-c: restarted from step %" PRIu64 " but no version is listed\n", latest);
+        MPI_Abort(MPI_COMM_WORLD, 1);
     }
 
     const int up = rank > 0 ? rank - 1 : MPI_PROC_NULL, down = rank + 1 < size ? rank + 1 : MPI_PROC_NULL;

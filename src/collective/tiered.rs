@@ -404,6 +404,17 @@ impl TieredCollective {
     /// are not durable, and those ranks.
     pub fn wait(&mut self, version: u64) -> Result<()> {
         self.settle();
+        // A version no rank ever took (nor lists) is missing, not undurable.
+        let mut known = 0u64;
+        let mine = u64::from(self.engine.knows(version));
+        self.comm.all_reduce_into(&mine, &mut known, ::mpi::collective::SystemOperation::max());
+        if known == 0 {
+            return Err(Error::MissingVersion {
+                dir: self.engine.roots()[0].clone(),
+                rank: self.engine.rank(),
+                version,
+            });
+        }
         let mine: Vec<u64> = self.engine.own_durable(version).into_iter().map(u64::from).collect();
         let tiers = mine.len();
         let mut all = vec![0u64; tiers * self.comm.size() as usize];

@@ -20,7 +20,7 @@ module dckpt
     implicit none
     private
     public :: dckpt_init, dckpt_protect, dckpt_unprotect, dckpt_checkpoint, dckpt_latest, dckpt_restart, &
-              dckpt_restart_latest, dckpt_wait, dckpt_finalize, dckpt_error_message
+              dckpt_restart_latest, dckpt_versions, dckpt_wait, dckpt_finalize, dckpt_error_message
     public :: DCKPT_OK, DCKPT_HOST, DCKPT_DEVICE, DCKPT_ERR_INVALID_OPTION, DCKPT_ERR_MISSING_VERSION, &
               DCKPT_ERR_MISMATCH, DCKPT_ERR_RANK_COUNT, DCKPT_ERR_INTERNAL
     ! What a program needs of iso_c_binding to call these (`use dckpt` alone).
@@ -66,6 +66,14 @@ module dckpt
             type(c_ptr), value :: h
             character(kind=c_char), dimension(*) :: name
             integer(c_int64_t) :: version
+        end function
+        integer(c_int) function c_versions(h, name, versions, capacity, count) bind(C, name="dckpt_versions")
+            import :: c_int, c_ptr, c_char, c_int64_t, c_size_t
+            type(c_ptr), value :: h
+            character(kind=c_char), dimension(*) :: name
+            integer(c_int64_t), dimension(*) :: versions
+            integer(c_size_t), value :: capacity
+            integer(c_size_t) :: count
         end function
         integer(c_int) function c_restart_latest(h, name, version) bind(C, name="dckpt_restart_latest")
             import :: c_int, c_ptr, c_char, c_int64_t
@@ -154,6 +162,22 @@ contains
         integer(c_int64_t), intent(out) :: version
         version = 0
         dckpt_latest = c_latest(handle, c_text(name), version)
+    end function
+
+    !> The versions of `name` every rank can restart from, oldest first: `count` gets how many
+    !> there are, `versions` the first size(versions) of them (collective).
+    integer(c_int) function dckpt_versions(handle, name, versions, count)
+        type(c_ptr), intent(in) :: handle
+        character(len=*), intent(in) :: name
+        integer(c_int64_t), intent(out) :: versions(:)
+        integer(c_size_t), intent(out) :: count
+        integer(c_int64_t) :: none(1)
+        count = 0
+        if (size(versions) > 0) then
+            dckpt_versions = c_versions(handle, c_text(name), versions, int(size(versions), c_size_t), count)
+        else
+            dckpt_versions = c_versions(handle, c_text(name), none, 0_c_size_t, count)
+        end if
     end function
 
     !> Restarts from the newest version of `name` that restores on every rank (older ones where

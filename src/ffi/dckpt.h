@@ -209,6 +209,23 @@ int dckpt_restart(struct DckptRuntime *h, const char *name, uint64_t version);
 int dckpt_restart_latest(struct DckptRuntime *h, const char *name, uint64_t *version);
 
 /**
+ * The versions of `name` every rank can be restarted from, oldest first
+ * (collective): `*count` gets how many there are, and the first
+ * `min(count, capacity)` of them go to `versions` (which may be NULL when
+ * `capacity` is 0: ask for the count first).
+ *
+ * # Safety
+ * `h` is a live handle; `name` a NUL-terminated string; `versions` points
+ * to `capacity` writable `uint64_t` (or is NULL with `capacity` 0);
+ * `count` points to writable memory.
+ */
+int dckpt_versions(struct DckptRuntime *h,
+                   const char *name,
+                   uint64_t *versions,
+                   size_t capacity,
+                   size_t *count);
+
+/**
  * Waits until version `version` of `name` is durable on every tier of
  * every rank (collective).
  *

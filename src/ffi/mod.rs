@@ -322,6 +322,41 @@ pub unsafe extern "C" fn dckpt_restart_latest(h: *mut DckptRuntime, name: *const
     })
 }
 
+/// The versions of `name` every rank can be restarted from, oldest first
+/// (collective): `*count` gets how many there are, and the first
+/// `min(count, capacity)` of them go to `versions` (which may be NULL when
+/// `capacity` is 0: ask for the count first).
+///
+/// # Safety
+/// `h` is a live handle; `name` a NUL-terminated string; `versions` points
+/// to `capacity` writable `uint64_t` (or is NULL with `capacity` 0);
+/// `count` points to writable memory.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dckpt_versions(
+    h: *mut DckptRuntime,
+    name: *const c_char,
+    versions: *mut u64,
+    capacity: usize,
+    count: *mut usize,
+) -> c_int {
+    status(|| {
+        // SAFETY: per the contract.
+        let (rt, name) = unsafe { (runtime(h)?, text(name, "the checkpoint name")?) };
+        if count.is_null() || (versions.is_null() && capacity > 0) {
+            return Err(Error::InvalidOption("the versions or count pointer is NULL".into()));
+        }
+        let all = rt.versions(name)?;
+        let n = all.len().min(capacity);
+        if n > 0 {
+            // SAFETY: `versions` holds `capacity` >= n writable elements per the contract.
+            unsafe { std::slice::from_raw_parts_mut(versions, n) }.copy_from_slice(&all[..n]);
+        }
+        // SAFETY: non-NULL and writable per the contract.
+        unsafe { *count = all.len() };
+        Ok(())
+    })
+}
+
 /// Waits until version `version` of `name` is durable on every tier of
 /// every rank (collective).
 ///

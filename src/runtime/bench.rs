@@ -159,6 +159,7 @@ pub fn run(
     world.barrier();
     // The defaults and DCKPT_<KEY>; the run's directory where none is named.
     let named = ["DCKPT_SCRATCH", "DCKPT_PERSISTENT"].iter().any(|k| std::env::var_os(k).is_some());
+    crate::config::check_variable_names(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()))?;
     let here = o.dir.join("persistent").display().to_string();
     let mut config = Config::load_with(None, |key| match key {
         "DCKPT_PERSISTENT" if !named => Some(here.clone()),

@@ -124,10 +124,11 @@ impl Runtime {
                     true => Err(Error::InvalidOption(format!("checkpoint '{name}': no region is protected"))),
                     false => Ok(()),
                 })
-                .and_then(|()| roots.iter().try_for_each(|root| check_table(root, &table, name))),
+                .and_then(|()| roots.iter().try_for_each(|root| check_table(root, &table))),
         };
         all_agree(&self.comm, "the protected regions", 0, verdict)?;
         if !self.names.contains_key(name) {
+            agree_on_config(&self.comm, &self.config)?;
             let total: usize = shapes.iter().map(|s| s.len).sum();
             let store = self.config.store_options();
             let opts = self.config.collective_options();
@@ -298,7 +299,7 @@ impl Runtime {
         let t = self.config.tier_options(name);
         let roots: Vec<std::path::PathBuf> = [t.local, t.shared].into_iter().flatten().collect();
         self.check_rank_count(name)?;
-        roots.iter().try_for_each(|root| check_table(root, &table, name))?;
+        roots.iter().try_for_each(|root| check_table(root, &table))?;
         let mut newest = 0;
         for root in &roots {
             match crate::store::Store::open(root, self.rank()) {
@@ -372,6 +373,45 @@ impl Runtime {
             }
             version = next;
         }
+    }
+
+    /// The versions of `name` every rank lists on some tier, oldest first:
+    /// what [`Runtime::restart`] may be asked for (each is restored and
+    /// verified only when asked; [`Runtime::restart_latest`] falls back
+    /// through them). Read from the manifests, nothing opened. Collective.
+    pub fn versions(&mut self, name: &str) -> Result<Vec<u64>> {
+        check_name(name)?;
+        let mine = self.listed_versions(name);
+        let mine = all_agree(&self.comm, "listing the versions", 0, mine)?;
+        // Rank 0's list, then each rank's membership of it, reduced.
+        let mut count = mine.len() as u64;
+        let root = self.comm.process_at_rank(0);
+        root.broadcast_into(&mut count);
+        let mut candidates = if self.rank() == 0 { mine.clone() } else { vec![0u64; count as usize] };
+        if count > 0 {
+            root.broadcast_into(&mut candidates[..]);
+        }
+        let member: Vec<u64> = candidates.iter().map(|v| u64::from(mine.binary_search(v).is_ok())).collect();
+        let mut everywhere = vec![0u64; member.len()];
+        if !member.is_empty() {
+            self.comm.all_reduce_into(&member[..], &mut everywhere[..], ::mpi::collective::SystemOperation::min());
+        }
+        Ok(candidates.into_iter().zip(everywhere).filter(|&(_, e)| e == 1).map(|(v, _)| v).collect())
+    }
+
+    /// The versions of `name` this rank lists on any tier, sorted.
+    fn listed_versions(&self, name: &str) -> Result<Vec<u64>> {
+        self.check_rank_count(name)?;
+        let t = self.config.tier_options(name);
+        let mut all = std::collections::BTreeSet::new();
+        for root in [t.local, t.shared].into_iter().flatten() {
+            match crate::store::Store::open(&root, self.rank()) {
+                Ok(store) => all.extend(store.manifest().versions.iter().map(|v| v.version)),
+                Err(Error::NoStore { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(all.into_iter().collect())
     }
 
     /// The newest version older than `version` this rank lists on any tier.
@@ -481,6 +521,66 @@ impl Runtime {
     }
 }
 
+/// The settings every rank must share: a rank that differs would wait in
+/// a collective call the others never make, or write files they cannot
+/// use. Where the scratch and persistent directories are may differ; whether
+/// there is one may not.
+const AGREED: [&str; 12] = [
+    "mode",
+    "chunk_size",
+    "hash",
+    "method",
+    "max_chain",
+    "collective",
+    "threshold",
+    "region_bytes",
+    "min_region_bytes",
+    "overlap",
+    "max_versions",
+    "tiers",
+];
+
+/// Each of [`AGREED`]'s values in `config`, as text.
+fn agreed_values(config: &Config) -> Result<Vec<String>> {
+    let table: toml::Table =
+        config.to_toml()?.parse().map_err(|e| Error::Internal(format!("reading the configuration back: {e}")))?;
+    Ok(AGREED
+        .iter()
+        .map(|&key| match key {
+            "tiers" => format!(
+                "scratch {}, persistent {}",
+                if config.scratch.is_some() { "set" } else { "unset" },
+                if config.persistent.is_some() { "set" } else { "unset" }
+            ),
+            _ => table.get(key).map_or_else(|| "unset".to_string(), ToString::to_string),
+        })
+        .collect())
+}
+
+/// Refuses, on every rank alike, a configuration whose [`AGREED`]
+/// settings differ between ranks, naming them. Collective.
+fn agree_on_config(comm: &SimpleCommunicator, config: &Config) -> Result<()> {
+    let values = agreed_values(config)?;
+    let mine: Vec<u64> = values.iter().map(|v| xxhash_rust::xxh3::xxh3_64(v.as_bytes())).collect();
+    let mut all = vec![0u64; mine.len() * comm.size() as usize];
+    comm.all_gather_into(&mine[..], &mut all[..]);
+    let ranks: Vec<&[u64]> = all.chunks(mine.len()).collect();
+    let differing: Vec<String> = (0..AGREED.len())
+        .filter(|&i| ranks.iter().any(|r| r[i] != ranks[0][i]))
+        .map(|i| {
+            let odd: Vec<usize> = (0..ranks.len()).filter(|&r| ranks[r][i] != ranks[0][i]).collect();
+            format!("{} (this rank: {}; ranks {odd:?} differ from rank 0)", AGREED[i], values[i])
+        })
+        .collect();
+    if differing.is_empty() {
+        return Ok(());
+    }
+    Err(Error::InvalidOption(format!(
+        "the ranks' configurations disagree on {}: give every rank the same configuration file and DCKPT_* variables",
+        differing.join(", ")
+    )))
+}
+
 /// Names become directory names: letters, digits, `.`, `_`, `-`.
 fn check_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
@@ -500,12 +600,12 @@ fn same_shapes(name: &str, opened: &[Shape], now: &[Shape]) -> Result<()> {
     if opened == now {
         return Ok(());
     }
-    Err(Error::InvalidOption(format!(
-        "checkpoint '{name}' holds regions {:?}, but {:?} are protected now (protect the same ids with the same \
-         lengths, or use a new name)",
-        describe(opened),
-        describe(now)
-    )))
+    Err(Error::Mismatch {
+        what: "protected regions (protect the same ids with the same lengths, or use a new name)",
+        dir: std::path::PathBuf::from(name),
+        existing: format!("{:?}", describe(opened)),
+        requested: format!("{:?}", describe(now)),
+    })
 }
 
 /// This rank's table of `shapes` (offsets in the gathered buffer).
@@ -525,17 +625,16 @@ fn table_of(rank: u32, shapes: &[Shape]) -> RegionTable {
 /// Refuses `table` where `root` holds this rank's table of other regions
 /// (other ids or lengths; where each lives may change between runs: a
 /// checkpoint of device memory restarts into host memory and back).
-fn check_table(root: &std::path::Path, table: &RegionTable, name: &str) -> Result<()> {
+fn check_table(root: &std::path::Path, table: &RegionTable) -> Result<()> {
     let old = super::table::tables_if_any(root)?; // a damaged table is an error, not "none"
     let layout = |t: &RegionTable| t.regions.iter().map(|e| (e.id, e.len, e.offset)).collect::<Vec<_>>();
     match old.iter().find(|t| t.rank == table.rank) {
-        Some(t) if layout(t) != layout(table) => Err(Error::InvalidOption(format!(
-            "checkpoint '{name}' was taken with regions {:?} on rank {}, but {:?} are protected now (protect the \
-             same ids with the same lengths, or use a new name)",
-            t.regions.iter().map(|e| (e.id, e.len)).collect::<Vec<_>>(),
-            table.rank,
-            table.regions.iter().map(|e| (e.id, e.len)).collect::<Vec<_>>()
-        ))),
+        Some(t) if layout(t) != layout(table) => Err(Error::Mismatch {
+            what: "protected regions (protect the same ids with the same lengths, or use a new name)",
+            dir: root.to_path_buf(),
+            existing: format!("{:?} on rank {}", t.regions.iter().map(|e| (e.id, e.len)).collect::<Vec<_>>(), t.rank),
+            requested: format!("{:?}", table.regions.iter().map(|e| (e.id, e.len)).collect::<Vec<_>>()),
+        }),
         _ => Ok(()),
     }
 }
@@ -575,11 +674,11 @@ mod tests {
             |device: bool, len: usize| vec![Shape { id: 0, len, device }, Shape { id: 1, len: 8, device: false }];
         table_of(2, &shapes(true, 4096)).write(dir.path()).expect("write");
         // The same ids and lengths, now in host memory: accepted.
-        check_table(dir.path(), &table_of(2, &shapes(false, 4096)), "heat").expect("host after device");
+        check_table(dir.path(), &table_of(2, &shapes(false, 4096))).expect("host after device");
         // Another length: refused, naming the checkpoint.
-        let refused = check_table(dir.path(), &table_of(2, &shapes(false, 2048)), "heat").expect_err("other length");
-        assert!(refused.to_string().contains("'heat'"), "{refused}");
+        let refused = check_table(dir.path(), &table_of(2, &shapes(false, 2048))).expect_err("other length");
+        assert_eq!(refused.kind(), crate::ErrorKind::Mismatch, "{refused}");
         // Another rank's table is not this rank's business.
-        check_table(dir.path(), &table_of(3, &shapes(false, 2048)), "heat").expect("other rank");
+        check_table(dir.path(), &table_of(3, &shapes(false, 2048))).expect("other rank");
     }
 }

@@ -653,6 +653,16 @@ impl TieredEngine {
         Ok(())
     }
 
+    /// Whether `version` was taken in this run or is listed on some tier.
+    pub fn knows(&self, version: u64) -> bool {
+        self.shared.progress.states(version).is_some() || (0..self.roots.len()).any(|i| self.listed(version, i))
+    }
+
+    /// This engine's rank.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
     /// Whether tier `i`'s manifest lists `version` now.
     fn listed(&self, version: u64, i: usize) -> bool {
         Store::open(&self.roots[i], self.rank).is_ok_and(|s| s.manifest().get(version).is_some())

@@ -113,6 +113,12 @@ fn main() -> ExitCode {
         Command::BenchRtm(a) => rtm_cmd::run(a),
         Command::Config { check } => dckpt::config::Config::load(check.as_deref()).and_then(|c| {
             print!("{}", c.to_toml()?);
+            // Where each value came from, as TOML comments.
+            let sources = dckpt::config::Config::sources(check.as_deref(), |v| std::env::var(v).ok())?;
+            println!("\n# where each value comes from:");
+            for (key, from) in sources {
+                println!("#   {key:20} {from}");
+            }
             Ok(ExitCode::SUCCESS)
         }),
         #[cfg(feature = "mpi")]
