@@ -103,8 +103,10 @@ pub enum Error {
         /// `" (pid N)"` when the holder wrote its pid, else empty.
         holder: String,
     },
-    /// A path dckpt refuses to write through (a symbolic link, a device, a store's own file).
-    #[error("{path}: refusing to write: {reason}")]
+    /// A path dckpt refuses to read or write through (a symbolic link inside
+    /// a store, a FIFO or device in a file's place, a store's own file as an
+    /// output).
+    #[error("{path}: refused: {reason}")]
     UnsafePath {
         /// The path asked for.
         path: PathBuf,

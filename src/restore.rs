@@ -117,6 +117,12 @@ impl Catalog {
         self.readers.get(&key).ok_or_else(|| Error::Internal("reader cache".into()))
     }
 
+    /// The reader of `(rank, version)` if it is open already
+    /// ([`Catalog::preload`]).
+    pub fn loaded(&self, rank: u32, version: u64) -> Option<&DiffReader> {
+        self.readers.get(&(rank, version))
+    }
+
     /// Opens the readers of `versions` of `rank` not open yet, in parallel
     /// (each parses and checks a file's tables: a chain's files are
     /// independent). The first error, if any.
@@ -291,32 +297,45 @@ pub fn resolve_all(catalog: &mut Catalog, rank: u32, version: u64) -> Result<Res
         .iter()
         .map(|v| v.version)
         .collect();
-    catalog.preload(rank, &chain)?;
-    // Each version's runs, newest first, sorted by start.
-    let mut walk_order: Vec<VersionRuns> = Vec::with_capacity(chain.len());
-    for &v in chain.iter().rev() {
-        let reader = catalog.reader(rank, v)?;
-        let diff = &reader.diff;
-        // FIRST and SHIFT runs are each sorted by start and disjoint (the
-        // decoder checks): merge them.
-        let first = diff.first.iter().map(|r| Run { start: r.start, count: r.count, src: None, reference: None });
-        let shift = diff.shift.iter().map(|s| Run {
-            start: s.start,
-            count: s.count,
-            src: Some((s.src_rank, s.src_version, s.src_start)),
-            reference: s.reference,
-        });
-        let mut runs = Vec::with_capacity(diff.first.len() + diff.shift.len());
-        let (mut first, mut shift) = (first.peekable(), shift.peekable());
-        while let Some(next) = match (first.peek(), shift.peek()) {
-            (Some(a), Some(b)) if a.start < b.start => first.next(),
-            (Some(_), None) => first.next(),
-            _ => shift.next(),
-        } {
-            runs.push(next);
-        }
-        walk_order.push(VersionRuns { version: v, runs, path: reader.path().to_path_buf() });
+    {
+        let _span = crate::profile::Span::new("resolve-open", version);
+        catalog.preload(rank, &chain)?;
     }
+    let runs_span = crate::profile::Span::new("resolve-runs", version);
+    // Each version's runs, newest first, sorted by start (the files'
+    // tables merged in parallel).
+    let readers: Vec<&DiffReader> = chain
+        .iter()
+        .rev()
+        .map(|&v| catalog.loaded(rank, v).ok_or_else(|| Error::Internal(format!("reader of version {v}"))))
+        .collect::<Result<_>>()?;
+    let walk_order: Vec<VersionRuns> = readers
+        .par_iter()
+        .map(|reader| {
+            let diff = &reader.diff;
+            // FIRST and SHIFT runs are each sorted by start and disjoint (the
+            // decoder checks): merge them.
+            let first = diff.first.iter().map(|r| Run { start: r.start, count: r.count, src: None, reference: None });
+            let shift = diff.shift.iter().map(|s| Run {
+                start: s.start,
+                count: s.count,
+                src: Some((s.src_rank, s.src_version, s.src_start)),
+                reference: s.reference,
+            });
+            let mut runs = Vec::with_capacity(diff.first.len() + diff.shift.len());
+            let (mut first, mut shift) = (first.peekable(), shift.peekable());
+            while let Some(next) = match (first.peek(), shift.peek()) {
+                (Some(a), Some(b)) if a.start < b.start => first.next(),
+                (Some(_), None) => first.next(),
+                _ => shift.next(),
+            } {
+                runs.push(next);
+            }
+            VersionRuns { version: reader.header.version, runs, path: reader.path().to_path_buf() }
+        })
+        .collect();
+    drop(runs_span);
+    let _span = crate::profile::Span::new("resolve-walk", version);
     let n = layout.chunks();
     let segments = (rayon::current_num_threads() as u64 * 8).clamp(1, n);
     let walked: Vec<Walked> = (0..segments)
@@ -585,8 +604,9 @@ pub fn restore_in_place_resolved(
 }
 
 /// The restore: resolves, asks `output` for the buffer of the version's
-/// length, fills it and checks the references.
-fn restore_with<'o>(
+/// length (after the resolution: a caller may ready it meanwhile), fills it
+/// and checks the references.
+pub fn restore_with<'o>(
     catalog: &mut Catalog,
     rank: u32,
     version: u64,

@@ -73,9 +73,14 @@ impl StoredMap {
     /// `catalog` (which the restore opened them in).
     pub fn of(catalog: &mut Catalog, sources: Vec<Source>) -> Result<Self> {
         let mut layouts = HashMap::new();
+        let mut last = None;
         for s in &sources {
-            if let std::collections::hash_map::Entry::Vacant(v) = layouts.entry(s.rank) {
-                v.insert(catalog.store(s.rank)?.layout()?);
+            // Sources come in long stretches of one rank: look up only changes.
+            if last != Some(s.rank) {
+                if let std::collections::hash_map::Entry::Vacant(v) = layouts.entry(s.rank) {
+                    v.insert(catalog.store(s.rank)?.layout()?);
+                }
+                last = Some(s.rank);
             }
         }
         Ok(StoredMap { runs: coalesce(sources), layouts })
@@ -84,7 +89,7 @@ impl StoredMap {
     /// The runs as the GPU rebuild takes them.
     pub fn stored_runs(&self) -> Result<Vec<StoredRun>> {
         self.runs
-            .iter()
+            .par_iter()
             .map(|s| {
                 Ok(StoredRun {
                     dst: s.dst,
@@ -205,22 +210,17 @@ fn located_entries(
 }
 
 /// Merges neighbouring pieces that continue each other in the same file.
-fn coalesce(sources: Vec<Source>) -> Vec<Source> {
-    let mut out: Vec<Source> = Vec::with_capacity(sources.len());
-    for s in sources {
-        match out.last_mut() {
-            Some(l)
-                if l.rank == s.rank
-                    && l.version == s.version
-                    && l.dst + l.count == s.dst
-                    && l.src + l.count == s.src =>
-            {
-                l.count += s.count;
-            }
-            _ => out.push(s),
+fn coalesce(mut sources: Vec<Source>) -> Vec<Source> {
+    // In place: `dedup_by` hands each source with the last one kept.
+    sources.dedup_by(|s, l| {
+        let continues =
+            l.rank == s.rank && l.version == s.version && l.dst + l.count == s.dst && l.src + l.count == s.src;
+        if continues {
+            l.count += s.count;
         }
-    }
-    out
+        continues
+    });
+    sources
 }
 
 /// Where the bytes of node `e.node` of the latest version are stored, as a

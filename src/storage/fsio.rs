@@ -144,7 +144,7 @@ pub fn hex(bytes: &[u8]) -> String {
 /// pipe's node) is written in place; anything else is written through an
 /// exclusive temporary file in `out`'s directory and renamed over it.
 pub fn write_output(out: &Path, bytes: &[u8], store_root: &Path) -> Result<()> {
-    let refuse = |reason: &str| Error::UnsafePath { path: out.to_path_buf(), reason: reason.into() };
+    let refuse = |reason: &str| Error::UnsafePath { path: out.to_path_buf(), reason: format!("not written: {reason}") };
     // A stream (character device, pipe) is written in place, also through a
     // link such as /dev/stdout; a pipe without a reader is an error, not a hang.
     let stream = fs::metadata(out).is_ok_and(|m| m.file_type().is_char_device() || m.file_type().is_fifo());

@@ -853,13 +853,32 @@ impl TieredEngine {
                 // Through a reused host buffer (page-locked on the CUDA
                 // backend: no page faults, and the H2D at full speed).
                 let mut staging = self.restore_staging.lock().unwrap_or_else(PoisonError::into_inner);
-                if staging.as_ref().is_none_or(|s| s.bytes().len() != region.len()) {
-                    *staging = None; // freed before the new one is allocated
-                    let _span = crate::profile::Span::new("restore-staging", version);
-                    *staging = Some(Box::new(crate::memory::HeapSegment::prefaulted(region.len())));
-                }
-                let buf = staging.as_mut().ok_or_else(|| Error::Internal("restore staging".into()))?.bytes_mut();
-                let map = reader::restore(at, self.rank, version, reach, cache, buf)?;
+                // A new buffer is made (every page touched) on a thread of
+                // its own while the restore resolves the version.
+                let len = region.len();
+                let making = match staging.as_ref().is_none_or(|s| s.bytes().len() != len) {
+                    true => {
+                        *staging = None; // freed before the new one is allocated
+                        Some(std::thread::spawn(move || crate::memory::HeapSegment::prefaulted(len)))
+                    }
+                    false => None,
+                };
+                let slot = &mut *staging;
+                let map = reader::restore_with(at, self.rank, version, reach, cache, |want| {
+                    if let Some(making) = making {
+                        let _span = crate::profile::Span::new("restore-staging", version);
+                        let made = making.join().map_err(|_| Error::Internal("making the restore buffer".into()))?;
+                        *slot = Some(Box::new(made));
+                    }
+                    let buf = slot.as_mut().ok_or_else(|| Error::Internal("restore staging".into()))?.bytes_mut();
+                    match buf.len() == want {
+                        true => Ok(buf),
+                        false => {
+                            Err(Error::InvalidOption(format!("{want} restored bytes do not fit a {len}-byte region")))
+                        }
+                    }
+                })?;
+                let buf = staging.as_ref().ok_or_else(|| Error::Internal("restore staging".into()))?.bytes();
                 let _span = crate::profile::Span::new("restore-upload", version);
                 self.backend.place(buf, ProtectedMut::Device(*region))?;
                 Ok(map)

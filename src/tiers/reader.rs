@@ -13,7 +13,7 @@
 use super::prefetch::{FileKey, ReadCounters, RestoreCache};
 use super::writeback::Overlay;
 use crate::engine::StoredMap;
-use crate::restore::{Catalog, restore_in_place_resolved};
+use crate::restore::Catalog;
 use crate::storage::{Entry, Fill, LockGuard, Posix, ReadAt, Storage};
 use crate::store::parse_diff_name;
 use crate::{Error, Result};
@@ -53,6 +53,23 @@ pub(crate) fn restore(
     cache: Option<&RestoreCache>,
     out: &mut [u8],
 ) -> Result<StoredMap> {
+    let want = out.len();
+    restore_with(at, rank, version, reach, cache, |len| match len == want {
+        true => Ok(out),
+        false => Err(Error::InvalidOption(format!("the buffer holds {want} bytes, version {version} holds {len}"))),
+    })
+}
+
+/// As [`restore`], asking `output` for the buffer once the version is
+/// resolved (the caller may ready it meanwhile).
+pub(crate) fn restore_with<'o>(
+    at: At<'_>,
+    rank: u32,
+    version: u64,
+    reach: Reach,
+    cache: Option<&RestoreCache>,
+    output: impl FnOnce(usize) -> Result<&'o mut [u8]>,
+) -> Result<StoredMap> {
     let tiers: Vec<Posix> = at.roots.iter().map(|r| Posix::at(r)).collect();
     let reader = Arc::new(TierReader {
         home: at.home,
@@ -63,7 +80,7 @@ pub(crate) fn restore(
         touched: Mutex::new(Vec::new()),
     });
     let mut catalog = Catalog::on(Arc::clone(&reader) as Arc<dyn Storage>);
-    let result = restore_in_place_resolved(&mut catalog, rank, version, out).and_then(|(_, res)| {
+    let result = crate::restore::restore_with(&mut catalog, rank, version, output).and_then(|(_, res)| {
         let _span = crate::profile::Span::new("restore-map", version);
         StoredMap::of(&mut catalog, res.sources)
     });

@@ -542,9 +542,12 @@ impl GpuDedup {
         }
         // One upload: RUN_WORDS words per run (table_locate's layout), at
         // least one run's worth.
+        use rayon::prelude::*;
         let mut words: Vec<u64> = runs
-            .iter()
-            .flat_map(|r| [r.dst, r.count, r.src, r.owner_chunks, u64::from(r.rank) | (u64::from(r.version) << 32)])
+            .par_iter()
+            .flat_map_iter(|r| {
+                [r.dst, r.count, r.src, r.owner_chunks, u64::from(r.rank) | (u64::from(r.version) << 32)]
+            })
             .collect();
         words.resize(words.len().max(RUN_WORDS), 0);
         let st = &self.gpu.stream;
