@@ -168,3 +168,18 @@ fn repair_reports_only_what_it_did() {
     let (code, text) = bounded(&["verify", "--dir", s(&root)]);
     assert_eq!(code, Some(0), "{text}");
 }
+
+#[test]
+fn inspect_on_a_runtime_directory_names_the_checkpoints_it_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input.bin");
+    std::fs::write(&input, noise(10_000, 3)).unwrap();
+    let tier = dir.path().join("persistent");
+    for name in ["heat", "labels"] {
+        let (code, text) = bounded(&["checkpoint", "--dir", s(&tier.join(name)), "--version", "1", s(&input)]);
+        assert_eq!(code, Some(0), "{text}");
+    }
+    let (code, text) = bounded(&["inspect", "--dir", s(&tier)]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("heat") && text.contains("labels") && text.contains("runtime directory"), "{text}");
+}

@@ -19,6 +19,9 @@ pub struct CpuBackend {
     /// The pending version restarted the record: dropping it forgets the
     /// record, as on the GPU (whose table is cleared at once, `dedup::limits`).
     restart_pending: bool,
+    /// A state being rebuilt on a thread of its own (after a restart's
+    /// restore): installed by the next call that needs the state.
+    rebuilding: Option<std::thread::JoinHandle<DedupState>>,
 }
 
 impl CpuBackend {
@@ -31,7 +34,25 @@ impl CpuBackend {
 
     /// A backend continuing from `state` with `method`.
     pub fn new(state: DedupState, method: Method) -> Self {
-        CpuBackend { state, method, restart_pending: false }
+        CpuBackend { state, method, restart_pending: false, rebuilding: None }
+    }
+
+    /// Installs the state rebuilt in the background, waiting for it if
+    /// needed (a rebuild that panicked leaves an empty record: the next
+    /// version stores more, never wrong bytes).
+    fn settle_rebuild(&mut self) {
+        if let Some(thread) = self.rebuilding.take() {
+            let _span = crate::profile::Span::new("rebuild-wait", 0);
+            let limits = self.state.limits;
+            match thread.join() {
+                Ok(state) => self.state = state,
+                Err(_) => {
+                    tracing::warn!("rebuilding the de-duplication state failed; the next version stores more");
+                    self.state = DedupState::new(self.state.layout, self.state.hash, self.state.rank);
+                }
+            }
+            self.state.limits = limits;
+        }
     }
 }
 
@@ -85,6 +106,7 @@ impl Backend for CpuBackend {
     }
 
     fn deduplicate(&mut self, version: u64, input: Protected<'_>, baseline: bool) -> Result<Deduplicated> {
+        self.settle_rebuild();
         let Protected::Host(data) = input else {
             return Err(Error::InvalidOption("device memory needs the CUDA backend".into()));
         };
@@ -133,6 +155,7 @@ impl Backend for CpuBackend {
     }
 
     fn commit(&mut self, version: Deduplicated) -> Result<()> {
+        self.settle_rebuild();
         let pending = version.pending.into_any().downcast::<CpuPending>().map_err(|_| foreign())?;
         self.state.commit(pending.0);
         self.restart_pending = false;
@@ -140,22 +163,35 @@ impl Backend for CpuBackend {
     }
 
     fn rollback(&mut self) -> Result<()> {
+        self.settle_rebuild();
         // Nothing changed before commit, but a dropped record restart.
         self.forget_restarted();
         Ok(())
     }
 
+    /// On a thread of its own, from a copy of `data` (the application may
+    /// change its memory as soon as the restart returns): the next call
+    /// that needs the state waits for it (span `rebuild-wait`).
     fn rebuild_from(&mut self, _version: u64, data: Protected<'_>, map: &crate::engine::StoredMap) -> Result<()> {
         let Protected::Host(bytes) = data else {
             return Err(Error::InvalidOption("the CPU backend rebuilds from host memory".into()));
         };
+        self.settle_rebuild();
+        self.forget_restarted();
         let (layout, hash, rank) = (self.state.layout, self.state.hash, self.state.rank);
         let opts = crate::store::StoreOptions { method: self.method, hash, ..Default::default() };
-        let rebuilt = crate::engine::rebuilt_from(bytes, map, layout, &opts);
-        let limits = self.state.limits;
-        self.state = rebuilt.into_state(layout, hash, rank);
-        self.state.limits = limits;
-        self.restart_pending = false;
+        let copy = {
+            let _span = crate::profile::Span::new("rebuild-copy", 0);
+            let mut copy = vec![0u8; bytes.len()];
+            crate::memory::parallel_copy(&mut copy, bytes);
+            copy
+        };
+        let map = map.clone();
+        let thread = std::thread::Builder::new()
+            .name("dckpt-rebuild".into())
+            .spawn(move || crate::engine::rebuilt_from(&copy, &map, layout, &opts).into_state(layout, hash, rank))
+            .map_err(|e| Error::Internal(format!("starting the rebuild thread: {e}")))?;
+        self.rebuilding = Some(thread);
         Ok(())
     }
 

@@ -60,7 +60,7 @@ impl Rebuilt {
 
 /// Where each chunk of a restored version is stored: what a rebuild needs
 /// beside the restored bytes.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct StoredMap {
     /// Its chunks mapped to stored chunks, coalesced, sorted by destination.
     pub runs: Vec<Source>,
@@ -141,9 +141,12 @@ pub fn rebuilt_from(data: &[u8], map: &StoredMap, layout: Layout, opts: &StoreOp
     let t1 = Instant::now();
     let mut rebuilt = Rebuilt { previous: None, entries: Vec::new(), restore_seconds: 0.0, rebuild_seconds: 0.0 };
     if opts.method.uses_previous() {
-        let leaves: Vec<Digest> =
-            crate::dedup::hash_leaves(data, layout, opts.hash, None).into_iter().map(|(_, d)| d).collect();
+        let leaves: Vec<Digest> = {
+            let _span = crate::profile::Span::new("rebuild-hash", 0);
+            crate::dedup::hash_leaves(data, layout, opts.hash, None).into_iter().map(|(_, d)| d).collect()
+        };
         if opts.method.uses_record() {
+            let _span = crate::profile::Span::new("rebuild-entries", 0);
             let at = |node| locate(node, &layout, &map.runs, &map.layouts);
             rebuilt.entries = located_entries(&leaves, opts.hash, opts.method == Method::Tree, at);
         }

@@ -93,13 +93,7 @@ pub(crate) fn restore_with<'o>(
     result
 }
 
-/// Copies `src` into `dst` (of the same length), 1 MiB pieces in parallel
-/// (a restore reads up to 16 MiB at a time: one core's memcpy would be its
-/// slowest stage).
-pub(crate) fn parallel_copy(dst: &mut [u8], src: &[u8]) {
-    use rayon::prelude::*;
-    dst.par_chunks_mut(1 << 20).zip(src.par_chunks(1 << 20)).for_each(|(d, s)| d.copy_from_slice(s));
-}
+pub(crate) use crate::memory::parallel_copy;
 
 /// A file held in memory (the restore cache's, or one copied out of the GPU
 /// cache tier); it lends its bytes to a restore.

@@ -303,7 +303,22 @@ pub fn prune(dir: &Path, keep: u64, dry_run: bool) -> Result<ExitCode> {
 }
 
 pub fn inspect(dir: &Path, json: bool) -> Result<ExitCode> {
-    let all = dckpt::inspect::store_stats(dir)?;
+    let all = match dckpt::inspect::store_stats(dir) {
+        Ok(all) => all,
+        // A runtime's tier directory: one store per checkpoint name below it.
+        Err(e @ Error::NoStore { .. }) => {
+            let names = checkpoint_names(dir);
+            if names.is_empty() {
+                return Err(e);
+            }
+            println!("{} is a runtime directory holding {} checkpoint name(s):", dir.display(), names.len());
+            for (name, ranks) in &names {
+                println!("  {name:24} {ranks} rank(s)   (dckpt inspect --dir {})", dir.join(name).display());
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        Err(e) => return Err(e),
+    };
     if json {
         let text = serde_json::to_string_pretty(&all).map_err(|e| Error::InvalidOption(e.to_string()))?;
         println!("{text}");
@@ -347,4 +362,20 @@ pub fn inspect(dir: &Path, json: bool) -> Result<ExitCode> {
         all.total_stored_bytes, all.bytes_on_disk, all.overhead_bytes, all.max_over_mean
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The checkpoint names under a runtime's tier directory `dir`: each
+/// subdirectory holding rank directories, with how many.
+fn checkpoint_names(dir: &Path) -> Vec<(String, usize)> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut names: Vec<(String, usize)> = entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| {
+            let ranks = dckpt::store::list_ranks(&e.path()).ok()?.len();
+            (ranks > 0).then(|| (e.file_name().to_string_lossy().into_owned(), ranks))
+        })
+        .collect();
+    names.sort();
+    names
 }
