@@ -204,11 +204,21 @@ fn damaged_newest(w: &World, config: &Config) {
     let restored = rt.restart_latest(name).expect("restart_latest");
     w.check(restored == Some(2), &format!("fell back to version 2 everywhere, got {restored:?}"));
     w.check(bufs[0] == content(w.rank, 9, len, 2), "the fallback's bytes");
-    // The next checkpoint proceeds (a baseline), and restores.
+    // The skipped version left the history everywhere (set aside, not
+    // deleted), so the application's next checkpoint, numbered from where
+    // it resumed, proceeds and restores.
+    w.check(rt.versions(name).expect("versions") == [1, 2], "version 3 is set aside on every rank");
+    if w.rank == 0 {
+        let aside = config.persistent.as_ref().expect("persistent").join(name).join("rank-00000");
+        w.check(aside.join("v000000000003.dckpt.damaged").exists(), "the damaged file is kept aside");
+    }
+    bufs[0] = content(w.rank, 9, len, 3);
+    protect_all(&mut rt, &mut bufs);
+    rt.checkpoint(name, 3).expect("the checkpoint after a fallback, numbered from where it resumed");
+    rt.wait(name, 3).expect("durable");
     bufs[0] = content(w.rank, 9, len, 4);
     protect_all(&mut rt, &mut bufs);
-    let r = rt.checkpoint(name, 4).expect("the checkpoint after a fallback");
-    w.check(r.checkpoint.baseline, "the checkpoint after a fallback is a baseline");
+    rt.checkpoint(name, 4).expect("the next one");
     rt.wait(name, 4).expect("durable");
     w.check(
         matches!(rt.wait(name, 77), Err(e) if e.kind() == dckpt::ErrorKind::MissingVersion),

@@ -76,6 +76,74 @@ fn is_damage(e: &Error) -> bool {
     }
 }
 
+/// Sets aside every version of `rank` newer than `keep_through` under the
+/// store root `root`, for a restart that fell back past them (damaged on
+/// some rank of every tier): their commit records and this rank's commit
+/// parts first, then the manifest lists nothing newer, then their diff
+/// files are renamed `*.damaged` (nothing is deleted). Every rank calls it
+/// for itself before any reopens the store (a record left behind would roll
+/// a version forward again); a file another rank set aside already is
+/// skipped. Takes the rank's writer lock. Returns the versions set aside.
+pub fn set_aside_newer(root: &Path, rank: u32, keep_through: u64) -> Result<Vec<u64>> {
+    let dir = rank_dir(root, rank);
+    if !dir.is_dir() {
+        return Ok(Vec::new());
+    }
+    let _lock = store::lock_rank_dir(&dir)?;
+    let aside = |path: &Path| {
+        let mut to = path.as_os_str().to_owned();
+        to.push(".damaged");
+        match fs::rename(path, &to) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(path, e)),
+            _ => Ok(()),
+        }
+    };
+    let mut newer = BTreeSet::new();
+    let cdir = commits_dir(root);
+    if let Ok(entries) = fs::read_dir(&cdir) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let version = match (
+                crate::store::commits::parse_record_name(&name),
+                crate::store::commits::parse_part_name(&name),
+            ) {
+                (Some(v), _) => Some(v),
+                (None, Some((v, r))) if r == rank => Some(v),
+                _ => None,
+            };
+            if let Some(v) = version.filter(|&v| v > keep_through) {
+                aside(&e.path())?;
+                newer.insert(v);
+            }
+        }
+        store::sync_dir(&cdir)?;
+    }
+    let mpath = dir.join("MANIFEST");
+    let bytes = match crate::storage::fsio::read_regular(&mpath) {
+        Ok(bytes) => Some(bytes),
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    // (No manifest: a rank that never committed; its files only.)
+    if let Some(bytes) = bytes {
+        let mut manifest = Manifest::decode(&bytes, &mpath)?;
+        if manifest.versions.iter().any(|e| e.version > keep_through) {
+            newer.extend(manifest.versions.iter().map(|e| e.version).filter(|&v| v > keep_through));
+            manifest.versions.retain(|e| e.version <= keep_through);
+            write_manifest(&dir, &manifest)?;
+        }
+    }
+    for e in fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))?.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(v) = store::parse_diff_name(&name).filter(|&v| v > keep_through) {
+            aside(&e.path())?;
+            newer.insert(v);
+        }
+    }
+    store::sync_dir(&dir)?;
+    Ok(newer.into_iter().collect())
+}
+
 /// Repairs every rank's store under `root`; with `dry_run`, only reports.
 pub fn repair_store(root: &Path, dry_run: bool) -> Result<RepairReport> {
     let mut report = RepairReport::default();

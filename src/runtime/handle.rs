@@ -351,11 +351,14 @@ impl Runtime {
             let mut everywhere = 0u64;
             self.comm.all_reduce_into(&ok, &mut everywhere, ::mpi::collective::SystemOperation::min());
             if everywhere == 1 {
-                if !skipped.is_empty() && self.rank() == 0 {
-                    tracing::warn!(
-                        "checkpoint '{name}': restarted from version {version}; skipped {}",
-                        skipped.join("; ")
-                    );
+                if !skipped.is_empty() {
+                    self.set_aside_newer(name, version)?;
+                    if self.rank() == 0 {
+                        tracing::warn!(
+                            "checkpoint '{name}': restarted from version {version}; skipped (set aside as *.damaged) {}",
+                            skipped.join("; ")
+                        );
+                    }
                 }
                 return Ok(Some(version));
             }
@@ -412,6 +415,27 @@ impl Runtime {
             }
         }
         Ok(all.into_iter().collect())
+    }
+
+    /// After a fallback to `keep`: the versions newer than it leave the
+    /// history on every tier of every rank (set aside, not deleted), so the
+    /// application's next checkpoints, numbered from `keep` on, proceed.
+    /// The name is closed and opened again (from the manifests; the first
+    /// checkpoint rebuilds the state from `keep`). Collective.
+    fn set_aside_newer(&mut self, name: &str, keep: u64) -> Result<()> {
+        let closed = match self.names.remove(name) {
+            Some(named) => named.ckpt.finalize(),
+            None => Ok(()),
+        };
+        all_agree(&self.comm, "closing the name", keep, closed)?;
+        let t = self.config.tier_options(name);
+        let rank = self.rank();
+        let done = [t.local, t.shared]
+            .into_iter()
+            .flatten()
+            .try_for_each(|root| crate::repair::set_aside_newer(&root, rank, keep).map(drop));
+        all_agree(&self.comm, "setting aside the skipped versions", keep, done)?;
+        self.named(name).map(drop)
     }
 
     /// The newest version older than `version` this rank lists on any tier.
