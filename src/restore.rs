@@ -184,6 +184,49 @@ impl Catalog {
     }
 }
 
+/// Where each chunk of a restored version is stored: what a rebuild needs
+/// beside the restored bytes.
+#[derive(Clone, Debug, Default)]
+pub struct StoredMap {
+    /// Its chunks mapped to stored chunks, coalesced, sorted by destination.
+    pub runs: Vec<Source>,
+    /// The layout of every rank holding some of its bytes.
+    pub layouts: HashMap<u32, Layout>,
+}
+
+impl StoredMap {
+    /// The map of a restore's resolution, each rank's layout read through
+    /// `catalog` (which the restore opened them in).
+    pub fn of(catalog: &mut Catalog, sources: Vec<Source>) -> Result<Self> {
+        let mut layouts = HashMap::new();
+        let mut last = None;
+        for s in &sources {
+            // Sources come in long stretches of one rank: look up only changes.
+            if last != Some(s.rank) {
+                if let std::collections::hash_map::Entry::Vacant(v) = layouts.entry(s.rank) {
+                    v.insert(catalog.store(s.rank)?.layout()?);
+                }
+                last = Some(s.rank);
+            }
+        }
+        Ok(StoredMap { runs: coalesce(sources), layouts })
+    }
+}
+
+/// Merges neighbouring pieces that continue each other in the same file.
+pub(crate) fn coalesce(mut sources: Vec<Source>) -> Vec<Source> {
+    // In place: `dedup_by` hands each source with the last one kept.
+    sources.dedup_by(|s, l| {
+        let continues =
+            l.rank == s.rank && l.version == s.version && l.dst + l.count == s.dst && l.src + l.count == s.src;
+        if continues {
+            l.count += s.count;
+        }
+        continues
+    });
+    sources
+}
+
 /// A diff file's reader to open, with what it must match.
 struct ReaderOpening {
     storage: Arc<dyn Storage>,

@@ -172,14 +172,14 @@ impl Backend for CpuBackend {
     /// On a thread of its own, from a copy of `data` (the application may
     /// change its memory as soon as the restart returns): the next call
     /// that needs the state waits for it (span `rebuild-wait`).
-    fn rebuild_from(&mut self, _version: u64, data: Protected<'_>, map: &crate::engine::StoredMap) -> Result<()> {
+    fn rebuild_from(&mut self, _version: u64, data: Protected<'_>, map: &crate::restore::StoredMap) -> Result<()> {
         let Protected::Host(bytes) = data else {
             return Err(Error::InvalidOption("the CPU backend rebuilds from host memory".into()));
         };
         self.settle_rebuild();
         self.forget_restarted();
         let (layout, hash, rank) = (self.state.layout, self.state.hash, self.state.rank);
-        let opts = crate::store::StoreOptions { method: self.method, hash, ..Default::default() };
+        let method = self.method;
         let copy = {
             let _span = crate::profile::Span::new("rebuild-copy", 0);
             let mut copy = vec![0u8; bytes.len()];
@@ -189,7 +189,9 @@ impl Backend for CpuBackend {
         let map = map.clone();
         let thread = std::thread::Builder::new()
             .name("dckpt-rebuild".into())
-            .spawn(move || crate::engine::rebuilt_from(&copy, &map, layout, &opts).into_state(layout, hash, rank))
+            .spawn(move || {
+                super::rebuild::rebuilt_from(&copy, &map, layout, method, hash).into_state(layout, hash, rank)
+            })
             .map_err(|e| Error::Internal(format!("starting the rebuild thread: {e}")))?;
         self.rebuilding = Some(thread);
         Ok(())

@@ -16,6 +16,7 @@
 pub mod budget;
 pub mod cpu;
 pub mod cuda;
+pub mod rebuild;
 pub mod ring;
 
 use crate::diff::Diff;
@@ -220,9 +221,9 @@ pub trait Backend: Send {
     /// committed `version` (host memory, or device memory on the CUDA
     /// backend), whose chunks are stored where `map` says: the previous
     /// leaves and the record a baseline of it would leave, each entry moved
-    /// to where its bytes are stored ([`crate::engine::rebuild_state`]'s
-    /// rule). Any pending version is forgotten first.
-    fn rebuild_from(&mut self, version: u64, data: Protected<'_>, map: &crate::engine::StoredMap) -> Result<()>;
+    /// to where its bytes are stored ([`crate::backend::rebuild`]'s rule).
+    /// Any pending version is forgotten first.
+    fn rebuild_from(&mut self, version: u64, data: Protected<'_>, map: &crate::restore::StoredMap) -> Result<()>;
 
     /// The host memory its files should be cached in, if not the heap: the
     /// CUDA backend's page-locked segments, which its device copies diffs

@@ -6,7 +6,8 @@
 mod rebuild;
 mod staged;
 
-pub use rebuild::{Rebuilt, StoredMap, rebuild_state, rebuilt_from};
+pub use crate::restore::StoredMap;
+pub use rebuild::{Rebuilt, rebuild_state, rebuilt_from};
 pub use staged::{LocalCheckpoint, StagedCheckpoint};
 
 use crate::backend::budget::GpuCache;

@@ -12,8 +12,8 @@
 
 use super::prefetch::{FileKey, ReadCounters, RestoreCache};
 use super::writeback::Overlay;
-use crate::engine::StoredMap;
 use crate::restore::Catalog;
+use crate::restore::StoredMap;
 use crate::storage::{Entry, Fill, LockGuard, Posix, ReadAt, Storage};
 use crate::store::parse_diff_name;
 use crate::{Error, Result};

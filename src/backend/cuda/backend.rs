@@ -440,11 +440,11 @@ impl Backend for CudaBackend {
         Some(Box::new(move |len| super::PinnedSegment::new(&ctx, len).map(|s| Box::new(s) as crate::memory::Segment)))
     }
 
-    fn rebuild_from(&mut self, version: u64, data: Protected<'_>, map: &crate::engine::StoredMap) -> Result<()> {
+    fn rebuild_from(&mut self, version: u64, data: Protected<'_>, map: &crate::restore::StoredMap) -> Result<()> {
         self.dev.rollback()?;
         let runs = {
             let _span = crate::profile::Span::new("rebuild-runs", version);
-            map.stored_runs()?
+            runs_of(map)?
         };
         self.dev.rebuild(version, data, &runs)
     }
@@ -474,4 +474,23 @@ impl Backend for CudaBackend {
             }
         }
     }
+}
+
+/// A restore's map as the device rebuild takes it (`table_locate`'s runs).
+fn runs_of(map: &crate::restore::StoredMap) -> Result<Vec<super::StoredRun>> {
+    use rayon::prelude::*;
+    map.runs
+        .par_iter()
+        .map(|s| {
+            Ok(super::StoredRun {
+                dst: s.dst,
+                count: s.count,
+                src: s.src,
+                rank: s.rank,
+                version: u32::try_from(s.version)
+                    .map_err(|_| Error::InvalidOption(format!("version {} too large", s.version)))?,
+                owner_chunks: map.layouts.get(&s.rank).map_or(0, crate::layout::Layout::chunks),
+            })
+        })
+        .collect()
 }
