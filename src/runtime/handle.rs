@@ -128,7 +128,7 @@ impl Runtime {
         };
         all_agree(&self.comm, "the protected regions", 0, verdict)?;
         if !self.names.contains_key(name) {
-            agree_on_config(&self.comm, &self.config)?;
+            super::agreement::agree_on_config(&self.comm, &self.config)?;
             let total: usize = shapes.iter().map(|s| s.len).sum();
             let store = self.config.store_options();
             let opts = self.config.collective_options();
@@ -300,15 +300,7 @@ impl Runtime {
         let roots: Vec<std::path::PathBuf> = [t.local, t.shared].into_iter().flatten().collect();
         self.check_rank_count(name)?;
         roots.iter().try_for_each(|root| check_table(root, &table))?;
-        let mut newest = 0;
-        for root in &roots {
-            match crate::store::Store::open(root, self.rank()) {
-                Ok(store) => newest = newest.max(store.manifest().latest().map_or(0, |v| v.version)),
-                Err(Error::NoStore { .. }) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(newest)
+        Ok(self.listed_versions(name)?.last().copied().unwrap_or(0))
     }
 
     /// Refuses a name whose region tables were written by a job of another
@@ -440,15 +432,7 @@ impl Runtime {
 
     /// The newest version older than `version` this rank lists on any tier.
     fn listed_below(&self, name: &str, version: u64) -> Result<u64> {
-        let t = self.config.tier_options(name);
-        let mut newest = 0;
-        for root in [t.local, t.shared].into_iter().flatten() {
-            if let Ok(store) = crate::store::Store::open(&root, self.rank()) {
-                let below = store.manifest().versions.iter().map(|v| v.version).filter(|&v| v < version).max();
-                newest = newest.max(below.unwrap_or(0));
-            }
-        }
-        Ok(newest)
+        Ok(self.listed_versions(name)?.into_iter().filter(|&v| v < version).max().unwrap_or(0))
     }
 
     /// This rank's part of a restart (the name opened if needed; its
@@ -543,66 +527,6 @@ impl Runtime {
         }
         first
     }
-}
-
-/// The settings every rank must share: a rank that differs would wait in
-/// a collective call the others never make, or write files they cannot
-/// use. Where the scratch and persistent directories are may differ; whether
-/// there is one may not.
-const AGREED: [&str; 12] = [
-    "mode",
-    "chunk_size",
-    "hash",
-    "method",
-    "max_chain",
-    "collective",
-    "threshold",
-    "region_bytes",
-    "min_region_bytes",
-    "overlap",
-    "max_versions",
-    "tiers",
-];
-
-/// Each of [`AGREED`]'s values in `config`, as text.
-fn agreed_values(config: &Config) -> Result<Vec<String>> {
-    let table: toml::Table =
-        config.to_toml()?.parse().map_err(|e| Error::Internal(format!("reading the configuration back: {e}")))?;
-    Ok(AGREED
-        .iter()
-        .map(|&key| match key {
-            "tiers" => format!(
-                "scratch {}, persistent {}",
-                if config.scratch.is_some() { "set" } else { "unset" },
-                if config.persistent.is_some() { "set" } else { "unset" }
-            ),
-            _ => table.get(key).map_or_else(|| "unset".to_string(), ToString::to_string),
-        })
-        .collect())
-}
-
-/// Refuses, on every rank alike, a configuration whose [`AGREED`]
-/// settings differ between ranks, naming them. Collective.
-fn agree_on_config(comm: &SimpleCommunicator, config: &Config) -> Result<()> {
-    let values = agreed_values(config)?;
-    let mine: Vec<u64> = values.iter().map(|v| xxhash_rust::xxh3::xxh3_64(v.as_bytes())).collect();
-    let mut all = vec![0u64; mine.len() * comm.size() as usize];
-    comm.all_gather_into(&mine[..], &mut all[..]);
-    let ranks: Vec<&[u64]> = all.chunks(mine.len()).collect();
-    let differing: Vec<String> = (0..AGREED.len())
-        .filter(|&i| ranks.iter().any(|r| r[i] != ranks[0][i]))
-        .map(|i| {
-            let odd: Vec<usize> = (0..ranks.len()).filter(|&r| ranks[r][i] != ranks[0][i]).collect();
-            format!("{} (this rank: {}; ranks {odd:?} differ from rank 0)", AGREED[i], values[i])
-        })
-        .collect();
-    if differing.is_empty() {
-        return Ok(());
-    }
-    Err(Error::InvalidOption(format!(
-        "the ranks' configurations disagree on {}: give every rank the same configuration file and DCKPT_* variables",
-        differing.join(", ")
-    )))
 }
 
 /// Names become directory names: letters, digits, `.`, `_`, `-`.

@@ -29,6 +29,8 @@
 //! under a new name.
 
 #[cfg(feature = "mpi")]
+mod agreement;
+#[cfg(feature = "mpi")]
 pub mod bench;
 #[cfg(feature = "mpi")]
 mod handle;
