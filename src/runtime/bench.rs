@@ -219,51 +219,24 @@ pub fn run(
     let drain_ms = ms(t);
     world.barrier(); // every rank drained: the directories are whole
     let tier_bytes = tiers_of(&config).into_iter().map(|(n, d)| (n, dir_bytes(&d))).collect::<Vec<_>>();
-    // latest + restart, into a poisoned region.
+    // latest + restart, into a poisoned region: in this job, then in a new
+    // one (nothing open), then the plain restore.
     let want = buf.copy_out()?;
-    buf.load(&vec![0xa5; o.size])?;
-    world.barrier();
-    let t = Instant::now();
-    let latest = rt.latest(NAME)?;
-    let latest_ms = ms(t);
-    let t = Instant::now();
-    match latest {
-        Some(v) => rt.restart(NAME, v)?,
-        None => return Err(Error::Internal("no version to restart from after the drain".into())),
-    }
-    let restart_ms = ms(t);
-    if buf.copy_out()? != want {
-        return Err(Error::Internal(format!("rank {rank}: the restarted region differs from the last version")));
-    }
+    let (latest, latest_ms, restart_ms) = latest_and_restart(world, &mut rt, &mut buf, &want, 0xa5, "the job")?;
     rt.finalize()?;
     if rank == 0 {
         progress("restart");
     }
-
-    // A new job: latest + restart from nothing open, then the plain restore.
-    buf.load(&vec![0x5a; o.size])?;
-    world.barrier();
     let mut rt = Runtime::init(world, config.clone());
     protect(&mut rt, &mut buf)?;
-    let t = Instant::now();
-    let latest = rt.latest(NAME)?;
-    let cold_latest_ms = ms(t);
-    let t = Instant::now();
-    match latest {
-        Some(v) => rt.restart(NAME, v)?,
-        None => return Err(Error::Internal("a new job found no version to restart from".into())),
-    }
-    let cold_restart_ms = ms(t);
-    if buf.copy_out()? != want {
-        return Err(Error::Internal(format!("rank {rank}: a new job's restart differs from the last version")));
-    }
+    let (_, cold_latest_ms, cold_restart_ms) = latest_and_restart(world, &mut rt, &mut buf, &want, 0x5a, "a new job")?;
     drop(want);
     rt.finalize()?;
     world.barrier();
     let root = tiers_of(&config).into_iter().map(|(_, d)| d).next();
     let t = Instant::now();
-    if let (Some(root), Some(v)) = (root, latest) {
-        crate::restore::restore_version(&root, rank, v)?;
+    if let Some(root) = root {
+        crate::restore::restore_version(&root, rank, latest)?;
     }
     let restore_only_ms = ms(t);
     if rank == 0 {
@@ -359,6 +332,34 @@ pub fn run(
         engine_calls_ms,
         config: config.to_toml()?,
     }))
+}
+
+/// `latest` and `restart` of it through `rt` into `buf` poisoned with
+/// `poison` first, checked against `want`: the version and the two times
+/// (ms). `who` names the job in errors.
+fn latest_and_restart(
+    world: &SimpleCommunicator,
+    rt: &mut Runtime,
+    buf: &mut Buffer,
+    want: &[u8],
+    poison: u8,
+    who: &str,
+) -> Result<(u64, f64, f64)> {
+    buf.load(&vec![poison; want.len()])?;
+    world.barrier();
+    let t = Instant::now();
+    let latest = rt.latest(NAME)?;
+    let latest_ms = ms(t);
+    let t = Instant::now();
+    let Some(v) = latest else {
+        return Err(Error::Internal(format!("{who} found no version to restart from after the drain")));
+    };
+    rt.restart(NAME, v)?;
+    let restart_ms = ms(t);
+    if buf.copy_out()? != want {
+        return Err(Error::Internal(format!("rank {}: {who}'s restart differs from the last version", rt.rank())));
+    }
+    Ok((v, latest_ms, restart_ms))
 }
 
 /// `TieredEngine::checkpoint` of the same versions, each rank its own
