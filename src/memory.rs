@@ -156,6 +156,15 @@ impl HeapSegment {
     }
 }
 
+/// `len` zero bytes whose pages are mapped now, by the calling thread.
+pub(crate) fn prefaulted_here(len: usize) -> Box<[u8]> {
+    const PAGE: usize = 4096;
+    let mut bytes = vec![0u8; len].into_boxed_slice();
+    // As in `HeapSegment::prefaulted`: a zero the compiler cannot drop.
+    bytes.iter_mut().step_by(PAGE).for_each(|b| *b = std::hint::black_box(0));
+    bytes
+}
+
 impl SegmentMemory for HeapSegment {
     fn bytes(&self) -> &[u8] {
         &self.0

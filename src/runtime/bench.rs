@@ -79,6 +79,9 @@ pub struct BenchRuntimeOptions {
     pub engine: bool,
     /// Time `TieredEngine` before the runtime (after it by default).
     pub engine_first: bool,
+    /// The application's compute between two calls: a pause after each
+    /// version is loaded, before its call (none by default).
+    pub interval: std::time::Duration,
 }
 
 /// What `bench-runtime` measured (rank 0 has it).
@@ -108,6 +111,8 @@ pub struct BenchRuntimeReport {
     pub median_ms: f64,
     /// Slowest of the other calls (ms).
     pub max_ms: f64,
+    /// The pause before each call (`--interval`), seconds.
+    pub interval_s: f64,
     /// Calls whose diff was spilled outside the host cache (any rank).
     pub spilled_calls: u64,
     /// Seconds all calls waited for room (slowest rank, summed), in ms.
@@ -157,6 +162,7 @@ pub fn run(
         std::fs::remove_dir_all(&o.dir).map_err(|e| Error::io(&o.dir, e))?;
     }
     world.barrier();
+    std::fs::create_dir_all(&o.dir).map_err(|e| Error::io(&o.dir, e))?;
     // The defaults and DCKPT_<KEY>; the run's directory where none is named.
     let named = ["DCKPT_SCRATCH", "DCKPT_PERSISTENT"].iter().any(|k| std::env::var_os(k).is_some());
     crate::config::check_variable_names(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()))?;
@@ -317,6 +323,7 @@ pub fn run(
         median_ms: median(rest(&calls_ms)),
         max_ms: rest(&calls_ms).into_iter().fold(0.0, f64::max),
         calls_ms,
+        interval_s: o.interval.as_secs_f64(),
         spilled_calls: spilled_all,
         backpressure_ms: waited,
         drain_ms,
@@ -403,6 +410,7 @@ fn timed_versions(
             w.advance();
             buf.load(w.current())?;
         }
+        std::thread::sleep(o.interval);
         world.barrier();
         let t = Instant::now();
         call(v, buf)?;

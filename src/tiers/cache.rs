@@ -63,6 +63,13 @@ struct PoolState {
     total: usize,
     /// Whether a spilled file is alive (one at a time).
     spilled: bool,
+    /// Calls that asked for quiet ([`HostCache::quiet`]).
+    quiet: usize,
+    /// Whether the background thread is page-locking a segment now.
+    allocating: bool,
+    /// Takers waiting for segments (the background thread then goes on
+    /// allocating, quiet or not: they may need what it makes).
+    waiting: usize,
 }
 
 /// What [`Pool::take`] lends.
@@ -98,7 +105,10 @@ impl Pool {
                 st.spilled = true;
                 return Lent::Spill(t.elapsed());
             }
+            st.waiting += 1;
+            self.returned.notify_all(); // the allocation may go on now
             st = self.returned.wait(st).unwrap_or_else(PoisonError::into_inner);
+            st.waiting -= 1;
         }
         if deferred {
             st.deferred -= 1;
@@ -116,9 +126,20 @@ impl Pool {
         self.returned.notify_all();
     }
 
-    /// Adds a segment the background thread made.
+    /// Waits until no call asked for quiet (or a taker waits for
+    /// segments), then marks a page-locking allocation as running.
+    fn begin_allocation(&self) {
+        let mut st = self.lock();
+        while st.quiet > 0 && st.waiting == 0 {
+            st = self.returned.wait(st).unwrap_or_else(PoisonError::into_inner);
+        }
+        st.allocating = true;
+    }
+
+    /// Adds a segment the background thread made (its allocation ended).
     fn add_made(&self, segment: Segment) {
         let mut st = self.lock();
+        st.allocating = false;
         st.made += 1;
         st.pinned += usize::from(segment.pinned());
         st.free.push(segment);
@@ -415,7 +436,17 @@ impl HostCache {
         let segments = usize::try_from(bytes.div_ceil(SEGMENT_BYTES as u64))
             .map_err(|_| Error::InvalidOption(format!("host cache of {bytes} bytes")))?
             .max(1);
-        let state = PoolState { free: Vec::new(), deferred: 0, made: 0, pinned: 0, total: segments, spilled: false };
+        let state = PoolState {
+            free: Vec::new(),
+            deferred: 0,
+            made: 0,
+            pinned: 0,
+            total: segments,
+            spilled: false,
+            quiet: 0,
+            allocating: false,
+            waiting: 0,
+        };
         let pool = Arc::new(Pool { state: Mutex::new(state), returned: Condvar::new() });
         let weak = Arc::downgrade(&pool);
         std::thread::Builder::new()
@@ -432,6 +463,23 @@ impl HostCache {
         while st.made < st.total {
             st = self.pool.returned.wait(st).unwrap_or_else(PoisonError::into_inner);
         }
+    }
+
+    /// Keeps the background thread from starting a page-locked allocation
+    /// until the returned guard is dropped, after waiting for the one it
+    /// may be making (one segment, a few milliseconds). Page-locking holds
+    /// the CUDA driver, process-wide: a kernel launch issued meanwhile
+    /// waits for it, so a checkpoint's pipeline asks for quiet while it
+    /// runs. The thread still allocates while a file waits for segments.
+    pub fn quiet(&self) -> Quiet {
+        let t = Instant::now();
+        let mut st = self.pool.lock();
+        st.quiet += 1;
+        while st.allocating && st.waiting == 0 {
+            st = self.pool.returned.wait(st).unwrap_or_else(PoisonError::into_inner);
+        }
+        drop(st);
+        Quiet { pool: Arc::clone(&self.pool), waited: t.elapsed() }
     }
 
     /// Bytes of page-locked segments made so far.
@@ -572,22 +620,52 @@ fn copy_parts(parts: &[&[u8]], lo: usize, dst: &mut [u8]) {
     }
 }
 
+/// A call's quiet ([`HostCache::quiet`]): no page-locked allocation
+/// starts until it is dropped.
+#[derive(Debug)]
+pub struct Quiet {
+    pool: Arc<Pool>,
+    /// How long the call waited for an allocation in progress.
+    pub waited: Duration,
+}
+
+impl Drop for Quiet {
+    fn drop(&mut self) {
+        self.pool.lock().quiet -= 1;
+        self.pool.returned.notify_all();
+    }
+}
+
 /// The background thread's work: makes the cache's segments one by one
-/// (page-locked by `alloc` where it works, heap memory written now
-/// otherwise, so that no checkpoint pays the page faults) until there are
-/// `total`, or the cache is gone.
+/// (page-locked by `alloc` where it works, outside any call that asked for
+/// quiet; heap memory written now otherwise, so that no checkpoint pays the
+/// page faults) until there are `total`, or the cache is gone.
 fn make_segments(pool: &std::sync::Weak<Pool>, total: usize, mut alloc: Option<SegmentAlloc>) {
+    let started = Instant::now();
+    let (mut allocating, mut longest) = (Duration::ZERO, Duration::ZERO);
     for _ in 0..total {
+        if alloc.is_some() {
+            match pool.upgrade() {
+                Some(pool) => pool.begin_allocation(),
+                None => return,
+            }
+        }
+        let t = Instant::now();
         let made = alloc.as_ref().map(|a| a(SEGMENT_BYTES)).transpose().unwrap_or_else(|_| {
             alloc = None; // the rest on the heap
             None
         });
         let segment = made.unwrap_or_else(|| Box::new(HeapSegment::new(SEGMENT_BYTES)));
+        allocating += t.elapsed();
+        longest = longest.max(t.elapsed());
         match pool.upgrade() {
             Some(pool) => pool.add_made(segment),
             None => return,
         }
     }
+    crate::profile::record("cache-made", 0, started.elapsed());
+    crate::profile::record("cache-allocating", 0, allocating);
+    crate::profile::record("cache-longest-allocation", 0, longest);
 }
 
 #[cfg(test)]
@@ -699,6 +777,52 @@ mod tests {
         drop(gated(&cache, &waits, false));
         assert_eq!(waits.load(Ordering::SeqCst), 3);
         assert_eq!(cache.in_use(), 0, "the segments went back");
+    }
+
+    /// A slow page-locking allocator stand-in: counts the allocations begun.
+    fn slow_alloc(begun: &Arc<std::sync::atomic::AtomicUsize>) -> SegmentAlloc {
+        let begun = Arc::clone(begun);
+        Box::new(move |len| {
+            begun.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(5));
+            Ok(Box::new(HeapSegment::new(len)) as Segment)
+        })
+    }
+
+    #[test]
+    fn no_allocation_begins_while_a_call_asks_for_quiet() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let begun = Arc::new(AtomicUsize::new(0));
+        let cache = HostCache::with_memory(8 * SEGMENT_BYTES as u64, Some(slow_alloc(&begun))).expect("cache");
+        let quiet = cache.quiet();
+        let before = begun.load(Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(begun.load(Ordering::SeqCst), before, "an allocation began during quiet");
+        assert!(before < 8, "the allocations did not wait at all");
+        drop(quiet);
+        cache.wait_made();
+        assert_eq!(begun.load(Ordering::SeqCst), 8);
+    }
+
+    #[test]
+    fn a_file_waiting_for_segments_lets_the_allocation_go_on_during_quiet() {
+        use std::sync::atomic::AtomicUsize;
+        let begun = Arc::new(AtomicUsize::new(0));
+        let cache =
+            Arc::new(HostCache::with_memory(4 * SEGMENT_BYTES as u64, Some(slow_alloc(&begun))).expect("cache"));
+        let (done, got) = std::sync::mpsc::channel();
+        let c = Arc::clone(&cache);
+        std::thread::spawn(move || {
+            let _quiet = c.quiet();
+            // The first file spills (its segments are not made yet); the
+            // second waits for segments while the first is alive: only
+            // the allocation, going on despite the quiet, can serve it.
+            let (first, _) = c.store_parts(&[&vec![1u8; 3 * SEGMENT_BYTES]]).expect("first");
+            let (second, _) = c.store_parts(&[&vec![2u8; 3 * SEGMENT_BYTES]]).expect("second");
+            let _ = done.send((first.spilled(), second.spilled()));
+        });
+        let (first, second) = got.recv_timeout(Duration::from_secs(20)).expect("no deadlock");
+        assert!(first && !second, "the first spills, the second takes made segments");
     }
 
     #[test]

@@ -449,6 +449,15 @@ impl TieredEngine {
         (self.shared.cache.capacity(), self.shared.cache.in_use())
     }
 
+    /// Quiet from the host cache's background allocation while a call's
+    /// device work runs ([`HostCache::quiet`]); the wait for an allocation
+    /// in progress is span `cache-quiet`.
+    fn quiet(&self, version: u64) -> cache::Quiet {
+        let quiet = self.shared.cache.quiet();
+        crate::profile::record("cache-quiet", version, quiet.waited);
+        quiet
+    }
+
     fn next_is_baseline(&self) -> bool {
         self.force_baseline
             || self.latest.is_none()
@@ -473,6 +482,7 @@ impl TieredEngine {
     /// [`TieredEngine::submit_handed`] or [`TieredEngine::abandon`].
     pub(crate) fn hand_over(&mut self, version: u64, input: Protected<'_>) -> Result<HandedVersion> {
         let t0 = Instant::now();
+        let _quiet = self.quiet(version);
         self.rebuild_if_pending();
         if let Some(latest) = self.latest.filter(|&l| l >= version) {
             return Err(Error::VersionNotNewer { latest, requested: version });
@@ -545,6 +555,7 @@ impl TieredEngine {
     /// Collective step 1: de-duplicates `input` without changing the
     /// history (the backend keeps it pending).
     pub(crate) fn deduplicate_local<'a>(&mut self, version: u64, input: Protected<'a>) -> Result<LocalCheckpoint<'a>> {
+        let _quiet = self.quiet(version);
         self.rebuild_if_pending();
         if let Some(latest) = self.latest.filter(|&l| l >= version) {
             return Err(Error::VersionNotNewer { latest, requested: version });
@@ -566,6 +577,7 @@ impl TieredEngine {
     /// protected buffer on the CPU backend.
     pub(crate) fn cache(&mut self, local: LocalCheckpoint<'_>, data: &[u8]) -> Result<CachedVersion> {
         let (mut version, started) = local.into_inner();
+        let _quiet = self.quiet(version.diff.version);
         let mut sink = CacheSink { cache: &self.shared.cache, handed: None };
         let rewrite = self.backend.hand_over(&mut version, data, &mut sink)?;
         let (cached, waited, cache_started, copied, sealed) =
@@ -730,6 +742,7 @@ impl TieredEngine {
     /// every way fails, is the first one's; host memory is restored in
     /// place, so after an error its content is unspecified.
     pub fn restore_into(&self, version: u64, mut dst: ProtectedMut<'_>) -> Result<()> {
+        let _quiet = self.quiet(version);
         self.restore_mapped(version, &mut dst).map(drop)
     }
 
@@ -741,6 +754,7 @@ impl TieredEngine {
     /// baseline (the record points into its chain, which retention may
     /// drop once newer chains exist).
     pub fn restart_into(&mut self, version: u64, mut dst: ProtectedMut<'_>) -> Result<()> {
+        let _quiet = self.quiet(version);
         let map = self.restore_mapped(version, &mut dst)?;
         let _span = crate::profile::Span::new("restart-rebuild", version);
         let data = match &dst {

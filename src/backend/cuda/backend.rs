@@ -437,7 +437,9 @@ impl Backend for CudaBackend {
 
     fn host_segments(&self) -> Option<crate::memory::SegmentAlloc> {
         let ctx = Arc::clone(&self.dev.gpu().ctx);
-        Some(Box::new(move |len| super::PinnedSegment::new(&ctx, len).map(|s| Box::new(s) as crate::memory::Segment)))
+        Some(Box::new(move |len| {
+            super::RegisteredSegment::new(&ctx, len).map(|s| Box::new(s) as crate::memory::Segment)
+        }))
     }
 
     fn rebuild_from(&mut self, version: u64, data: Protected<'_>, map: &crate::restore::StoredMap) -> Result<()> {

@@ -93,13 +93,18 @@ impl Drop for Bounce {
     }
 }
 
-/// Whether `bytes` starts in page-locked memory the driver knows.
+/// Whether `bytes` starts in page-locked memory the driver knows: allocated
+/// page-locked (`cuMemHostAlloc`) or registered (`cuMemHostRegister`, as
+/// the host cache's segments are).
 fn page_locked(bytes: &[u8]) -> bool {
+    use cudarc::driver::sys::{CUresult, cuMemHostGetDevicePointer_v2, cuMemHostGetFlags};
+    let host = bytes.as_ptr().cast_mut().cast::<std::ffi::c_void>();
     let mut flags = 0u32;
     // SAFETY: the driver only looks the address up in its table of
     // page-locked allocations; an unknown address is an error, not a read.
-    let status = unsafe {
-        cudarc::driver::sys::cuMemHostGetFlags(&mut flags, bytes.as_ptr().cast_mut().cast::<std::ffi::c_void>())
-    };
-    status == cudarc::driver::sys::CUresult::CUDA_SUCCESS
+    let allocated = unsafe { cuMemHostGetFlags(&mut flags, host) } == CUresult::CUDA_SUCCESS;
+    let mut device = 0;
+    // SAFETY: as above, for its table of registered ranges (the device
+    // address it writes is not used).
+    allocated || unsafe { cuMemHostGetDevicePointer_v2(&mut device, host, 0) } == CUresult::CUDA_SUCCESS
 }

@@ -45,8 +45,8 @@ pub fn available() -> bool {
     libs && CudaContext::device_count().is_ok_and(|n| n > 0)
 }
 
-/// A segment of page-locked host memory (a host cache's, which the device
-/// copies diffs into directly).
+/// A buffer of page-locked host memory allocated by the driver
+/// (`cuMemHostAlloc`; the pageable copies' bounce buffers).
 pub(crate) struct PinnedSegment {
     alloc: cudarc::driver::PinnedHostSlice<u8>,
     ptr: *mut u8,
@@ -107,6 +107,59 @@ impl Drop for PinnedSegment {
     fn drop(&mut self) {
         // The free (in cudarc's drop) may run on a flush thread.
         let _ = self.alloc.context().bind_to_thread();
+    }
+}
+
+/// A segment of heap memory, written by the allocating thread, then
+/// page-locked in place with `cuMemHostRegister` (the driver is held only
+/// to pin pages already mapped) and unregistered when dropped.
+pub(crate) struct RegisteredSegment {
+    bytes: Box<[u8]>,
+    ctx: Arc<CudaContext>,
+}
+
+impl RegisteredSegment {
+    /// `len` bytes, zeroed and page-locked.
+    pub(crate) fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<Self> {
+        let mut bytes = crate::memory::prefaulted_here(len);
+        ctx.bind_to_thread().map_err(cuda_err)?;
+        // SAFETY: `bytes` is a live allocation of `len` bytes that this
+        // segment owns and unregisters (in `drop`) before freeing it.
+        let status = unsafe { cudarc::driver::sys::cuMemHostRegister_v2(bytes.as_mut_ptr().cast(), len, 0) };
+        if status != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+            return Err(Error::Gpu(format!("page-locking {len} bytes of host memory: {status:?}")));
+        }
+        Ok(RegisteredSegment { bytes, ctx: Arc::clone(ctx) })
+    }
+}
+
+impl std::fmt::Debug for RegisteredSegment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegisteredSegment").field("len", &self.bytes.len()).finish()
+    }
+}
+
+impl crate::memory::SegmentMemory for RegisteredSegment {
+    fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.bytes
+    }
+
+    fn pinned(&self) -> bool {
+        true
+    }
+}
+
+impl Drop for RegisteredSegment {
+    fn drop(&mut self) {
+        // May run on a flush thread. No device copy into the bytes is in
+        // flight: `GpuDedup::finish` synchronizes before a segment leaves.
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: `bytes` was registered in `new` and is still allocated.
+        let _ = unsafe { cudarc::driver::sys::cuMemHostUnregister(self.bytes.as_mut_ptr().cast()) };
     }
 }
 

@@ -1183,6 +1183,8 @@ impl GpuDedup {
             gpu.ctx.synchronize().map_err(cuda_err)?;
             pre_sync_ms = t.elapsed().as_secs_f64() * 1e3;
         }
+        let sampler = (profile_mode.as_deref() == Some("threads"))
+            .then(|| crate::profile::threads::ThreadSampler::start(crate::profile::threads::current_tid()));
         let mut marks: Vec<(&str, cudarc::driver::CudaEvent, std::time::Instant, [i64; 2])> = Vec::new();
         let mut mark = |name: &'static str| -> Result<()> {
             if profile {
@@ -1364,6 +1366,16 @@ impl GpuDedup {
                 host += &format!(" {} {:.3}/{vol}v{invol}i", w[1].0, (w[1].2 - w[0].2).as_secs_f64() * 1e3);
             }
             eprintln!("{line} ms{host} pre-sync {pre_sync_ms:.3}");
+            if let Some(sampler) = sampler {
+                let samples = sampler.finish();
+                for w in marks.windows(2) {
+                    let inside = samples.iter().filter(|b| b.at >= w[0].2 && b.at < w[1].2).count();
+                    if inside > 0 {
+                        let seen = crate::profile::threads::summary(&samples, w[0].2, w[1].2);
+                        eprintln!("gpu-threads v{version} {}: {seen}", w[1].0);
+                    }
+                }
+            }
         }
         Ok(Run::Ready(counters))
     }

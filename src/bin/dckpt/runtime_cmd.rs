@@ -41,6 +41,10 @@ pub struct BenchRuntimeArgs {
     /// Time `TieredEngine` before the runtime (after it by default).
     #[arg(long, conflicts_with = "no_engine")]
     engine_first: bool,
+    /// Seconds of "compute" before each call (a pause after the version is
+    /// loaded): what an application does between checkpoints.
+    #[arg(long, default_value_t = 0.0)]
+    interval: f64,
     /// Seed of the synthetic versions.
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -71,6 +75,8 @@ pub fn bench(a: BenchRuntimeArgs) -> Result<ExitCode> {
         seed: a.seed,
         engine: !a.no_engine,
         engine_first: a.engine_first,
+        interval: std::time::Duration::try_from_secs_f64(a.interval)
+            .map_err(|e| Error::InvalidOption(format!("--interval {}: {e}", a.interval)))?,
     };
     let json = a.json;
     crate::collective_cmd::with_mpi(|world| {

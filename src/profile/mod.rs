@@ -36,6 +36,15 @@ impl Drop for Span {
     }
 }
 
+/// Prints the time `what` of `version` took, measured by the caller, if
+/// profiling is on (as a [`Span`] would).
+pub fn record(what: &'static str, version: u64, took: std::time::Duration) {
+    if enabled() {
+        let ms = took.as_secs_f64() * 1e3;
+        eprintln!("dckpt-profile {} v{version} {what} {ms:.2}", std::process::id());
+    }
+}
+
 /// Prints a count that goes with a step (e.g. the entries a reduction
 /// carried), if profiling is on.
 pub fn count(what: &'static str, version: u64, value: u64) {
@@ -43,3 +52,5 @@ pub fn count(what: &'static str, version: u64, value: u64) {
         eprintln!("dckpt-profile {} v{version} {what} {value}", std::process::id());
     }
 }
+
+pub mod threads;
