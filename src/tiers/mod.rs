@@ -589,6 +589,7 @@ impl TieredEngine {
     /// given away ([`CachedVersion::give_away`]): moves the backend's record
     /// entries and attaches the rewrite the cached file needs.
     pub(crate) fn settle_given_away(&mut self, c: &mut CachedVersion) -> Result<()> {
+        let _quiet = self.quiet(c.version.diff.version);
         if let Some(rewrite) = self.backend.settle_given_away(&mut c.version)? {
             c.rewrite = Some(rewrite);
         }
