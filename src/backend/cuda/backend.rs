@@ -9,7 +9,7 @@
 //! just built, or hashed from the FIRST bytes where they lie.
 
 use super::device_cache::Staged;
-use super::{GpuDedup, StoredRun, cuda_err};
+use super::{GpuDedup, PackedRuns, StoredRun, cuda_err};
 use crate::backend::{Backend, BackendKind, Deduplicated, DiffBytes, PendingVersion, Sink, foreign, hand_over_bytes};
 use crate::diff::Diff;
 use crate::layout::{Layout, NodeId};
@@ -102,7 +102,7 @@ struct GpuPending {
     file: GpuFile,
     data_start: usize,
     dense: bool,
-    given: Option<Vec<StoredRun>>,
+    given: Option<PackedRuns>,
     /// Once regions were given away: the rewrite of the file as the device
     /// made it into the diff's (built where the give-away runs, the
     /// collective step's thread; applied when serializing, or deferred).
@@ -191,7 +191,7 @@ impl PendingVersion for GpuPending {
         if !self.dense {
             // The entries the device inserted for this version move as the
             // CPU's pending record moves (regions::relocate).
-            self.given = Some(stored_runs(diff.version, me, &layout, conv, layouts)?);
+            self.given = Some(PackedRuns::of(&stored_runs(diff.version, me, &layout, conv, layouts)?)?);
         }
         if let Some(before) = regions::apply(diff, conv) {
             // The first give-away's diff is the file as the device made it.
@@ -479,20 +479,17 @@ impl Backend for CudaBackend {
 }
 
 /// A restore's map as the device rebuild takes it (`table_locate`'s runs).
-fn runs_of(map: &crate::restore::StoredMap) -> Result<Vec<super::StoredRun>> {
-    use rayon::prelude::*;
-    map.runs
-        .par_iter()
-        .map(|s| {
-            Ok(super::StoredRun {
-                dst: s.dst,
-                count: s.count,
-                src: s.src,
-                rank: s.rank,
-                version: u32::try_from(s.version)
-                    .map_err(|_| Error::InvalidOption(format!("version {} too large", s.version)))?,
-                owner_chunks: map.layouts.get(&s.rank).map_or(0, crate::layout::Layout::chunks),
-            })
+fn runs_of(map: &crate::restore::StoredMap) -> Result<PackedRuns> {
+    PackedRuns::pack(map.runs.len(), |i| {
+        let s = &map.runs[i];
+        Ok(StoredRun {
+            dst: s.dst,
+            count: s.count,
+            src: s.src,
+            rank: s.rank,
+            version: u32::try_from(s.version)
+                .map_err(|_| Error::InvalidOption(format!("version {} too large", s.version)))?,
+            owner_chunks: map.layouts.get(&s.rank).map_or(0, crate::layout::Layout::chunks),
         })
-        .collect()
+    })
 }

@@ -21,7 +21,7 @@ mod staging;
 
 pub use backend::CudaBackend;
 pub use device_cache::DeviceCache;
-pub use pipeline::{GpuCheckpoint, GpuDedup, GpuTimings, StoredRun};
+pub use pipeline::{GpuCheckpoint, GpuDedup, GpuTimings, PackedRuns, StoredRun};
 pub use restore::{GpuRestoreTimings, restore_on_gpu};
 pub use staging::DeviceStaging;
 

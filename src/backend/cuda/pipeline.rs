@@ -66,6 +66,57 @@ pub struct StoredRun {
 /// Words per run in `table_locate`'s packed run array.
 const RUN_WORDS: usize = 5;
 
+/// Runs packed as `table_locate` reads them, [`RUN_WORDS`] words each (at
+/// least one run's worth): made where the runs are found (the collective
+/// step's thread, a restart's rebuild), so that moving the record's
+/// entries is one upload and one launch.
+#[derive(Debug, Default)]
+pub struct PackedRuns {
+    words: Vec<u64>,
+    runs: usize,
+}
+
+impl PackedRuns {
+    /// `n` runs, the i-th `run(i)`, packed by every core (no intermediate
+    /// list: a restart's map may hold tens of millions of runs).
+    pub fn pack(n: usize, run: impl Fn(usize) -> Result<StoredRun> + Sync) -> Result<Self> {
+        use rayon::prelude::*;
+        // Zeroed lazily by the allocator: the pages are first touched by
+        // the cores writing them.
+        let mut words = vec![0u64; n.max(1) * RUN_WORDS];
+        words.par_chunks_mut(RUN_WORDS).take(n).enumerate().try_for_each(|(i, w)| {
+            let r = run(i)?;
+            if u64::from(r.rank) + 1 >= 1 << (58 - OWNER_SHIFT) {
+                return Err(Error::Gpu(format!("rank {} exceeds what the GPU record can name", r.rank)));
+            }
+            w.copy_from_slice(&[
+                r.dst,
+                r.count,
+                r.src,
+                r.owner_chunks,
+                u64::from(r.rank) | (u64::from(r.version) << 32),
+            ]);
+            Ok(())
+        })?;
+        Ok(PackedRuns { words, runs: n })
+    }
+
+    /// `runs`, packed.
+    pub fn of(runs: &[StoredRun]) -> Result<Self> {
+        Self::pack(runs.len(), |i| Ok(runs[i]))
+    }
+
+    /// How many runs.
+    pub fn len(&self) -> usize {
+        self.runs
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.runs == 0
+    }
+}
+
 /// Where [`GpuDedup::compute`] left a file in pinned memory.
 #[derive(Clone, Copy, Debug)]
 pub struct Computed {
@@ -509,7 +560,7 @@ impl GpuDedup {
     /// output (the previous leaves, and the entries a baseline inserts), then
     /// `table_locate` moves every entry to where its bytes are stored per
     /// `runs` (engine::rebuild's rule) or drops it. Same record as the CPU's.
-    pub fn rebuild(&mut self, latest: u64, data: Protected<'_>, runs: &[StoredRun]) -> Result<()> {
+    pub fn rebuild(&mut self, latest: u64, data: Protected<'_>, runs: &PackedRuns) -> Result<()> {
         if self.method == Method::Full {
             return Ok(());
         }
@@ -534,24 +585,12 @@ impl GpuDedup {
     /// every chunk an entry may name), or drops it when its node is not one
     /// aligned node of the same shape there: the rule of `engine::rebuild`'s
     /// `locate` and of `regions::relocate`, on the device (`table_locate`).
-    pub fn locate_entries(&mut self, version: u64, runs: &[StoredRun]) -> Result<()> {
+    pub fn locate_entries(&mut self, version: u64, runs: &PackedRuns) -> Result<()> {
         let version32 =
             u32::try_from(version).map_err(|_| Error::InvalidOption(format!("version {version} too large")))?;
-        if let Some(r) = runs.iter().find(|r| u64::from(r.rank) + 1 >= 1 << (58 - OWNER_SHIFT)) {
-            return Err(Error::Gpu(format!("rank {} exceeds what the GPU record can name", r.rank)));
-        }
-        // One upload: RUN_WORDS words per run (table_locate's layout), at
-        // least one run's worth.
-        use rayon::prelude::*;
-        let mut words: Vec<u64> = runs
-            .par_iter()
-            .flat_map_iter(|r| {
-                [r.dst, r.count, r.src, r.owner_chunks, u64::from(r.rank) | (u64::from(r.version) << 32)]
-            })
-            .collect();
-        words.resize(words.len().max(RUN_WORDS), 0);
+        // One upload of the packed runs (table_locate's layout).
         let st = &self.gpu.stream;
-        let runs_dev = st.clone_htod(&words).map_err(cuda_err)?;
+        let runs_dev = st.clone_htod(&runs.words).map_err(cuda_err)?;
         let t = self.table.args(&self.gpu);
         let (me, n, nruns) = (self.rank, self.layout.chunks(), runs.len() as u64);
         let mut b = st.launch_builder(&self.gpu.k.table_locate);
@@ -1436,4 +1475,40 @@ fn timings(
 
 fn length_error(len: usize, layout: Layout) -> Error {
     Error::InvalidOption(format!("buffer is {len} bytes but the store's layout is {} bytes", layout.data_len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(i: u64) -> StoredRun {
+        StoredRun { dst: 10 * i, count: i + 1, src: 7 * i, rank: (i % 3) as u32, version: 4, owner_chunks: 1000 }
+    }
+
+    #[test]
+    fn runs_pack_in_table_locates_layout() {
+        let runs: Vec<StoredRun> = (0..1000).map(run).collect();
+        let packed = PackedRuns::of(&runs).expect("pack");
+        assert_eq!(packed.len(), 1000);
+        for (r, w) in runs.iter().zip(packed.words.chunks(RUN_WORDS)) {
+            assert_eq!(w, [r.dst, r.count, r.src, r.owner_chunks, u64::from(r.rank) | (4 << 32)]);
+        }
+        // None: one run's worth of zeros, so the upload is never empty.
+        let none = PackedRuns::of(&[]).expect("pack");
+        assert!(none.is_empty() && none.words == vec![0; RUN_WORDS]);
+    }
+
+    #[test]
+    fn a_rank_the_record_cannot_name_is_refused() {
+        let mut far = run(1);
+        far.rank = u32::MAX;
+        let err = PackedRuns::of(&[run(0), far]).expect_err("refused");
+        assert!(err.to_string().contains("exceeds what the GPU record can name"), "{err}");
+        let err = PackedRuns::pack(2, |i| match i {
+            0 => Ok(run(0)),
+            _ => Err(Error::InvalidOption("version 5000000000 too large".into())),
+        })
+        .expect_err("refused");
+        assert!(err.to_string().contains("too large"), "{err}");
+    }
 }
