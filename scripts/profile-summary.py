@@ -14,7 +14,10 @@ for line in open(sys.argv[1], errors="replace"):
     parts = line.split()
     if len(parts) != 5 or parts[0] != "dckpt-profile":
         continue
-    pid, version, what, value = parts[1], int(parts[2][1:]), parts[3], float(parts[4])
+    try:  # two ranks' lines can interleave in one stream: skip a torn one
+        pid, version, what, value = parts[1], int(parts[2][1:]), parts[3], float(parts[4])
+    except ValueError:
+        continue
     if version <= 1:
         first[pid][what] = first[pid].get(what, 0.0) + value
     else:

@@ -156,6 +156,35 @@ impl HeapSegment {
     }
 }
 
+/// Drops `value` on a thread of its own instead of the caller's: a large
+/// structure (a decoded diff's run lists, a give-away's conversions) gives
+/// its memory back to the system in milliseconds that no call should wait
+/// for. One process-wide thread takes them in order; where it cannot be
+/// started, `value` is dropped here.
+pub fn drop_later<T: Send + 'static>(value: T) {
+    use std::sync::mpsc::{Sender, channel};
+    use std::sync::{Mutex, OnceLock};
+    type Dropped = Box<dyn Send>;
+    static LATER: OnceLock<Option<Mutex<Sender<Dropped>>>> = OnceLock::new();
+    let later = LATER.get_or_init(|| {
+        let (send, take) = channel::<Dropped>();
+        std::thread::Builder::new()
+            .name("dckpt-drop".into())
+            .spawn(move || take.into_iter().for_each(drop))
+            .ok()
+            .map(|_| Mutex::new(send))
+    });
+    let value: Dropped = Box::new(value);
+    match later {
+        Some(send) => {
+            let send = send.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            // A send fails only if the thread is gone: the value comes back and drops here.
+            let _ = send.send(value);
+        }
+        None => drop(value),
+    }
+}
+
 /// `len` zero bytes whose pages are mapped now, by the calling thread.
 pub(crate) fn prefaulted_here(len: usize) -> Box<[u8]> {
     const PAGE: usize = 4096;

@@ -156,7 +156,10 @@ impl Backend for CpuBackend {
 
     fn commit(&mut self, version: Deduplicated) -> Result<()> {
         self.settle_rebuild();
-        let pending = version.pending.into_any().downcast::<CpuPending>().map_err(|_| foreign())?;
+        let Deduplicated { diff, pending, .. } = version;
+        let pending = pending.into_any().downcast::<CpuPending>().map_err(|_| foreign())?;
+        // The diff's lists are freed off the call.
+        crate::memory::drop_later(diff);
         self.state.commit(pending.0);
         self.restart_pending = false;
         Ok(())

@@ -364,6 +364,7 @@ impl TieredCollective {
                 report.bytes_referenced = conv.iter().map(|c| c.region.bytes).sum();
                 report.reduce_seconds = seconds;
                 report.settled = true;
+                crate::memory::drop_later(conv);
                 self.keep(report);
             }
             // This rank's history lacks the version the others took: the

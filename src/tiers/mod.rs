@@ -602,7 +602,11 @@ impl TieredEngine {
         let report = c.report();
         let CachedVersion { version, cached, sealed, rewrite, .. } = c;
         let (number, baseline) = (version.diff.version, version.diff.baseline);
-        self.backend.commit(version)?;
+        {
+            let _span = crate::profile::Span::new("submit-commit", number);
+            self.backend.commit(version)?;
+        }
+        let _span = crate::profile::Span::new("submit-enqueue", number);
         self.enqueue(number, baseline, cached, sealed, rewrite)?;
         Ok(report)
     }

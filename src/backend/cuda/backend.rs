@@ -357,7 +357,10 @@ impl Backend for CudaBackend {
     }
 
     fn commit(&mut self, version: Deduplicated) -> Result<()> {
-        version.pending.into_any().downcast::<GpuPending>().map_err(|_| foreign())?;
+        let Deduplicated { diff, pending, .. } = version;
+        let pending = pending.into_any().downcast::<GpuPending>().map_err(|_| foreign())?;
+        // The decoded diff's lists are freed off the call.
+        crate::memory::drop_later((diff, pending));
         self.dev.commit()
     }
 

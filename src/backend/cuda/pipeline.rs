@@ -66,7 +66,7 @@ pub struct StoredRun {
 /// Words per run in `table_locate`'s packed run array.
 const RUN_WORDS: usize = 5;
 
-/// Runs packed as `table_locate` reads them, [`RUN_WORDS`] words each (at
+/// Runs packed as `table_locate` reads them, five words each (at
 /// least one run's worth): made where the runs are found (the collective
 /// step's thread, a restart's rebuild), so that moving the record's
 /// entries is one upload and one launch.
