@@ -212,6 +212,7 @@ pub fn repair_store(root: &Path, dry_run: bool) -> Result<RepairReport> {
     // reference checked), until nothing changes: a version whose chain ran
     // through a delisted one fails in the next pass and goes too.
     let mut delisted: BTreeMap<u32, BTreeSet<u64>> = BTreeMap::new();
+    let collective: BTreeSet<u64> = log.records().map(|r| r.version).collect();
     loop {
         let mut catalog = Catalog::new(root);
         let mut bad: Vec<(u32, u64)> = Vec::new();
@@ -224,12 +225,42 @@ pub fn repair_store(root: &Path, dry_run: bool) -> Result<RepairReport> {
                 }
             }
         }
+        // A version the job committed together (a commit record names it)
+        // is one version: where it no longer restores on one rank, it goes
+        // on every rank, or the others would list a version the job cannot
+        // restart and refuse its next checkpoints as not newer.
+        let spread: Vec<(u32, u64, u32)> = bad
+            .iter()
+            .filter(|(_, v)| collective.contains(v))
+            .flat_map(|&(from, v)| {
+                manifests
+                    .iter()
+                    .filter(move |(r, m)| **r != from && m.get(v).is_some())
+                    .map(move |(&r, _)| (r, v, from))
+            })
+            .filter(|(r, v, _)| !bad.contains(&(*r, *v)))
+            .collect();
         if bad.is_empty() {
             break;
         }
-        for (rank, v) in bad {
+        let causes: Vec<(u32, u64, Option<u32>)> = bad
+            .iter()
+            .map(|&(r, v)| (r, v, None))
+            .chain(spread.iter().map(|&(r, v, from)| (r, v, Some(from))))
+            .collect();
+        for (rank, v, from) in causes {
             let dir = rank_dir(root, rank);
-            report.act(&dir.join(store::diff_file_name(v)), "committed version that no longer restores: delisted");
+            if delisted.get(&rank).is_some_and(|gone| gone.contains(&v)) {
+                continue;
+            }
+            match from {
+                None => report
+                    .act(&dir.join(store::diff_file_name(v)), "committed version that no longer restores: delisted"),
+                Some(k) => report.act(
+                    &dir.join(store::diff_file_name(v)),
+                    format!("delisted: the job's version {v} no longer restores on rank {k}"),
+                ),
+            }
             // Every later version up to the next baseline goes too: its
             // unchanged chunks would otherwise resolve to an older version
             // (wrong bytes that no checksum catches).

@@ -614,3 +614,60 @@ fn repair_delists_every_version_whose_chain_ran_through_a_damaged_one() {
     ok(&["checkpoint", "--dir", s(&dir), "--version", "5", "--chunk-size", "64", s(&input)]);
     assert!(restore(&dir, 0, 5).unwrap() == version_data(60_000, 5));
 }
+
+/// Issue #28: damage to a collective version on one rank only. `repair`
+/// once delisted it there alone; the other ranks kept listing it, so the
+/// job's next checkpoints were refused as "not newer". Now every rank's
+/// manifest agrees (the version and the chain after it go everywhere).
+#[test]
+fn repair_makes_every_ranks_manifest_agree_on_a_collective_version() {
+    use dckpt::store::commits::{CommitRecord, RankEntry};
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("store");
+    let o = common::opts(dckpt::Method::Tree, 64);
+    let mut engines: Vec<dckpt::Engine> =
+        (0..2).map(|r| dckpt::Engine::open_or_create(&dir, r, 20_000, &o).unwrap()).collect();
+    for v in 1..=4u64 {
+        let mut entries = Vec::new();
+        for (r, e) in engines.iter_mut().enumerate() {
+            let data = version_data(20_000, 10 * v + r as u64);
+            let local = e.deduplicate_local(v, dckpt::memory::Protected::Host(&data)).unwrap();
+            let staged = e.stage(local, &data).unwrap();
+            let en = staged.entry().clone();
+            entries.push(RankEntry {
+                rank: r as u32,
+                baseline: en.baseline,
+                file_len: en.file_len,
+                trailer: en.trailer,
+            });
+            e.adopt(staged).unwrap();
+        }
+        CommitRecord { version: v, ranks: 2, entries }.write(&dir).unwrap();
+    }
+    drop(engines);
+    assert_eq!((listed(&dir, 0), listed(&dir, 1)), (vec![1, 2, 3, 4], vec![1, 2, 3, 4]));
+    // A data byte of rank 0's version 3.
+    let v3 = dir.join("rank-00000/v000000000003.dckpt");
+    let mut b = std::fs::read(&v3).unwrap();
+    let at = b.len() - 32 * 3 - 60;
+    b[at] ^= 0x40;
+    std::fs::write(&v3, &b).unwrap();
+    let report = ok(&["repair", "--dir", s(&dir)]);
+    assert!(report.contains("rank-00001") && report.contains("v000000000003"), "{report}");
+    // Both ranks list what the job can restart, and it restores exactly.
+    assert_eq!((listed(&dir, 0), listed(&dir, 1)), (vec![1, 2], vec![1, 2]), "{report}");
+    for r in 0..2u32 {
+        for v in 1..=2u64 {
+            assert!(restore(&dir, r, v).unwrap() == version_data(20_000, 10 * v + u64::from(r)));
+        }
+    }
+    assert!(ok(&["verify", "--dir", s(&dir)]).starts_with("ok: 2 ranks, 4 versions"));
+    // The job goes on from version 3 on every rank.
+    let mut engines: Vec<dckpt::Engine> =
+        (0..2).map(|r| dckpt::Engine::open_or_create(&dir, r, 20_000, &o).unwrap()).collect();
+    for (r, e) in engines.iter_mut().enumerate() {
+        let data = version_data(20_000, 99 + r as u64);
+        e.checkpoint(3, dckpt::memory::Protected::Host(&data)).unwrap();
+        assert!(restore(&dir, r as u32, 3).unwrap() == data);
+    }
+}
