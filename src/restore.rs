@@ -409,7 +409,7 @@ pub fn resolve_all(catalog: &mut Catalog, rank: u32, version: u64) -> Result<Res
     }
     let mut keys: Vec<(usize, usize)> = claims.keys().copied().collect();
     keys.sort_unstable();
-    let references = keys
+    let references: Vec<UsedReference> = keys
         .into_iter()
         .filter_map(|(vi, j)| {
             let vr = &walk_order[vi];
@@ -427,6 +427,9 @@ pub fn resolve_all(catalog: &mut Catalog, rank: u32, version: u64) -> Result<Res
             })
         })
         .collect();
+    // The chain's run lists (hundreds of MB for a long chain of a large
+    // buffer) are freed off the restore's path.
+    crate::memory::drop_later(walk_order);
     Ok(Resolution { layout, sources, references })
 }
 
