@@ -226,13 +226,19 @@ pub fn repair_store(root: &Path, dry_run: bool) -> Result<RepairReport> {
             }
         }
         // A version the job committed together (a commit record names it)
-        // is one version: where it no longer restores on one rank, it goes
-        // on every rank, or the others would list a version the job cannot
-        // restart and refuse its next checkpoints as not newer.
-        let spread: Vec<(u32, u64, u32)> = bad
+        // is one version: where it no longer restores on one rank, or went
+        // there with its chain, it goes on every rank still listing it, or
+        // the others would list a version the job cannot restart and refuse
+        // its next checkpoints as not newer.
+        let gone_from: BTreeMap<u64, u32> = bad
             .iter()
-            .filter(|(_, v)| collective.contains(v))
-            .flat_map(|&(from, v)| {
+            .map(|&(r, v)| (v, r))
+            .chain(delisted.iter().flat_map(|(&r, vs)| vs.iter().map(move |&v| (v, r))))
+            .filter(|(v, _)| collective.contains(v))
+            .collect();
+        let spread: Vec<(u32, u64, u32)> = gone_from
+            .iter()
+            .flat_map(|(&v, &from)| {
                 manifests
                     .iter()
                     .filter(move |(r, m)| **r != from && m.get(v).is_some())
@@ -240,7 +246,7 @@ pub fn repair_store(root: &Path, dry_run: bool) -> Result<RepairReport> {
             })
             .filter(|(r, v, _)| !bad.contains(&(*r, *v)))
             .collect();
-        if bad.is_empty() {
+        if bad.is_empty() && spread.is_empty() {
             break;
         }
         let causes: Vec<(u32, u64, Option<u32>)> = bad

@@ -615,19 +615,13 @@ fn repair_delists_every_version_whose_chain_ran_through_a_damaged_one() {
     assert!(restore(&dir, 0, 5).unwrap() == version_data(60_000, 5));
 }
 
-/// Issue #28: damage to a collective version on one rank only. `repair`
-/// once delisted it there alone; the other ranks kept listing it, so the
-/// job's next checkpoints were refused as "not newer". Now every rank's
-/// manifest agrees (the version and the chain after it go everywhere).
-#[test]
-fn repair_makes_every_ranks_manifest_agree_on_a_collective_version() {
+/// Writes versions `1..=last` of two ranks as a collective job commits them
+/// (one record each); rank `r` opens with `opts[r]`.
+fn two_rank_job(dir: &Path, opts: [&dckpt::store::StoreOptions; 2], last: u64) {
     use dckpt::store::commits::{CommitRecord, RankEntry};
-    let t = tempfile::tempdir().unwrap();
-    let dir = t.path().join("store");
-    let o = common::opts(dckpt::Method::Tree, 64);
     let mut engines: Vec<dckpt::Engine> =
-        (0..2).map(|r| dckpt::Engine::open_or_create(&dir, r, 20_000, &o).unwrap()).collect();
-    for v in 1..=4u64 {
+        (0..2).map(|r| dckpt::Engine::open_or_create(dir, r, 20_000, opts[r as usize]).unwrap()).collect();
+    for v in 1..=last {
         let mut entries = Vec::new();
         for (r, e) in engines.iter_mut().enumerate() {
             let data = version_data(20_000, 10 * v + r as u64);
@@ -642,16 +636,58 @@ fn repair_makes_every_ranks_manifest_agree_on_a_collective_version() {
             });
             e.adopt(staged).unwrap();
         }
-        CommitRecord { version: v, ranks: 2, entries }.write(&dir).unwrap();
+        CommitRecord { version: v, ranks: 2, entries }.write(dir).unwrap();
     }
-    drop(engines);
-    assert_eq!((listed(&dir, 0), listed(&dir, 1)), (vec![1, 2, 3, 4], vec![1, 2, 3, 4]));
-    // A data byte of rank 0's version 3.
-    let v3 = dir.join("rank-00000/v000000000003.dckpt");
-    let mut b = std::fs::read(&v3).unwrap();
+}
+
+/// Flips a data byte of `rank`'s version `v`.
+fn damage(dir: &Path, rank: u32, v: u64) {
+    let path = dir.join(format!("rank-{rank:05}/v{v:012}.dckpt"));
+    let mut b = std::fs::read(&path).unwrap();
     let at = b.len() - 32 * 3 - 60;
     b[at] ^= 0x40;
-    std::fs::write(&v3, &b).unwrap();
+    std::fs::write(&path, &b).unwrap();
+}
+
+/// The same when the ranks' chains differ (rank 1 starts a new chain at
+/// v4, rank 0's v4 builds on the damaged v3): v4, which still restores on
+/// rank 1, goes there too, because the job's v4 is gone on rank 0.
+#[test]
+fn repair_spreads_a_version_delisted_with_its_chain_to_every_rank() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("store");
+    let o = common::opts(dckpt::Method::Tree, 64);
+    let short = dckpt::store::StoreOptions { max_chain: Some(3), ..o.clone() };
+    two_rank_job(&dir, [&o, &short], 4);
+    let baselines = |r: u32| -> Vec<u64> {
+        dckpt::store::Store::open(&dir, r)
+            .unwrap()
+            .manifest()
+            .versions
+            .iter()
+            .filter(|e| e.baseline)
+            .map(|e| e.version)
+            .collect()
+    };
+    assert_eq!((baselines(0), baselines(1)), (vec![1], vec![1, 4]), "the setup: rank 1's v4 is a baseline");
+    damage(&dir, 0, 3);
+    let report = ok(&["repair", "--dir", s(&dir)]);
+    assert_eq!((listed(&dir, 0), listed(&dir, 1)), (vec![1, 2], vec![1, 2]), "{report}");
+    assert!(ok(&["verify", "--dir", s(&dir)]).starts_with("ok: 2 ranks, 4 versions"));
+}
+
+/// Issue #28: damage to a collective version on one rank only. `repair`
+/// once delisted it there alone; the other ranks kept listing it, so the
+/// job's next checkpoints were refused as "not newer". Now every rank's
+/// manifest agrees (the version and the chain after it go everywhere).
+#[test]
+fn repair_makes_every_ranks_manifest_agree_on_a_collective_version() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("store");
+    let o = common::opts(dckpt::Method::Tree, 64);
+    two_rank_job(&dir, [&o, &o], 4);
+    assert_eq!((listed(&dir, 0), listed(&dir, 1)), (vec![1, 2, 3, 4], vec![1, 2, 3, 4]));
+    damage(&dir, 0, 3);
     let report = ok(&["repair", "--dir", s(&dir)]);
     assert!(report.contains("rank-00001") && report.contains("v000000000003"), "{report}");
     // Both ranks list what the job can restart, and it restores exactly.

@@ -105,6 +105,7 @@ fn sample(tid: i64, stop: &AtomicBool) -> Vec<Blocked> {
             break;
         };
         if state == 'R' {
+            std::thread::yield_now();
             continue;
         }
         let at = Instant::now();

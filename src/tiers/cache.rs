@@ -105,8 +105,10 @@ impl Pool {
                 st.spilled = true;
                 return Lent::Spill(t.elapsed());
             }
+            if st.waiting == 0 {
+                self.returned.notify_all(); // the allocation may go on now
+            }
             st.waiting += 1;
-            self.returned.notify_all(); // the allocation may go on now
             st = self.returned.wait(st).unwrap_or_else(PoisonError::into_inner);
             st.waiting -= 1;
         }
@@ -784,7 +786,7 @@ mod tests {
         let begun = Arc::clone(begun);
         Box::new(move |len| {
             begun.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            std::thread::sleep(Duration::from_millis(5));
+            std::thread::sleep(Duration::from_millis(20));
             Ok(Box::new(HeapSegment::new(len)) as Segment)
         })
     }
@@ -812,8 +814,10 @@ mod tests {
             Arc::new(HostCache::with_memory(4 * SEGMENT_BYTES as u64, Some(slow_alloc(&begun))).expect("cache"));
         let (done, got) = std::sync::mpsc::channel();
         let c = Arc::clone(&cache);
+        // Quiet at once (at most the first segment is made by then).
+        let quiet = cache.quiet();
         std::thread::spawn(move || {
-            let _quiet = c.quiet();
+            let _quiet = quiet;
             // The first file spills (its segments are not made yet); the
             // second waits for segments while the first is alive: only
             // the allocation, going on despite the quiet, can serve it.
