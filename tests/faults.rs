@@ -534,31 +534,10 @@ fn damaged_and_stale_commit_records_never_wedge_the_store() {
     use dckpt::store::commits::{CommitRecord, RankEntry};
     let t = tempfile::tempdir().unwrap();
     let dir = t.path().join("store");
-    // Two ranks written with the library, committed with records as a collective job would.
-    let lens = [20_000usize, 20_000];
+    // Two ranks written with the library, committed with records as a
+    // collective job would; version 3 in no manifest yet.
     let o = common::opts(dckpt::Method::Tree, 64);
-    let mut engines: Vec<dckpt::Engine> =
-        (0..2).map(|r| dckpt::Engine::open_or_create(&dir, r, lens[r as usize] as u64, &o).unwrap()).collect();
-    for v in 1..=3u64 {
-        let mut entries = Vec::new();
-        for (r, e) in engines.iter_mut().enumerate() {
-            let data = version_data(20_000, 10 * v + r as u64);
-            let local = e.deduplicate_local(v, dckpt::memory::Protected::Host(&data)).unwrap();
-            let staged = e.stage(local, &data).unwrap();
-            let en = staged.entry().clone();
-            entries.push(RankEntry {
-                rank: r as u32,
-                baseline: en.baseline,
-                file_len: en.file_len,
-                trailer: en.trailer,
-            });
-            if v < 3 {
-                e.adopt(staged).unwrap();
-            }
-        }
-        CommitRecord { version: v, ranks: 2, entries }.write(&dir).unwrap();
-    }
-    drop(engines);
+    two_rank_job(&dir, [&o, &o], 3, 2);
     // Version 3 is committed by its record alone (no manifest lists it yet): restores see it.
     assert!(restore(&dir, 1, 3).unwrap() == version_data(20_000, 31));
     // Damage that record: other versions still restore, the writer keeps v3's files.
@@ -616,8 +595,9 @@ fn repair_delists_every_version_whose_chain_ran_through_a_damaged_one() {
 }
 
 /// Writes versions `1..=last` of two ranks as a collective job commits them
-/// (one record each); rank `r` opens with `opts[r]`.
-fn two_rank_job(dir: &Path, opts: [&dckpt::store::StoreOptions; 2], last: u64) {
+/// (one record each), each rank's manifest listing those up to
+/// `listed_through`; rank `r` opens with `opts[r]`.
+fn two_rank_job(dir: &Path, opts: [&dckpt::store::StoreOptions; 2], last: u64, listed_through: u64) {
     use dckpt::store::commits::{CommitRecord, RankEntry};
     let mut engines: Vec<dckpt::Engine> =
         (0..2).map(|r| dckpt::Engine::open_or_create(dir, r, 20_000, opts[r as usize]).unwrap()).collect();
@@ -634,7 +614,9 @@ fn two_rank_job(dir: &Path, opts: [&dckpt::store::StoreOptions; 2], last: u64) {
                 file_len: en.file_len,
                 trailer: en.trailer,
             });
-            e.adopt(staged).unwrap();
+            if v <= listed_through {
+                e.adopt(staged).unwrap();
+            }
         }
         CommitRecord { version: v, ranks: 2, entries }.write(dir).unwrap();
     }
@@ -658,7 +640,7 @@ fn repair_spreads_a_version_delisted_with_its_chain_to_every_rank() {
     let dir = t.path().join("store");
     let o = common::opts(dckpt::Method::Tree, 64);
     let short = dckpt::store::StoreOptions { max_chain: Some(3), ..o.clone() };
-    two_rank_job(&dir, [&o, &short], 4);
+    two_rank_job(&dir, [&o, &short], 4, 4);
     let baselines = |r: u32| -> Vec<u64> {
         dckpt::store::Store::open(&dir, r)
             .unwrap()
@@ -685,7 +667,7 @@ fn repair_makes_every_ranks_manifest_agree_on_a_collective_version() {
     let t = tempfile::tempdir().unwrap();
     let dir = t.path().join("store");
     let o = common::opts(dckpt::Method::Tree, 64);
-    two_rank_job(&dir, [&o, &o], 4);
+    two_rank_job(&dir, [&o, &o], 4, 4);
     assert_eq!((listed(&dir, 0), listed(&dir, 1)), (vec![1, 2, 3, 4], vec![1, 2, 3, 4]));
     damage(&dir, 0, 3);
     let report = ok(&["repair", "--dir", s(&dir)]);
