@@ -105,7 +105,7 @@ pub fn bench(a: BenchRuntimeArgs) -> Result<ExitCode> {
 fn table(r: &BenchRuntimeReport) -> String {
     let naive = r.naive_copy_ms + r.naive_write_ms;
     let mut s = format!(
-        "bench-runtime: {} rank(s), {} region of {} bytes on {} ({}), change {}, {}{}\n",
+        "bench-runtime: {} rank(s), {} region of {} bytes on {} ({}), change {}, {}{}{}\n",
         r.ranks,
         r.memory,
         r.size,
@@ -113,7 +113,8 @@ fn table(r: &BenchRuntimeReport) -> String {
         r.backend,
         r.change,
         if r.collective { "collective" } else { "local-only" },
-        if r.overlapped { " (step on its thread)" } else { "" }
+        if r.overlapped { " (step on its thread)" } else { "" },
+        if r.interval_s > 0.0 { format!(", {} s before each call", r.interval_s) } else { String::new() }
     );
     s += &format!("  call (median / max, ms)      {:10.2} / {:.2}\n", r.median_ms, r.max_ms);
     s += &format!("  first call (ms)              {:10.2}\n", r.first_ms);
