@@ -22,6 +22,9 @@ use std::hash::{BuildHasher, Hasher};
 /// Number of shards is `1 << SHARD_BITS`.
 const SHARD_BITS: u32 = 6;
 
+/// Items a thread partitions at a time in [`Record::insert_batch_collisions`].
+const PARTITION_ITEMS: usize = 1 << 16;
+
 /// Where the bytes of one digest were first stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RecordEntry {
@@ -148,36 +151,56 @@ impl Record {
     /// returns the entry that was already there (`None` when it was inserted).
     /// The outcome is identical for any thread count.
     pub fn insert_batch(&mut self, items: &[(Digest, RecordEntry)]) -> Vec<Option<RecordEntry>> {
-        let mut per_shard: Vec<Vec<usize>> = vec![Vec::new(); self.shards.len()];
-        for (i, (d, _)) in items.iter().enumerate() {
-            per_shard[d.shard(SHARD_BITS)].push(i);
-        }
-        let results: Vec<Vec<(usize, Option<RecordEntry>)>> = self
-            .shards
-            .par_iter_mut()
-            .zip(per_shard.par_iter())
-            .map(|(shard, idx)| {
-                shard.reserve(idx.len());
-                idx.iter()
-                    .map(|&i| {
-                        let (d, e) = items[i];
-                        let prev = match shard.entry(d) {
-                            hashbrown::hash_map::Entry::Occupied(o) => Some(*o.get()),
-                            hashbrown::hash_map::Entry::Vacant(v) => {
-                                v.insert(e);
-                                None
-                            }
-                        };
-                        (i, prev)
-                    })
-                    .collect()
-            })
-            .collect();
         let mut out = vec![None; items.len()];
-        for (i, prev) in results.into_iter().flatten() {
-            out[i] = prev;
+        for (i, prev) in self.insert_batch_collisions(items) {
+            out[i] = Some(prev);
         }
         out
+    }
+
+    /// Inserts a batch as [`Record::insert_batch`] does, returning only the
+    /// items that were already present: `(index in items, entry there)`, in
+    /// no particular order.
+    ///
+    /// The items are first split by shard (in parallel, a part of the batch
+    /// at a time, input order kept), so that each shard's inserts read their
+    /// items sequentially while its table stays in cache; reading them by
+    /// index from the whole batch costs a cache miss each.
+    pub fn insert_batch_collisions(&mut self, items: &[(Digest, RecordEntry)]) -> Vec<(usize, RecordEntry)> {
+        let shards = self.shards.len();
+        // Per part of the batch, per shard: (index, digest, entry), in order.
+        let parts: Vec<Vec<Vec<(usize, Digest, RecordEntry)>>> = items
+            .par_chunks(PARTITION_ITEMS)
+            .enumerate()
+            .map(|(p, part)| {
+                let mut counts = vec![0usize; shards];
+                part.iter().for_each(|(d, _)| counts[d.shard(SHARD_BITS)] += 1);
+                let mut split: Vec<Vec<_>> = counts.into_iter().map(Vec::with_capacity).collect();
+                for (k, &(d, e)) in part.iter().enumerate() {
+                    split[d.shard(SHARD_BITS)].push((p * PARTITION_ITEMS + k, d, e));
+                }
+                split
+            })
+            .collect();
+        let parts = &parts;
+        self.shards
+            .par_iter_mut()
+            .enumerate()
+            .flat_map_iter(|(s, shard)| {
+                shard.reserve(parts.iter().map(|p| p[s].len()).sum());
+                parts
+                    .iter()
+                    .flat_map(|p| &p[s])
+                    .filter_map(|&(i, d, e)| match shard.entry(d) {
+                        hashbrown::hash_map::Entry::Occupied(o) => Some((i, *o.get())),
+                        hashbrown::hash_map::Entry::Vacant(v) => {
+                            v.insert(e);
+                            None
+                        }
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect()
     }
 
     /// Merges another record into this one (existing entries win).
@@ -219,6 +242,27 @@ mod tests {
 
     fn e(version: u32, idx: u64) -> RecordEntry {
         RecordEntry { version, rank: 0, node: NodeId::leaf(idx) }
+    }
+
+    #[test]
+    fn a_batch_over_several_parts_matches_inserting_one_by_one() {
+        // More items than one partition, a third of them repeats spread
+        // across parts, and some already in the record.
+        let n = 3 * PARTITION_ITEMS as u64 + 17;
+        let digest = |k: u64| Digest(u128::from(k).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c834) ^ 0x5a5a);
+        let items: Vec<(Digest, RecordEntry)> =
+            (0..n).map(|i| (digest(if i % 3 == 2 { (i * 7919) % (n / 2) } else { i }), e(2, i))).collect();
+        let mut batch = Record::new();
+        let mut one_by_one = Record::new();
+        for k in (0..n).step_by(101) {
+            batch.insert_if_absent(digest(k), e(1, k));
+            one_by_one.insert_if_absent(digest(k), e(1, k));
+        }
+        let expected: Vec<Option<RecordEntry>> =
+            items.iter().map(|&(d, en)| one_by_one.insert_if_absent(d, en)).collect();
+        assert!(expected.iter().filter(|p| p.is_some()).count() > (n / 8) as usize);
+        assert_eq!(batch.insert_batch(&items), expected);
+        assert_eq!(batch.sorted_entries(), one_by_one.sorted_entries());
     }
 
     #[test]

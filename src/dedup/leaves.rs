@@ -70,12 +70,10 @@ pub fn classify_leaves(
             (d, RecordEntry { version, rank, node: NodeId::leaf(i) })
         })
         .collect();
-    let existing = inserts.insert_batch(&batch);
-    for (&k, prev) in misses.iter().zip(existing) {
-        labels[k] = Some(match prev {
-            None => LeafLabel::First,
-            Some(e) => LeafLabel::Shift(e),
-        });
+    // A miss already inserted by a lower-index leaf of this batch is SHIFT;
+    // every other miss is FIRST.
+    for (j, prev) in inserts.insert_batch_collisions(&batch) {
+        labels[misses[j]] = Some(LeafLabel::Shift(prev));
     }
     labels.into_iter().map(|l| l.unwrap_or(LeafLabel::First)).collect()
 }

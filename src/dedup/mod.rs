@@ -413,7 +413,10 @@ fn leaf_stage<'s>(
 ) -> std::result::Result<LeafStage<'s>, Outcome> {
     let prev = if input.baseline { None } else { state.previous.as_deref() };
     let base = if input.baseline { empty } else { &state.record };
-    let changed = hash_leaves(input.data, state.layout, state.hash, prev);
+    let changed = {
+        let _span = crate::profile::Span::new("dedup-leaves", input.version);
+        hash_leaves(input.data, state.layout, state.hash, prev)
+    };
     if prev.is_some() && is_dense(changed.len() as u64, state.layout.chunks()) {
         return Err(dense_outcome(state, input, method, true, changed));
     }
@@ -478,9 +481,15 @@ impl Deduplicate for TreeMethod {
         };
         Ok(bounded(state, input, Method::Tree, stage, |changed, base| {
             let mut inserts = Record::new();
-            let labels = classify_leaves(changed, base, &mut inserts, version32, state.rank);
-            let roots =
-                tree::compact(state.layout, state.hash, changed, &labels, base, &mut inserts, version32, state.rank);
+            let labels = {
+                let _span = crate::profile::Span::new("dedup-classify", input.version);
+                classify_leaves(changed, base, &mut inserts, version32, state.rank)
+            };
+            let roots = {
+                let _span = crate::profile::Span::new("dedup-tree", input.version);
+                tree::compact(state.layout, state.hash, changed, &labels, base, &mut inserts, version32, state.rank)
+            };
+            let _span = crate::profile::Span::new("dedup-regions", input.version);
             let mut diff = empty_diff(state, input, Method::Tree, RegionEncoding::Table);
             for root in &roots {
                 let r = state.layout.node_chunks(root.node);

@@ -84,7 +84,7 @@ pub(super) fn compact(
             .filter(|x| x.2)
             .map(|&(i, d, _)| (d, RecordEntry { version, rank, node: NodeId::new(level + 1, i) }))
             .collect();
-        inserts.insert_batch(&batch);
+        inserts.insert_batch_collisions(&batch);
         nodes = next.into_iter().map(|(i, d, _)| (i, d)).collect();
     }
     // Whatever survives every level is the root itself (the loop only

@@ -646,11 +646,12 @@ fn make_segments(pool: &std::sync::Weak<Pool>, total: usize, mut alloc: Option<S
     let started = Instant::now();
     let (mut allocating, mut longest) = (Duration::ZERO, Duration::ZERO);
     for _ in 0..total {
-        if alloc.is_some() {
-            match pool.upgrade() {
-                Some(pool) => pool.begin_allocation(),
-                None => return,
-            }
+        // Page-locking holds the CUDA driver; writing heap memory takes a
+        // core the call's own work (the CPU backend's) would use: neither
+        // starts during a call's quiet.
+        match pool.upgrade() {
+            Some(pool) => pool.begin_allocation(),
+            None => return,
         }
         let t = Instant::now();
         let made = alloc.as_ref().map(|a| a(SEGMENT_BYTES)).transpose().unwrap_or_else(|_| {
