@@ -8,6 +8,8 @@
 //! Reads are then grouped per file, sorted, merged at block granularity, and
 //! each block is read and verified once. Each file is opened at most once.
 
+mod copies;
+
 use crate::format::diff_file::DiffReader;
 use crate::hash::{Digest, subtree_digest};
 use crate::layout::Layout;
@@ -15,6 +17,7 @@ use crate::storage::{Posix, Storage};
 use crate::store::commits::CommitLog;
 use crate::store::{Store, hex};
 use crate::{Error, Result};
+use copies::{fill, plan_copies};
 use rayon::prelude::*;
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
@@ -43,14 +46,6 @@ pub struct RestoreStats {
     /// Seconds verifying each block and copying its pieces into place (one
     /// pass per block).
     pub copy_seconds: f64,
-}
-
-/// Bytes read, time reading, and time verifying and copying, accumulated.
-#[derive(Clone, Copy, Debug, Default)]
-struct IoTimes {
-    bytes: u64,
-    read: f64,
-    copy: f64,
 }
 
 /// Most diff files a [`Catalog`] keeps open at once (older ones are closed
@@ -541,14 +536,6 @@ pub fn check_references(
     Ok(())
 }
 
-/// One byte copy: `len` bytes at `data_off` of a file's FIRST data go to `dst_off`.
-#[derive(Clone, Copy, Debug)]
-struct Copy {
-    data_off: u64,
-    len: u64,
-    dst_off: u64,
-}
-
 /// Restores `(rank, version)` into a new buffer.
 pub fn restore_version(root: &Path, rank: u32, version: u64) -> Result<Vec<u8>> {
     restore_with_stats(root, rank, version).map(|(d, _)| d)
@@ -584,11 +571,8 @@ pub fn restore_range(root: &Path, rank: u32, version: u64, bytes: Range<u64>) ->
     let sources: Vec<Source> = res.sources.iter().filter_map(|s| clip_source(s, &chunks)).collect();
     let len = usize::try_from(span.end - span.start).map_err(|_| Error::Internal("range too large".into()))?;
     let mut out = vec![0u8; len];
-    let mut per_file = plan_copies(&mut catalog, rank, &layout, &sources)?;
-    for c in per_file.values_mut().flatten() {
-        c.dst_off -= span.start;
-    }
-    fill(&mut catalog, &mut per_file, &mut out)?;
+    let plan = plan_copies(&mut catalog, rank, &layout, &sources, span.start)?;
+    fill(&mut catalog, plan, &mut out)?;
     let refs: Vec<UsedReference> =
         res.references.into_iter().filter(|r| r.dst < chunks.end && r.dst + r.count > chunks.start).collect();
     check_references(&mut catalog, rank, &layout, &refs, None)?;
@@ -668,14 +652,14 @@ pub fn restore_with<'o>(
     let len = usize::try_from(layout.data_len()).map_err(|_| Error::Internal("version too large".into()))?;
     let out = output(len)?;
     let t1 = std::time::Instant::now();
-    let mut per_file = {
+    let plan = {
         let _span = crate::profile::Span::new("restore-plan", version);
-        plan_copies(catalog, rank, &layout, &res.sources)?
+        plan_copies(catalog, rank, &layout, &res.sources, 0)?
     };
     let plan_seconds = t1.elapsed().as_secs_f64();
     let io = {
         let _span = crate::profile::Span::new("restore-fill", version);
-        fill(catalog, &mut per_file, out)?
+        fill(catalog, plan, out)?
     };
     {
         let _span = crate::profile::Span::new("restore-references", version);
@@ -694,13 +678,10 @@ pub fn restore_with<'o>(
     Ok((stats, res))
 }
 
-/// Byte copies per file, in no particular order.
-type CopyPlan = HashMap<(u32, u64), Vec<Copy>>;
-
 /// Checks that every source points at stored bytes of the right length and
 /// maps it to byte copies per file.
 pub fn check_sources(catalog: &mut Catalog, rank: u32, layout: &Layout, sources: &[Source]) -> Result<()> {
-    plan_copies(catalog, rank, layout, sources).map(|_| ())
+    plan_copies(catalog, rank, layout, sources, 0).map(|_| ())
 }
 
 /// The reader of `(owner, version)` for a restore of `rank`: a failure to open
@@ -720,199 +701,4 @@ pub fn owner_reader(catalog: &mut Catalog, rank: u32, owner: u32, version: u64) 
             Err(Error::OwnerUnavailable { rank, version, owner, path, reason })
         }
     }
-}
-
-fn plan_copies(catalog: &mut Catalog, rank: u32, layout: &Layout, sources: &[Source]) -> Result<CopyPlan> {
-    // The files involved (few), then each file's pieces mapped to byte
-    // copies in parallel, in destination order.
-    let keys: std::collections::BTreeSet<(u32, u64)> = sources
-        .par_iter()
-        .fold(std::collections::BTreeSet::new, |mut set, s| {
-            set.insert((s.rank, s.version));
-            set
-        })
-        .reduce(std::collections::BTreeSet::new, |mut a, b| {
-            a.extend(b);
-            a
-        });
-    let mut per_file: CopyPlan = HashMap::new();
-    for key in keys {
-        let reader = owner_reader(catalog, rank, key.0, key.1)?;
-        let members: Vec<&Source> = sources.par_iter().filter(|s| (s.rank, s.version) == key).collect();
-        let parts: Vec<Vec<Copy>> = members
-            .par_chunks(4096)
-            .map(|chunk| {
-                let (mut copies, mut near) = (Vec::with_capacity(chunk.len()), 0);
-                for s in chunk {
-                    plan_source(reader, layout, s, &mut near, &mut copies)?;
-                }
-                Ok(copies)
-            })
-            .collect::<Result<_>>()?;
-        let mut copies: Vec<Copy> = parts.concat();
-        if !copies.is_sorted_by_key(|c| c.data_off) {
-            copies.par_sort_unstable_by_key(|c| c.data_off);
-        }
-        per_file.insert(key, copies);
-    }
-    Ok(per_file)
-}
-
-/// The byte copies of one source out of `reader`'s data, checking that the
-/// source's chunks hold exactly the bytes the destination needs; `near`:
-/// the FIRST run the previous source ended in (sources of a file come in
-/// destination order, mostly in source order too).
-fn plan_source(
-    reader: &DiffReader,
-    layout: &Layout,
-    s: &Source,
-    near: &mut usize,
-    copies: &mut Vec<Copy>,
-) -> Result<()> {
-    let src_layout = reader.diff.layout;
-    let dst_bytes = layout.chunk_bytes(s.dst..s.dst + s.count);
-    let end = s.src.checked_add(s.count).filter(|&e| e <= src_layout.chunks());
-    let src_bytes = end.map(|e| src_layout.chunk_bytes(s.src..e));
-    if src_bytes.as_ref().is_none_or(|b| b.end - b.start != dst_bytes.end - dst_bytes.start) {
-        return Err(Error::BrokenReference {
-            path: reader.path().to_path_buf(),
-            reason: format!(
-                "chunks {}..+{} do not match the {} bytes they must restore",
-                s.src,
-                s.count,
-                dst_bytes.end - dst_bytes.start
-            ),
-        });
-    }
-    let mut dst = dst_bytes.start;
-    reader.locate_each_near(s.src..s.src + s.count, near, |data_off, len| {
-        copies.push(Copy { data_off, len, dst_off: dst });
-        dst += len;
-    })
-}
-
-/// Copies every source into `out`; returns the data bytes read.
-fn fill(catalog: &mut Catalog, per_file: &mut CopyPlan, out: &mut [u8]) -> Result<IoTimes> {
-    let mut keys: Vec<(u32, u64)> = per_file.keys().copied().collect();
-    keys.sort_unstable();
-    let mut io = IoTimes::default();
-    for key in keys {
-        let reader = catalog.reader(key.0, key.1)?;
-        let copies = per_file.remove(&key).unwrap_or_default();
-        let t = copy_from_file(reader, &copies, out)?;
-        (io.bytes, io.read, io.copy) = (io.bytes + t.bytes, io.read + t.read, io.copy + t.copy);
-    }
-    Ok(io)
-}
-
-/// Largest read, in blocks.
-const MAX_READ_BLOCKS: u64 = 256;
-
-/// Copies `copies` (sorted by source offset) out of `reader`'s data into
-/// `out`, reading each block they touch once (at most [`MAX_READ_BLOCKS`]
-/// at a time), verifying it and copying its pieces while it is in cache
-/// ([`DiffReader::for_each_verified_block`]; no copy of the file first
-/// where it lives in memory).
-///
-/// The windows are read in parallel (one core's read of the page cache
-/// would be the restore's slowest stage): every piece's destination is cut
-/// out of `out` once, up front, so each window owns its own (the plan's
-/// destinations are disjoint; [`destinations`] checks). Read and copy
-/// times are summed over the windows.
-fn copy_from_file(reader: &DiffReader, copies: &[Copy], out: &mut [u8]) -> Result<IoTimes> {
-    let bs = u64::from(reader.header.block_size);
-    // Union of the blocks touched, in order.
-    let mut spans: Vec<Range<u64>> = Vec::new();
-    for c in copies {
-        let b = (c.data_off / bs)..(c.data_off + c.len).div_ceil(bs);
-        match spans.last_mut() {
-            Some(last) if b.start <= last.end => last.end = last.end.max(b.end),
-            _ => spans.push(b),
-        }
-    }
-    let Some(last_block) = spans.last().map(|s| s.end) else { return Ok(IoTimes::default()) };
-    // Every piece, cut at block boundaries: (block, offset in it, destination, length).
-    let mut pieces: Vec<Piece> = Vec::new();
-    for c in copies {
-        let mut from = c.data_off;
-        let to = c.data_off + c.len;
-        while from < to {
-            let block = from / bs;
-            let cut = to.min((block + 1) * bs);
-            pieces.push(Piece {
-                block: block as usize,
-                at: (from - block * bs) as usize,
-                dst: c.dst_off + (from - c.data_off),
-                len: (cut - from) as usize,
-            });
-            from = cut;
-        }
-    }
-    let mut work = destinations(&mut pieces, out, last_block as usize)?.into_iter();
-    // The read windows, each with its blocks' jobs.
-    let mut windows: Vec<(Range<u64>, Vec<BlockJobs<'_>>)> = Vec::new();
-    let mut at = 0u64;
-    for span in spans {
-        work.by_ref().take((span.start - at) as usize).for_each(drop);
-        let mut b = span.start;
-        while b < span.end {
-            let e = (b + MAX_READ_BLOCKS).min(span.end);
-            windows.push((b..e, work.by_ref().take((e - b) as usize).collect()));
-            b = e;
-        }
-        at = span.end;
-    }
-    let data_bytes = reader.header.data_bytes;
-    let times: Vec<(f64, f64, u64)> = windows
-        .into_par_iter()
-        .map_init(Vec::new, |buf, (blocks, jobs)| {
-            let started = std::time::Instant::now();
-            let bytes = (blocks.end * bs).min(data_bytes) - blocks.start * bs;
-            let read = reader.for_each_verified_block(blocks, buf, jobs, |block, jobs| {
-                for (at, dst) in jobs {
-                    dst.copy_from_slice(&block[at..at + dst.len()]);
-                }
-            })?;
-            Ok((read.as_secs_f64(), started.elapsed().saturating_sub(read).as_secs_f64(), bytes))
-        })
-        .collect::<Result<_>>()?;
-    Ok(times.into_iter().fold(IoTimes::default(), |io, (read, copy, bytes)| IoTimes {
-        bytes: io.bytes + bytes,
-        read: io.read + read,
-        copy: io.copy + copy,
-    }))
-}
-
-/// A piece of a read window: `len` bytes at `at` of its `block` go to `dst`.
-#[derive(Clone, Copy)]
-struct Piece {
-    block: usize,
-    at: usize,
-    dst: u64,
-    len: usize,
-}
-
-/// One block's copies: `(offset in the block, destination)`.
-type BlockJobs<'o> = Vec<(usize, &'o mut [u8])>;
-
-/// The pieces' destinations cut out of `out` (they are disjoint), grouped
-/// by their block: `(offset in the block, destination)` per block.
-fn destinations<'o>(pieces: &mut [Piece], out: &'o mut [u8], blocks: usize) -> Result<Vec<BlockJobs<'o>>> {
-    pieces.sort_unstable_by_key(|p| p.dst);
-    let mut work: Vec<BlockJobs<'o>> = (0..blocks).map(|_| Vec::new()).collect();
-    let mut rest: &mut [u8] = out;
-    let mut base = 0u64;
-    for p in pieces.iter() {
-        let skip = p.dst.checked_sub(base).and_then(|k| usize::try_from(k).ok());
-        let fits = skip.filter(|&k| k.checked_add(p.len).is_some_and(|n| n <= rest.len()));
-        let (Some(skip), Some(slot)) = (fits, work.get_mut(p.block)) else {
-            return Err(Error::Internal(format!("restore piece at {} overlaps another or the end", p.dst)));
-        };
-        let (_, tail) = std::mem::take(&mut rest).split_at_mut(skip);
-        let (piece, tail) = tail.split_at_mut(p.len);
-        slot.push((p.at, piece));
-        rest = tail;
-        base = p.dst + p.len as u64;
-    }
-    Ok(work)
 }
