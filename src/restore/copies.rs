@@ -17,8 +17,10 @@ use std::ops::Range;
 /// Sources one task of the plan maps.
 const PLAN_SOURCES: usize = 1 << 14;
 
-/// Largest read, in blocks.
-const MAX_READ_BLOCKS: u64 = 256;
+/// Largest read, in blocks: 1 MiB, so that a window's blocks are still in
+/// the core's cache when they are verified and copied (a 16 MiB window
+/// went through memory three times; its fill took 12% longer).
+const MAX_READ_BLOCKS: u64 = 16;
 
 /// One byte copy: `len` bytes at `data_off` of a file's FIRST data go to `dst_off`.
 #[derive(Clone, Copy, Debug)]
@@ -47,6 +49,9 @@ pub(super) struct IoTimes {
     pub(super) bytes: u64,
     pub(super) read: f64,
     pub(super) copy: f64,
+    /// Seconds cutting `out` among the copies before the parallel reads
+    /// (the cut of copies in destination order is part of `copy`).
+    pub(super) cut: f64,
 }
 
 /// The distinct files `(rank, version)` of `sources`, sorted.
@@ -176,11 +181,102 @@ pub(super) fn fill(catalog: &mut Catalog, plan: CopyPlan, out: &mut [u8]) -> Res
     let mut io = IoTimes::default();
     for f in plan.files {
         let reader = catalog.reader(f.key.0, f.key.1)?;
-        let t = copy_from_file(reader, &f.copies, out)?;
-        (io.bytes, io.read, io.copy) = (io.bytes + t.bytes, io.read + t.read, io.copy + t.copy);
+        let in_order = f.copies.par_windows(2).all(|w| w[0].dst_off + w[0].len <= w[1].dst_off);
+        let t = match in_order {
+            true => copy_in_order(reader, &f.copies, out)?,
+            false => copy_from_file(reader, &f.copies, out)?,
+        };
+        (io.bytes, io.read, io.copy, io.cut) = (io.bytes + t.bytes, io.read + t.read, io.copy + t.copy, io.cut + t.cut);
         crate::memory::drop_later(f.copies);
     }
     Ok(io)
+}
+
+/// [`copy_from_file`] of copies whose destinations are in the same order
+/// as their sources (and disjoint), as a version's own FIRST data and its
+/// chain's mostly are: the copies are split into parts, `out` at each
+/// part's first destination, and each part, in parallel, cuts its pieces'
+/// destinations and reads its blocks (no list of every piece is made: at
+/// 4 GiB those lists and their page faults took 400 ms). A block two
+/// neighbouring parts need is read by both.
+fn copy_in_order(reader: &DiffReader, copies: &[Copy], out: &mut [u8]) -> Result<IoTimes> {
+    let cutting = std::time::Instant::now();
+    let beyond = |c: &Copy| Error::Internal(format!("restore copy to {} ends past the buffer", c.dst_off));
+    let mut parts: Vec<(&[Copy], u64, &mut [u8])> = Vec::with_capacity(copies.len().div_ceil(CUT_COPIES));
+    let (mut rest, mut base): (&mut [u8], u64) = (out, 0);
+    for part in copies.chunks(CUT_COPIES) {
+        let (first, last) = (&part[0], &part[part.len() - 1]);
+        let skip = usize::try_from(first.dst_off - base).ok().filter(|&n| n <= rest.len());
+        let Some(skip) = skip else { return Err(beyond(first)) };
+        let (_, tail) = std::mem::take(&mut rest).split_at_mut(skip);
+        let len = usize::try_from(last.dst_off + last.len - first.dst_off).ok().filter(|&n| n <= tail.len());
+        let Some(len) = len else { return Err(beyond(last)) };
+        let (mine, tail) = tail.split_at_mut(len);
+        parts.push((part, first.dst_off, mine));
+        (rest, base) = (tail, last.dst_off + last.len);
+    }
+    let cut = cutting.elapsed().as_secs_f64();
+    let bs = u64::from(reader.header.block_size);
+    let data_bytes = reader.header.data_bytes;
+    let times: Vec<(f64, f64, u64)> = parts
+        .into_par_iter()
+        .map(|(part, start, mut slice)| {
+            let started = std::time::Instant::now();
+            // The part's pieces, cut at block boundaries, in block order.
+            let mut jobs: Vec<Job<'_>> = Vec::with_capacity(part.len() + part.len() / 4);
+            let mut base = start;
+            for c in part {
+                let mut from = c.data_off;
+                while from < c.data_off + c.len {
+                    let block = from / bs;
+                    let cut = (c.data_off + c.len).min((block + 1) * bs);
+                    let at = c.dst_off + (from - c.data_off);
+                    let (_, tail) = std::mem::take(&mut slice).split_at_mut((at - base) as usize);
+                    let (dst, tail) = tail.split_at_mut((cut - from) as usize);
+                    jobs.push(Job { block, at: (from - block * bs) as usize, dst });
+                    (slice, base, from) = (tail, at + (cut - from), cut);
+                }
+            }
+            // Copies are in source order, but one that starts at the same
+            // offset as a shorter one after it (a shifted duplicate of
+            // part of it) reaches further: put the pieces in block order.
+            if !jobs.is_sorted_by_key(|j| j.block) {
+                jobs.sort_by_key(|j| j.block);
+            }
+            // Windows of consecutive blocks, at most MAX_READ_BLOCKS each.
+            let (mut read, mut bytes, mut buf) = (std::time::Duration::ZERO, 0u64, Vec::new());
+            let mut rest: &mut [Job<'_>] = &mut jobs;
+            while let Some(b0) = rest.first().map(|j| j.block) {
+                let (mut n, mut last) = (1, b0);
+                while n < rest.len() && rest[n].block <= last + 1 && rest[n].block < b0 + MAX_READ_BLOCKS {
+                    last = rest[n].block;
+                    n += 1;
+                }
+                let (mut window, tail) = std::mem::take(&mut rest).split_at_mut(n);
+                rest = tail;
+                let mut per_block: Vec<&mut [Job<'_>]> = Vec::with_capacity((last + 1 - b0) as usize);
+                for b in b0..=last {
+                    let k = window.partition_point(|j| j.block <= b);
+                    let (mine, tail) = std::mem::take(&mut window).split_at_mut(k);
+                    per_block.push(mine);
+                    window = tail;
+                }
+                bytes += ((last + 1) * bs).min(data_bytes) - b0 * bs;
+                read += reader.for_each_verified_block(b0..last + 1, &mut buf, per_block, |block, jobs| {
+                    for j in jobs.iter_mut() {
+                        j.dst.copy_from_slice(&block[j.at..j.at + j.dst.len()]);
+                    }
+                })?;
+            }
+            Ok((read.as_secs_f64(), started.elapsed().saturating_sub(read).as_secs_f64(), bytes))
+        })
+        .collect::<Result<_>>()?;
+    Ok(times.into_iter().fold(IoTimes { cut, ..IoTimes::default() }, |io, (read, copy, bytes)| IoTimes {
+        bytes: io.bytes + bytes,
+        read: io.read + read,
+        copy: io.copy + copy,
+        cut: io.cut,
+    }))
 }
 
 /// Copies `copies` (sorted by source offset) out of `reader`'s data into
@@ -191,72 +287,108 @@ pub(super) fn fill(catalog: &mut Catalog, plan: CopyPlan, out: &mut [u8]) -> Res
 ///
 /// The windows are read in parallel (one core's read of the page cache
 /// would be the restore's slowest stage): every piece's destination is cut
-/// out of `out` once, up front, so each window owns its own (the plan's
-/// destinations are disjoint; [`destinations`] checks). Read and copy
-/// times are summed over the windows.
+/// out of `out` up front, so each window owns its own (the plan's
+/// destinations are disjoint; [`cut_destinations`] checks). The cut runs on
+/// every core too. Read and copy times are summed over the windows.
 fn copy_from_file(reader: &DiffReader, copies: &[Copy], out: &mut [u8]) -> Result<IoTimes> {
+    let cutting = std::time::Instant::now();
     let bs = u64::from(reader.header.block_size);
-    let (spans, mut pieces) = pieces_of(bs, copies);
-    let Some(last_block) = spans.last().map(|s| s.end) else { return Ok(IoTimes::default()) };
-    let mut work = destinations(&mut pieces, out, last_block as usize)?.into_iter();
-    // The read windows, each with its blocks' jobs.
-    let mut windows: Vec<(Range<u64>, Vec<BlockJobs<'_>>)> = Vec::new();
-    let mut at = 0u64;
+    let (spans, pieces) = pieces_of(bs, copies);
+    if spans.is_empty() {
+        return Ok(IoTimes::default());
+    }
+    let mut jobs = cut_destinations(pieces, out)?;
+    // The read windows, each with its blocks' jobs (in block order: the
+    // jobs are, as the copies were).
+    let mut windows: Vec<(Range<u64>, &mut [Job<'_>])> = Vec::new();
+    let mut rest: &mut [Job<'_>] = &mut jobs;
     for span in spans {
-        work.by_ref().take((span.start - at) as usize).for_each(drop);
         let mut b = span.start;
         while b < span.end {
             let e = (b + MAX_READ_BLOCKS).min(span.end);
-            windows.push((b..e, work.by_ref().take((e - b) as usize).collect()));
+            let n = rest.partition_point(|j| j.block < e);
+            let (mine, tail) = std::mem::take(&mut rest).split_at_mut(n);
+            windows.push((b..e, mine));
+            rest = tail;
             b = e;
         }
-        at = span.end;
     }
+    let cut = cutting.elapsed().as_secs_f64();
     let data_bytes = reader.header.data_bytes;
     let times: Vec<(f64, f64, u64)> = windows
         .into_par_iter()
-        .map_init(Vec::new, |buf, (blocks, jobs)| {
+        .map_init(Vec::new, |buf, (blocks, mut jobs)| {
             let started = std::time::Instant::now();
             let bytes = (blocks.end * bs).min(data_bytes) - blocks.start * bs;
-            let read = reader.for_each_verified_block(blocks, buf, jobs, |block, jobs| {
-                for (at, dst) in jobs {
-                    dst.copy_from_slice(&block[at..at + dst.len()]);
+            // One slice of jobs per block of the window.
+            let mut per_block: Vec<&mut [Job<'_>]> = Vec::with_capacity((blocks.end - blocks.start) as usize);
+            for b in blocks.clone() {
+                let n = jobs.partition_point(|j| j.block <= b);
+                let (mine, tail) = std::mem::take(&mut jobs).split_at_mut(n);
+                per_block.push(mine);
+                jobs = tail;
+            }
+            let read = reader.for_each_verified_block(blocks, buf, per_block, |block, jobs| {
+                for j in jobs.iter_mut() {
+                    j.dst.copy_from_slice(&block[j.at..j.at + j.dst.len()]);
                 }
             })?;
             Ok((read.as_secs_f64(), started.elapsed().saturating_sub(read).as_secs_f64(), bytes))
         })
         .collect::<Result<_>>()?;
-    Ok(times.into_iter().fold(IoTimes::default(), |io, (read, copy, bytes)| IoTimes {
+    Ok(times.into_iter().fold(IoTimes { cut, ..IoTimes::default() }, |io, (read, copy, bytes)| IoTimes {
         bytes: io.bytes + bytes,
         read: io.read + read,
         copy: io.copy + copy,
+        cut: io.cut,
     }))
 }
 
+/// Copies one task of the cut handles.
+const CUT_COPIES: usize = 1 << 14;
+
 /// The blocks (of `bs` bytes) that `copies` (sorted by source offset) touch,
-/// as a union of spans in order, and every copy cut at block boundaries.
+/// as a union of spans in order, and every copy cut at block boundaries (in
+/// block order), on every core.
 fn pieces_of(bs: u64, copies: &[Copy]) -> (Vec<Range<u64>>, Vec<Piece>) {
+    let parts: Vec<(Vec<Range<u64>>, Vec<Piece>)> = copies
+        .par_chunks(CUT_COPIES)
+        .map(|copies| {
+            let mut spans: Vec<Range<u64>> = Vec::new();
+            let mut pieces: Vec<Piece> = Vec::with_capacity(copies.len());
+            for c in copies {
+                let b = (c.data_off / bs)..(c.data_off + c.len).div_ceil(bs);
+                match spans.last_mut() {
+                    Some(last) if b.start <= last.end => last.end = last.end.max(b.end),
+                    _ => spans.push(b),
+                }
+                let mut from = c.data_off;
+                let to = c.data_off + c.len;
+                while from < to {
+                    let block = from / bs;
+                    let cut = to.min((block + 1) * bs);
+                    pieces.push(Piece {
+                        block,
+                        at: (from - block * bs) as usize,
+                        dst: c.dst_off + (from - c.data_off),
+                        len: (cut - from) as usize,
+                    });
+                    from = cut;
+                }
+            }
+            (spans, pieces)
+        })
+        .collect();
     let mut spans: Vec<Range<u64>> = Vec::new();
-    let mut pieces: Vec<Piece> = Vec::with_capacity(copies.len());
-    for c in copies {
-        let b = (c.data_off / bs)..(c.data_off + c.len).div_ceil(bs);
+    for b in parts.iter().flat_map(|p| &p.0) {
         match spans.last_mut() {
             Some(last) if b.start <= last.end => last.end = last.end.max(b.end),
-            _ => spans.push(b),
+            _ => spans.push(b.clone()),
         }
-        let mut from = c.data_off;
-        let to = c.data_off + c.len;
-        while from < to {
-            let block = from / bs;
-            let cut = to.min((block + 1) * bs);
-            pieces.push(Piece {
-                block: block as usize,
-                at: (from - block * bs) as usize,
-                dst: c.dst_off + (from - c.data_off),
-                len: (cut - from) as usize,
-            });
-            from = cut;
-        }
+    }
+    let mut pieces = Vec::with_capacity(parts.iter().map(|p| p.1.len()).sum());
+    for (_, p) in parts {
+        pieces.extend(p);
     }
     (spans, pieces)
 }
@@ -265,35 +397,135 @@ fn pieces_of(bs: u64, copies: &[Copy]) -> (Vec<Range<u64>>, Vec<Piece>) {
 /// `block` go to `dst`.
 #[derive(Clone, Copy)]
 struct Piece {
-    block: usize,
+    block: u64,
     at: usize,
     dst: u64,
     len: usize,
 }
 
-/// One block's copies: `(offset in the block, destination)`.
-type BlockJobs<'o> = Vec<(usize, &'o mut [u8])>;
+/// A piece with its destination cut out of the output.
+struct Job<'o> {
+    block: u64,
+    at: usize,
+    dst: &'o mut [u8],
+}
 
-/// The pieces' destinations cut out of `out` (they are disjoint), grouped
-/// by their block: `(offset in the block, destination)` per block.
-fn destinations<'o>(pieces: &mut [Piece], out: &'o mut [u8], blocks: usize) -> Result<Vec<BlockJobs<'o>>> {
-    if !pieces.is_sorted_by_key(|p| p.dst) {
-        pieces.par_sort_unstable_by_key(|p| p.dst);
-    }
-    let mut work: Vec<BlockJobs<'o>> = (0..blocks).map(|_| Vec::new()).collect();
+/// The pieces (in source order) with their destinations cut out of `out`,
+/// in block order; an error if two overlap or one ends past `out`.
+///
+/// The pieces are ordered by destination (an index sort, skipped where
+/// block order is destination order, as it mostly is), that order is cut
+/// into one part per task, `out` is split at the parts' first
+/// destinations, and each part cuts its own slice, all in parallel.
+fn cut_destinations(pieces: Vec<Piece>, out: &mut [u8]) -> Result<Vec<Job<'_>>> {
+    let in_order = pieces.par_windows(2).all(|w| w[0].dst < w[1].dst);
+    let order: Option<Vec<usize>> = (!in_order).then(|| {
+        let mut order: Vec<usize> = (0..pieces.len()).collect();
+        order.par_sort_unstable_by_key(|&k| pieces[k].dst);
+        order
+    });
+    let nth = |k: usize| match &order {
+        Some(order) => pieces[order[k]],
+        None => pieces[k],
+    };
+    let overlap = |p: &Piece| Error::Internal(format!("restore piece at {} overlaps another or the end", p.dst));
+    // Parts of the destination order, and `out` split at their starts.
+    let parts = pieces.len().div_ceil(CUT_COPIES).max(1);
+    let mut slices: Vec<(usize, u64, &mut [u8])> = Vec::with_capacity(parts);
     let mut rest: &mut [u8] = out;
     let mut base = 0u64;
-    for p in pieces.iter() {
-        let skip = p.dst.checked_sub(base).and_then(|k| usize::try_from(k).ok());
-        let fits = skip.filter(|&k| k.checked_add(p.len).is_some_and(|n| n <= rest.len()));
-        let (Some(skip), Some(slot)) = (fits, work.get_mut(p.block)) else {
-            return Err(Error::Internal(format!("restore piece at {} overlaps another or the end", p.dst)));
-        };
+    for part in 0..parts {
+        let k = part * CUT_COPIES;
+        let start = if k < pieces.len() { nth(k).dst } else { base };
+        let skip = start.checked_sub(base).and_then(|n| usize::try_from(n).ok()).filter(|&n| n <= rest.len());
+        let Some(skip) = skip else { return Err(overlap(&nth(k))) };
         let (_, tail) = std::mem::take(&mut rest).split_at_mut(skip);
-        let (piece, tail) = tail.split_at_mut(p.len);
-        slot.push((p.at, piece));
+        let end = if k + CUT_COPIES < pieces.len() { nth(k + CUT_COPIES).dst } else { start + tail.len() as u64 };
+        let len = end.checked_sub(start).and_then(|n| usize::try_from(n).ok()).filter(|&n| n <= tail.len());
+        let Some(len) = len else { return Err(overlap(&nth(k))) };
+        let (mine, tail) = tail.split_at_mut(len);
+        slices.push((k, start, mine));
         rest = tail;
-        base = p.dst + p.len as u64;
+        base = end;
     }
-    Ok(work)
+    // Each part cuts its slice.
+    let cut: Vec<Vec<Job<'_>>> = slices
+        .into_par_iter()
+        .map(|(first, start, mut rest)| {
+            let mut jobs = Vec::with_capacity(CUT_COPIES);
+            let mut base = start;
+            for k in first..(first + CUT_COPIES).min(pieces.len()) {
+                let p = nth(k);
+                let skip = p.dst.checked_sub(base).and_then(|n| usize::try_from(n).ok());
+                let Some(skip) = skip.filter(|&n| n.checked_add(p.len).is_some_and(|e| e <= rest.len())) else {
+                    return Err(overlap(&p));
+                };
+                let (_, tail) = std::mem::take(&mut rest).split_at_mut(skip);
+                let (dst, tail) = tail.split_at_mut(p.len);
+                jobs.push(Job { block: p.block, at: p.at, dst });
+                rest = tail;
+                base = p.dst + p.len as u64;
+            }
+            Ok(jobs)
+        })
+        .collect::<Result<_>>()?;
+    let mut jobs: Vec<Job<'_>> = Vec::with_capacity(pieces.len());
+    for part in cut {
+        jobs.extend(part);
+    }
+    // Block order (pieces come in source order, which is not block order
+    // where a copy reaches past a shorter one that starts where it does).
+    if !jobs.is_sorted_by_key(|j| j.block) {
+        jobs.par_sort_by_key(|j| j.block);
+    }
+    crate::memory::drop_later(pieces);
+    Ok(jobs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pieces of `len` bytes each, three to a block, whose destinations
+    /// are `slots` (in units of `len`); every fourth piece comes from the
+    /// block before (a copy reaching further than the next one). Each
+    /// piece's `at` is its index, to find it again.
+    fn pieces(slots: &[u64], len: usize) -> Vec<Piece> {
+        let block = |k: usize| if k % 4 == 3 { (k as u64 - 3) / 3 } else { k as u64 / 3 };
+        slots.iter().enumerate().map(|(k, &s)| Piece { block: block(k), at: k, dst: s * len as u64, len }).collect()
+    }
+
+    #[test]
+    fn destinations_are_cut_in_block_order_whatever_their_order() {
+        // More pieces than one part, destinations a permutation (a shifted
+        // chunk's bytes land anywhere), and the same in order.
+        let n = 3 * CUT_COPIES + 5;
+        let shuffled: Vec<u64> = (0..n as u64).map(|k| (k * 7919) % n as u64).collect();
+        let ordered: Vec<u64> = (0..n as u64).collect();
+        for slots in [shuffled, ordered] {
+            let mut out = vec![0u8; 2 * n];
+            let jobs = cut_destinations(pieces(&slots, 2), &mut out).expect("disjoint");
+            assert_eq!(jobs.len(), n);
+            assert!(jobs.is_sorted_by_key(|j| j.block));
+            for job in jobs {
+                let k = job.at; // the piece's index, in this test
+                assert_eq!(job.dst.len(), 2);
+                job.dst.copy_from_slice(&[k as u8, (k >> 8) as u8]);
+            }
+            for (k, &s) in slots.iter().enumerate() {
+                assert_eq!(&out[2 * s as usize..2 * s as usize + 2], &[k as u8, (k >> 8) as u8]);
+            }
+        }
+    }
+
+    #[test]
+    fn overlapping_or_overlong_destinations_are_refused() {
+        let mut out = vec![0u8; 64];
+        assert!(cut_destinations(pieces(&[0, 1, 1, 2], 8), &mut out).is_err());
+        assert!(cut_destinations(pieces(&[0, 8], 8), &mut out).is_err());
+        let mut big = vec![0u8; 8 * (CUT_COPIES + 2)];
+        let mut slots: Vec<u64> = (0..CUT_COPIES as u64 + 2).collect();
+        slots[CUT_COPIES + 1] = 3; // overlaps a piece of the first part
+        assert!(cut_destinations(pieces(&slots, 8), &mut big).is_err());
+    }
 }

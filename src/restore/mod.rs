@@ -661,6 +661,7 @@ pub fn restore_with<'o>(
         let _span = crate::profile::Span::new("restore-fill", version);
         fill(catalog, plan, out)?
     };
+    crate::profile::record("restore-fill-cut", version, std::time::Duration::from_secs_f64(io.cut));
     {
         let _span = crate::profile::Span::new("restore-references", version);
         check_references(catalog, rank, &layout, &res.references, Some(out))?;
