@@ -193,33 +193,87 @@ impl StoredMap {
     /// The map of a restore's resolution, each rank's layout read through
     /// `catalog` (which the restore opened them in).
     pub fn of(catalog: &mut Catalog, sources: Vec<Source>) -> Result<Self> {
-        let mut layouts = HashMap::new();
-        let mut last = None;
-        for s in &sources {
-            // Sources come in long stretches of one rank: look up only changes.
-            if last != Some(s.rank) {
-                if let std::collections::hash_map::Entry::Vacant(v) = layouts.entry(s.rank) {
-                    v.insert(catalog.store(s.rank)?.layout()?);
+        // The ranks, found by every core (sources come in long stretches of
+        // one rank: look up only changes).
+        let ranks = sources
+            .par_chunks(COALESCE_PART)
+            .map(|part| {
+                let (mut ranks, mut last) = (Vec::new(), None);
+                for s in part {
+                    if last != Some(s.rank) && !ranks.contains(&s.rank) {
+                        ranks.push(s.rank);
+                    }
+                    last = Some(s.rank);
                 }
-                last = Some(s.rank);
-            }
+                ranks
+            })
+            .reduce(Vec::new, |mut a, b| {
+                b.into_iter().for_each(|r| {
+                    if !a.contains(&r) {
+                        a.push(r)
+                    }
+                });
+                a
+            });
+        let mut layouts = HashMap::new();
+        for rank in ranks {
+            layouts.insert(rank, catalog.store(rank)?.layout()?);
         }
         Ok(StoredMap { runs: coalesce(sources), layouts })
     }
 }
 
-/// Merges neighbouring pieces that continue each other in the same file.
-pub(crate) fn coalesce(mut sources: Vec<Source>) -> Vec<Source> {
-    // In place: `dedup_by` hands each source with the last one kept.
-    sources.dedup_by(|s, l| {
-        let continues =
-            l.rank == s.rank && l.version == s.version && l.dst + l.count == s.dst && l.src + l.count == s.src;
-        if continues {
-            l.count += s.count;
+/// Sources one task of [`coalesce`] (and of [`StoredMap::of`]) handles.
+const COALESCE_PART: usize = 1 << 16;
+
+/// Whether `next` continues `last` in the same file.
+fn continues(last: &Source, next: &Source) -> bool {
+    last.rank == next.rank
+        && last.version == next.version
+        && last.dst + last.count == next.dst
+        && last.src + last.count == next.src
+}
+
+/// `sources` with neighbours that continue each other merged.
+fn coalesce_slice(sources: &[Source]) -> Vec<Source> {
+    let mut out: Vec<Source> = Vec::with_capacity(sources.len());
+    for s in sources {
+        match out.last_mut() {
+            Some(last) if continues(last, s) => last.count += s.count,
+            _ => out.push(*s),
         }
-        continues
-    });
-    sources
+    }
+    out
+}
+
+/// Merges neighbouring pieces that continue each other in the same file:
+/// parts of the list merged by every core, then the seams between them.
+pub(crate) fn coalesce(sources: Vec<Source>) -> Vec<Source> {
+    if sources.len() <= COALESCE_PART {
+        return coalesce_slice(&sources);
+    }
+    let mut parts: Vec<Vec<Source>> = sources.par_chunks(COALESCE_PART).map(coalesce_slice).collect();
+    crate::memory::drop_later(sources);
+    // A part's first source may continue the last one kept before it (a
+    // part merged whole into the one before leaves that one the last).
+    let mut skip = vec![0usize; parts.len()];
+    let mut last: Option<(usize, usize)> = None;
+    for p in 0..parts.len() {
+        if let (Some((lp, li)), Some(&first)) = (last, parts[p].first()) {
+            let kept = &mut parts[lp][li];
+            if continues(kept, &first) {
+                kept.count += first.count;
+                skip[p] = 1;
+            }
+        }
+        if parts[p].len() > skip[p] {
+            last = Some((p, parts[p].len() - 1));
+        }
+    }
+    let views: Vec<&[Source]> = parts.iter().zip(&skip).map(|(p, &k)| &p[k..]).collect();
+    let out = concat_parallel(&views, |v| v);
+    crate::memory::drop_later(parts);
+    out
 }
 
 /// A diff file's reader to open, with what it must match.
@@ -387,21 +441,21 @@ pub fn resolve_all(catalog: &mut Catalog, rank: u32, version: u64) -> Result<Res
             w
         })
         .collect();
-    let mut sources = Vec::with_capacity(walked.iter().map(|w| w.sources.len()).sum());
     let mut claims: HashMap<(usize, usize), u64> = HashMap::new();
-    for w in walked {
-        if let Some(gap) = w.unresolved {
+    for w in &walked {
+        if let Some(gap) = &w.unresolved {
             let path = catalog.store(rank)?.diff_path(chain[0]);
             return Err(Error::corrupt(
                 path,
                 format!("chunks {}..{} are stored in no version of the chain", gap.start, gap.end),
             ));
         }
-        sources.extend(w.sources);
-        for (key, c) in w.reference_claims {
+        for &(key, c) in &w.reference_claims {
             *claims.entry(key).or_default() += c;
         }
     }
+    let sources = concat_parallel(&walked, |w| &w.sources);
+    crate::memory::drop_later(walked);
     let mut keys: Vec<(usize, usize)> = claims.keys().copied().collect();
     keys.sort_unstable();
     let references: Vec<UsedReference> = keys
@@ -496,6 +550,33 @@ fn walk(versions: &[VersionRuns], rank: u32, segment: Range<u64>) -> Walked {
     }
     out.unresolved = unresolved.into_iter().next();
     out
+}
+
+/// The concatenation of `parts`' lists, written by every core (joining
+/// them one after another was one core copying, and faulting in, hundreds
+/// of MB at 4 GiB).
+fn concat_parallel<P: Sync, T: Copy + Send + Sync>(parts: &[P], list: impl Fn(&P) -> &[T] + Sync) -> Vec<T> {
+    let mut starts = Vec::with_capacity(parts.len() + 1);
+    let mut total = 0usize;
+    for p in parts {
+        starts.push(total);
+        total += list(p).len();
+    }
+    starts.push(total);
+    (0..total)
+        .into_par_iter()
+        .with_min_len(1 << 14)
+        .map_init(
+            || 0usize,
+            |part, i| {
+                // Indices come in runs: the part of the previous one, mostly.
+                if !(starts[*part] <= i && i < starts[*part + 1]) {
+                    *part = starts.partition_point(|&s| s <= i) - 1;
+                }
+                list(&parts[*part])[i - starts[*part]]
+            },
+        )
+        .collect()
 }
 
 /// Checks each followed cross-rank reference against its region digest:
@@ -701,5 +782,49 @@ pub fn owner_reader(catalog: &mut Catalog, rank: u32, owner: u32, version: u64) 
             };
             Err(Error::OwnerUnavailable { rank, version, owner, path, reason })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coalescing_in_parts_matches_coalescing_in_one_pass() {
+        // Runs of continuing pieces across the parts' seams, a part that
+        // merges whole into the one before, and pieces of other files.
+        let n = 3 * COALESCE_PART + 77;
+        let sources: Vec<Source> = (0..n as u64)
+            .map(|i| {
+                let file = if i % 1000 == 999 || (i / 50_000) % 2 == 1 && i % 7 == 0 { 2 } else { 1 };
+                Source { dst: i, count: 1, rank: 0, version: file, src: if file == 1 { i } else { i * 3 } }
+            })
+            .collect();
+        let expected = coalesce_slice(&sources);
+        assert!(expected.len() > 10 && expected.len() < n / 2);
+        assert_eq!(coalesce(sources.clone()), expected);
+        // Everything one run: every part merges into the first.
+        let one: Vec<Source> =
+            (0..n as u64).map(|i| Source { dst: i, count: 1, rank: 0, version: 1, src: i }).collect();
+        assert_eq!(coalesce(one), vec![Source { dst: 0, count: n as u64, rank: 0, version: 1, src: 0 }]);
+    }
+
+    #[test]
+    fn a_parallel_concatenation_keeps_every_item_in_order() {
+        // Empty parts among full ones, first and last included, and more
+        // items than one task takes.
+        let lens = [0usize, 5, 0, 0, 40_000, 1, 0, 70_000, 0];
+        let mut next = 0u64;
+        let parts: Vec<Vec<u64>> = lens
+            .iter()
+            .map(|&n| {
+                let part = (next..next + n as u64).map(|x| x * 3 + 1).collect();
+                next += n as u64;
+                part
+            })
+            .collect();
+        let joined = concat_parallel(&parts, |p| p.as_slice());
+        assert_eq!(joined, parts.concat());
+        assert!(concat_parallel(&Vec::<Vec<u64>>::new(), |p| p.as_slice()).is_empty());
     }
 }
