@@ -226,16 +226,12 @@ fn copy_in_order(reader: &DiffReader, copies: &[Copy], out: &mut [u8]) -> Result
             let mut jobs: Vec<Job<'_>> = Vec::with_capacity(part.len() + part.len() / 4);
             let mut base = start;
             for c in part {
-                let mut from = c.data_off;
-                while from < c.data_off + c.len {
-                    let block = from / bs;
-                    let cut = (c.data_off + c.len).min((block + 1) * bs);
-                    let at = c.dst_off + (from - c.data_off);
-                    let (_, tail) = std::mem::take(&mut slice).split_at_mut((at - base) as usize);
-                    let (dst, tail) = tail.split_at_mut((cut - from) as usize);
-                    jobs.push(Job { block, at: (from - block * bs) as usize, dst });
-                    (slice, base, from) = (tail, at + (cut - from), cut);
-                }
+                for_each_piece(c, bs, |p| {
+                    let (_, tail) = std::mem::take(&mut slice).split_at_mut((p.dst - base) as usize);
+                    let (dst, tail) = tail.split_at_mut(p.len);
+                    jobs.push(Job { block: p.block, at: p.at, dst });
+                    (slice, base) = (tail, p.dst + p.len as u64);
+                });
             }
             // Copies are in source order, but one that starts at the same
             // offset as a shorter one after it (a shifted duplicate of
@@ -252,31 +248,15 @@ fn copy_in_order(reader: &DiffReader, copies: &[Copy], out: &mut [u8]) -> Result
                     last = rest[n].block;
                     n += 1;
                 }
-                let (mut window, tail) = std::mem::take(&mut rest).split_at_mut(n);
+                let (window, tail) = std::mem::take(&mut rest).split_at_mut(n);
                 rest = tail;
-                let mut per_block: Vec<&mut [Job<'_>]> = Vec::with_capacity((last + 1 - b0) as usize);
-                for b in b0..=last {
-                    let k = window.partition_point(|j| j.block <= b);
-                    let (mine, tail) = std::mem::take(&mut window).split_at_mut(k);
-                    per_block.push(mine);
-                    window = tail;
-                }
                 bytes += ((last + 1) * bs).min(data_bytes) - b0 * bs;
-                read += reader.for_each_verified_block(b0..last + 1, &mut buf, per_block, |block, jobs| {
-                    for j in jobs.iter_mut() {
-                        j.dst.copy_from_slice(&block[j.at..j.at + j.dst.len()]);
-                    }
-                })?;
+                read += read_window(reader, b0..last + 1, &mut buf, window)?;
             }
             Ok((read.as_secs_f64(), started.elapsed().saturating_sub(read).as_secs_f64(), bytes))
         })
         .collect::<Result<_>>()?;
-    Ok(times.into_iter().fold(IoTimes { cut, ..IoTimes::default() }, |io, (read, copy, bytes)| IoTimes {
-        bytes: io.bytes + bytes,
-        read: io.read + read,
-        copy: io.copy + copy,
-        cut: io.cut,
-    }))
+    Ok(summed(cut, times))
 }
 
 /// Copies `copies` (sorted by source offset) out of `reader`'s data into
@@ -317,31 +297,47 @@ fn copy_from_file(reader: &DiffReader, copies: &[Copy], out: &mut [u8]) -> Resul
     let data_bytes = reader.header.data_bytes;
     let times: Vec<(f64, f64, u64)> = windows
         .into_par_iter()
-        .map_init(Vec::new, |buf, (blocks, mut jobs)| {
+        .map_init(Vec::new, |buf, (blocks, jobs)| {
             let started = std::time::Instant::now();
             let bytes = (blocks.end * bs).min(data_bytes) - blocks.start * bs;
-            // One slice of jobs per block of the window.
-            let mut per_block: Vec<&mut [Job<'_>]> = Vec::with_capacity((blocks.end - blocks.start) as usize);
-            for b in blocks.clone() {
-                let n = jobs.partition_point(|j| j.block <= b);
-                let (mine, tail) = std::mem::take(&mut jobs).split_at_mut(n);
-                per_block.push(mine);
-                jobs = tail;
-            }
-            let read = reader.for_each_verified_block(blocks, buf, per_block, |block, jobs| {
-                for j in jobs.iter_mut() {
-                    j.dst.copy_from_slice(&block[j.at..j.at + j.dst.len()]);
-                }
-            })?;
+            let read = read_window(reader, blocks, buf, jobs)?;
             Ok((read.as_secs_f64(), started.elapsed().saturating_sub(read).as_secs_f64(), bytes))
         })
         .collect::<Result<_>>()?;
-    Ok(times.into_iter().fold(IoTimes { cut, ..IoTimes::default() }, |io, (read, copy, bytes)| IoTimes {
+    Ok(summed(cut, times))
+}
+
+/// Reads, verifies and copies window `blocks` of `reader` (its jobs, in
+/// block order, in `jobs`) through `buf`; returns the time spent reading.
+fn read_window(
+    reader: &DiffReader,
+    blocks: Range<u64>,
+    buf: &mut Vec<u8>,
+    mut jobs: &mut [Job<'_>],
+) -> Result<std::time::Duration> {
+    // One slice of jobs per block of the window.
+    let mut per_block: Vec<&mut [Job<'_>]> = Vec::with_capacity((blocks.end - blocks.start) as usize);
+    for b in blocks.clone() {
+        let n = jobs.partition_point(|j| j.block <= b);
+        let (mine, tail) = std::mem::take(&mut jobs).split_at_mut(n);
+        per_block.push(mine);
+        jobs = tail;
+    }
+    reader.for_each_verified_block(blocks, buf, per_block, |block, jobs| {
+        for j in jobs.iter_mut() {
+            j.dst.copy_from_slice(&block[j.at..j.at + j.dst.len()]);
+        }
+    })
+}
+
+/// The windows' `(read, copy, bytes)` summed, after a cut of `cut` seconds.
+fn summed(cut: f64, times: Vec<(f64, f64, u64)>) -> IoTimes {
+    times.into_iter().fold(IoTimes { cut, ..IoTimes::default() }, |io, (read, copy, bytes)| IoTimes {
         bytes: io.bytes + bytes,
         read: io.read + read,
         copy: io.copy + copy,
         cut: io.cut,
-    }))
+    })
 }
 
 /// Copies one task of the cut handles.
@@ -357,40 +353,47 @@ fn pieces_of(bs: u64, copies: &[Copy]) -> (Vec<Range<u64>>, Vec<Piece>) {
             let mut spans: Vec<Range<u64>> = Vec::new();
             let mut pieces: Vec<Piece> = Vec::with_capacity(copies.len());
             for c in copies {
-                let b = (c.data_off / bs)..(c.data_off + c.len).div_ceil(bs);
-                match spans.last_mut() {
-                    Some(last) if b.start <= last.end => last.end = last.end.max(b.end),
-                    _ => spans.push(b),
-                }
-                let mut from = c.data_off;
-                let to = c.data_off + c.len;
-                while from < to {
-                    let block = from / bs;
-                    let cut = to.min((block + 1) * bs);
-                    pieces.push(Piece {
-                        block,
-                        at: (from - block * bs) as usize,
-                        dst: c.dst_off + (from - c.data_off),
-                        len: (cut - from) as usize,
-                    });
-                    from = cut;
-                }
+                add_span(&mut spans, (c.data_off / bs)..(c.data_off + c.len).div_ceil(bs));
+                for_each_piece(c, bs, |p| pieces.push(p));
             }
             (spans, pieces)
         })
         .collect();
     let mut spans: Vec<Range<u64>> = Vec::new();
     for b in parts.iter().flat_map(|p| &p.0) {
-        match spans.last_mut() {
-            Some(last) if b.start <= last.end => last.end = last.end.max(b.end),
-            _ => spans.push(b.clone()),
-        }
+        add_span(&mut spans, b.clone());
     }
     let mut pieces = Vec::with_capacity(parts.iter().map(|p| p.1.len()).sum());
     for (_, p) in parts {
         pieces.extend(p);
     }
     (spans, pieces)
+}
+
+/// Adds blocks `b` (starting at or after the last span's start) to the
+/// union `spans`.
+fn add_span(spans: &mut Vec<Range<u64>>, b: Range<u64>) {
+    match spans.last_mut() {
+        Some(last) if b.start <= last.end => last.end = last.end.max(b.end),
+        _ => spans.push(b),
+    }
+}
+
+/// Calls `f` with each piece of copy `c`, cut at block (`bs` bytes)
+/// boundaries, in order.
+fn for_each_piece(c: &Copy, bs: u64, mut f: impl FnMut(Piece)) {
+    let (mut from, to) = (c.data_off, c.data_off + c.len);
+    while from < to {
+        let block = from / bs;
+        let cut = to.min((block + 1) * bs);
+        f(Piece {
+            block,
+            at: (from - block * bs) as usize,
+            dst: c.dst_off + (from - c.data_off),
+            len: (cut - from) as usize,
+        });
+        from = cut;
+    }
 }
 
 /// A piece of a read window: `len` bytes at `at` of its file's block
