@@ -198,21 +198,17 @@ impl StoredMap {
         let ranks = sources
             .par_chunks(COALESCE_PART)
             .map(|part| {
-                let (mut ranks, mut last) = (Vec::new(), None);
+                let (mut ranks, mut last) = (std::collections::HashSet::new(), None);
                 for s in part {
-                    if last != Some(s.rank) && !ranks.contains(&s.rank) {
-                        ranks.push(s.rank);
+                    if last != Some(s.rank) {
+                        ranks.insert(s.rank);
+                        last = Some(s.rank);
                     }
-                    last = Some(s.rank);
                 }
                 ranks
             })
-            .reduce(Vec::new, |mut a, b| {
-                b.into_iter().for_each(|r| {
-                    if !a.contains(&r) {
-                        a.push(r)
-                    }
-                });
+            .reduce(std::collections::HashSet::new, |mut a, b| {
+                a.extend(b);
                 a
             });
         let mut layouts = HashMap::new();
