@@ -3,8 +3,12 @@
 //! place (the fill).
 //!
 //! The plan maps all the sources in one parallel pass (each part of the
-//! list sorted into its files, then each file's parts joined in order); the
-//! fill reads one file at a time, its windows in parallel.
+//! list sorted into its files, then each file's parts joined in order). The
+//! fill takes one file at a time: where its copies go to the output in the
+//! order they are read, parts of them cut their own destinations and read
+//! their own blocks in parallel ([`copy_in_order`]); otherwise the pieces'
+//! destinations are cut in parallel and sorted into block order first
+//! ([`copy_from_file`]).
 
 use super::{Catalog, Source, owner_reader};
 use crate::format::diff_file::DiffReader;
