@@ -175,7 +175,7 @@ impl Backend for CpuBackend {
     /// On a thread of its own, from a copy of `data` (the application may
     /// change its memory as soon as the restart returns): the next call
     /// that needs the state waits for it (span `rebuild-wait`).
-    fn rebuild_from(&mut self, _version: u64, data: Protected<'_>, map: &crate::restore::StoredMap) -> Result<()> {
+    fn rebuild_from(&mut self, version: u64, data: Protected<'_>, map: crate::restore::PendingMap) -> Result<()> {
         let Protected::Host(bytes) = data else {
             return Err(Error::InvalidOption("the CPU backend rebuilds from host memory".into()));
         };
@@ -189,10 +189,13 @@ impl Backend for CpuBackend {
             crate::memory::parallel_copy(&mut copy, bytes);
             copy
         };
-        let map = map.clone();
         let thread = std::thread::Builder::new()
             .name("dckpt-rebuild".into())
             .spawn(move || {
+                let map = {
+                    let _span = crate::profile::Span::new("restore-map", version);
+                    map.make()
+                };
                 super::rebuild::rebuilt_from(&copy, &map, layout, method, hash).into_state(layout, hash, rank)
             })
             .map_err(|e| Error::Internal(format!("starting the rebuild thread: {e}")))?;

@@ -222,8 +222,10 @@ pub trait Backend: Send {
     /// backend), whose chunks are stored where `map` says: the previous
     /// leaves and the record a baseline of it would leave, each entry moved
     /// to where its bytes are stored ([`crate::backend::rebuild`]'s rule).
-    /// Any pending version is forgotten first.
-    fn rebuild_from(&mut self, version: u64, data: Protected<'_>, map: &crate::restore::StoredMap) -> Result<()>;
+    /// The map is made where the backend has time for it (beside the
+    /// device's pass, or on the CPU rebuild's own thread). Any pending
+    /// version is forgotten first.
+    fn rebuild_from(&mut self, version: u64, data: Protected<'_>, map: crate::restore::PendingMap) -> Result<()>;
 
     /// The host memory its files should be cached in, if not the heap: the
     /// CUDA backend's page-locked segments, which its device copies diffs

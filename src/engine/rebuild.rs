@@ -24,7 +24,7 @@
 
 use crate::Result;
 use crate::layout::Layout;
-use crate::restore::{self, Catalog, StoredMap};
+use crate::restore::{self, Catalog, PendingMap};
 use crate::store::StoreOptions;
 use std::path::Path;
 use std::time::Instant;
@@ -36,8 +36,8 @@ pub use crate::backend::rebuild::{Rebuilt, rebuilt_from};
 pub struct Restored {
     /// Its bytes.
     pub data: Vec<u8>,
-    /// Where its chunks are stored.
-    pub map: StoredMap,
+    /// Where its chunks are stored (the map still to be made).
+    pub map: PendingMap,
     /// Seconds the restore took.
     pub seconds: f64,
 }
@@ -48,14 +48,14 @@ pub fn restore_latest(root: &Path, rank: u32, latest: u64) -> Result<Restored> {
     let t0 = Instant::now();
     let mut catalog = Catalog::new(root);
     let (data, _stats, res) = restore::restore_in(&mut catalog, rank, latest)?;
-    let map = StoredMap::of(&mut catalog, res.sources)?;
+    let map = PendingMap::of(&mut catalog, res.sources)?;
     Ok(Restored { data, map, seconds: t0.elapsed().as_secs_f64() })
 }
 
 /// Rebuilds the CPU state of `rank` from its committed version `latest`.
 pub fn rebuild_state(root: &Path, rank: u32, latest: u64, layout: Layout, opts: &StoreOptions) -> Result<Rebuilt> {
     let restored = restore_latest(root, rank, latest)?;
-    let mut rebuilt = rebuilt_from(&restored.data, &restored.map, layout, opts.method, opts.hash);
+    let mut rebuilt = rebuilt_from(&restored.data, &restored.map.make(), layout, opts.method, opts.hash);
     rebuilt.restore_seconds = restored.seconds;
     Ok(rebuilt)
 }

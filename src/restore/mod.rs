@@ -193,6 +193,24 @@ impl StoredMap {
     /// The map of a restore's resolution, each rank's layout read through
     /// `catalog` (which the restore opened them in).
     pub fn of(catalog: &mut Catalog, sources: Vec<Source>) -> Result<Self> {
+        PendingMap::of(catalog, sources).map(PendingMap::make)
+    }
+}
+
+/// A restore's resolution before its [`StoredMap`] is made: the sources
+/// and the layout of every rank they name. Coalescing the sources is the
+/// costly part (tens of milliseconds for millions of sources), so a caller
+/// may do it beside other work ([`PendingMap::make`]) or not at all.
+#[derive(Debug)]
+pub struct PendingMap {
+    sources: Vec<Source>,
+    layouts: HashMap<u32, Layout>,
+}
+
+impl PendingMap {
+    /// `sources` with their ranks' layouts, read through `catalog` (which
+    /// the restore opened them in).
+    pub fn of(catalog: &mut Catalog, sources: Vec<Source>) -> Result<Self> {
         // The ranks, found by every core (sources come in long stretches of
         // one rank: look up only changes).
         let ranks = sources
@@ -215,7 +233,18 @@ impl StoredMap {
         for rank in ranks {
             layouts.insert(rank, catalog.store(rank)?.layout()?);
         }
-        Ok(StoredMap { runs: coalesce(sources), layouts })
+        Ok(PendingMap { sources, layouts })
+    }
+
+    /// The map: the sources coalesced.
+    pub fn make(self) -> StoredMap {
+        StoredMap { runs: coalesce(self.sources), layouts: self.layouts }
+    }
+
+    /// Lets the sources go without making the map (freed on another
+    /// thread: they may take hundreds of megabytes).
+    pub fn discard(self) {
+        crate::memory::drop_later(self.sources);
     }
 }
 

@@ -38,7 +38,7 @@ use crate::format::Compression;
 use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
 use crate::regions::{Conversion, Region, Rewrite};
-use crate::restore::StoredMap;
+use crate::restore::PendingMap;
 use crate::store::{Store, StoreOptions};
 use crate::{Error, Result};
 use cache::Cached;
@@ -748,7 +748,7 @@ impl TieredEngine {
     /// place, so after an error its content is unspecified.
     pub fn restore_into(&self, version: u64, mut dst: ProtectedMut<'_>) -> Result<()> {
         let _quiet = self.quiet(version);
-        self.restore_mapped(version, &mut dst).map(drop)
+        self.restore_mapped(version, &mut dst).map(PendingMap::discard)
     }
 
     /// A restart's restore: `version` restored into `dst` as
@@ -766,7 +766,7 @@ impl TieredEngine {
             ProtectedMut::Host(bytes) => Protected::Host(bytes),
             ProtectedMut::Device(region) => Protected::Device(*region),
         };
-        match self.backend.rebuild_from(version, data, &map) {
+        match self.backend.rebuild_from(version, data, map) {
             Ok(()) => self.rebuild_pending = None,
             Err(e) => {
                 tracing::warn!(
@@ -800,8 +800,8 @@ impl TieredEngine {
     }
 
     /// [`TieredEngine::restore_into`], returning where the version's chunks
-    /// are stored.
-    fn restore_mapped(&self, version: u64, dst: &mut ProtectedMut<'_>) -> Result<StoredMap> {
+    /// are stored (the map still to be made).
+    fn restore_mapped(&self, version: u64, dst: &mut ProtectedMut<'_>) -> Result<PendingMap> {
         let _span = crate::profile::Span::new("restore", version);
         // Still in the host cache: from there, without waiting for its flush.
         let (overlay, mut first_error) =
@@ -864,7 +864,7 @@ impl TieredEngine {
         reach: Reach,
         overlay: Option<Arc<writeback::Overlay>>,
         dst: &mut ProtectedMut<'_>,
-    ) -> Result<StoredMap> {
+    ) -> Result<PendingMap> {
         let cache = self.prefetch.as_ref().map(prefetch::Prefetcher::cache);
         let at = reader::At { roots: &self.roots, home, overlay };
         match dst {

@@ -13,7 +13,7 @@
 use super::prefetch::{FileKey, ReadCounters, RestoreCache};
 use super::writeback::Overlay;
 use crate::restore::Catalog;
-use crate::restore::StoredMap;
+use crate::restore::PendingMap;
 use crate::storage::{Entry, Fill, LockGuard, Posix, ReadAt, Storage};
 use crate::store::parse_diff_name;
 use crate::{Error, Result};
@@ -44,7 +44,8 @@ pub(crate) struct At<'a> {
 /// `reach` says (through `cache` if given), into `out` (of the version's
 /// length; after an error its content is unspecified). On failure the files the cache served are forgotten, so
 /// that a damaged copy is not served again; in every case the cache learns
-/// the version was restored. Returns where each of its chunks is stored.
+/// the version was restored. Returns where each of its chunks is stored
+/// (the map still to be made: [`PendingMap::make`]).
 pub(crate) fn restore(
     at: At<'_>,
     rank: u32,
@@ -52,7 +53,7 @@ pub(crate) fn restore(
     reach: Reach,
     cache: Option<&RestoreCache>,
     out: &mut [u8],
-) -> Result<StoredMap> {
+) -> Result<PendingMap> {
     let want = out.len();
     restore_with(at, rank, version, reach, cache, |len| match len == want {
         true => Ok(out),
@@ -69,7 +70,7 @@ pub(crate) fn restore_with<'o>(
     reach: Reach,
     cache: Option<&RestoreCache>,
     output: impl FnOnce(usize) -> Result<&'o mut [u8]>,
-) -> Result<StoredMap> {
+) -> Result<PendingMap> {
     let tiers: Vec<Posix> = at.roots.iter().map(|r| Posix::at(r)).collect();
     let reader = Arc::new(TierReader {
         home: at.home,
@@ -80,10 +81,8 @@ pub(crate) fn restore_with<'o>(
         touched: Mutex::new(Vec::new()),
     });
     let mut catalog = Catalog::on(Arc::clone(&reader) as Arc<dyn Storage>);
-    let result = crate::restore::restore_with(&mut catalog, rank, version, output).and_then(|(_, res)| {
-        let _span = crate::profile::Span::new("restore-map", version);
-        StoredMap::of(&mut catalog, res.sources)
-    });
+    let result = crate::restore::restore_with(&mut catalog, rank, version, output)
+        .and_then(|(_, res)| PendingMap::of(&mut catalog, res.sources));
     if let Some(cache) = cache {
         if result.is_err() {
             cache.forget(&reader.touched.lock().unwrap_or_else(PoisonError::into_inner));

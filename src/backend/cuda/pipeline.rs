@@ -46,7 +46,7 @@ pub struct GpuCheckpoint {
 
 /// A piece of a restored version (its chunks `dst..dst + count`) and the
 /// stored chunks `src..` of `(rank, version)` that hold it, with the owner's
-/// chunk count: the input of [`GpuDedup::rebuild`].
+/// chunk count: the input of [`GpuDedup::locate_entries`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StoredRun {
     /// First chunk in the restored version.
@@ -555,14 +555,16 @@ impl GpuDedup {
         cfg(self.gpu.sms * 8, 256)
     }
 
-    /// Rebuilds the state after a reopen from `data` (host or device memory), the restored bytes of
-    /// committed version `latest`: one baseline pass of the pipeline without
-    /// output (the previous leaves, and the entries a baseline inserts), then
-    /// `table_locate` moves every entry to where its bytes are stored per
-    /// `runs` (engine::rebuild's rule) or drops it. Same record as the CPU's.
-    pub fn rebuild(&mut self, latest: u64, data: Protected<'_>, runs: &PackedRuns) -> Result<()> {
+    /// Rebuilds the state after a reopen from `data` (host or device
+    /// memory), the restored bytes of committed version `latest`, in two
+    /// steps: this one baseline pass of the pipeline without output (the
+    /// previous leaves, and the entries a baseline inserts), then
+    /// [`GpuDedup::locate_entries`] with where the bytes are stored (which
+    /// the caller may work out meanwhile). Returns whether any entry needs
+    /// locating. Same record as the CPU's.
+    pub fn rebuild_pass(&mut self, latest: u64, data: Protected<'_>) -> Result<bool> {
         if self.method == Method::Full {
-            return Ok(());
+            return Ok(false);
         }
         {
             let _span = crate::profile::Span::new("rebuild-pass", latest);
@@ -572,11 +574,7 @@ impl GpuDedup {
         // The upload buffer was for the restored bytes; applications that
         // checkpoint device buffers never need it.
         self.staging = None;
-        if !self.method.uses_record() || self.record_entries() == 0 {
-            return Ok(());
-        }
-        let _span = crate::profile::Span::new("rebuild-locate", latest);
-        self.locate_entries(latest, runs)
+        Ok(self.method.uses_record() && self.record_entries() > 0)
     }
 
     /// Moves every live entry that `version` inserted to where its node's
