@@ -178,7 +178,7 @@ pub fn inspect_store(root: &Path) -> Result<Vec<VersionStats>> {
                 shift_chunks: counts.shift,
                 fixed_chunks: counts.fixed,
                 first_regions: d.first.len(),
-                shift_regions: d.shift.len(),
+                shift_regions: r.header.shift_count as usize,
                 data_bytes: r.file_len() - r.metadata_bytes(),
                 cross_rank_chunks: d.shift.iter().filter(|s| s.src_rank != rank).map(|s| s.count).sum(),
                 cross_rank_references: d.shift.iter().filter(|s| s.reference.is_some()).count(),

@@ -203,6 +203,21 @@ impl Rewrite {
         Rewrite { before, after, data_start }
     }
 
+    /// The rewrite that folds a device-made file's runs of one repeated
+    /// source range into repeat entries, as the encoder writes them (a
+    /// device writes every run): `meta` is the file's header, tables and
+    /// bitmap. `None` where the file holds nothing to fold.
+    pub fn folding(meta: &[u8]) -> crate::Result<Option<Self>> {
+        use crate::format::diff_file::{DiffHeader, HEADER_LEN, stored_shift_entries};
+        let invalid = |e: String| crate::Error::Internal(format!("a device-made diff file: {e}"));
+        let header = DiffHeader::decode(meta.get(..HEADER_LEN as usize).unwrap_or(meta)).map_err(invalid)?;
+        if header.shift_count < 2 {
+            return Ok(None);
+        }
+        let diff = crate::format::decode_meta(meta, header.data_bytes).map_err(invalid)?;
+        Ok((stored_shift_entries(&diff) < header.shift_count).then(|| Rewrite::new(diff.clone(), diff, meta.len())))
+    }
+
     /// The diff of the file as made (what a later rewrite of the same file
     /// starts from).
     pub fn into_before(self) -> Diff {

@@ -217,7 +217,7 @@ fn format_v1_files_still_read_and_bad_reference_tables_are_rejected() {
     std::fs::write(&p1, &v1).unwrap();
     assert_eq!(DiffReader::open(&p1).unwrap().diff, reader.diff);
     // A reference count in a v1 header, or an unknown format, is rejected.
-    for (at, byte, what) in [(76usize, 1u8, "references"), (8, 3, "format version")] {
+    for (at, byte, what) in [(76usize, 1u8, "references"), (8, 4, "format version")] {
         let mut bad = file[..meta_end].to_vec();
         bad[8] = if at == 8 { byte } else { 1 };
         bad[at] = byte;

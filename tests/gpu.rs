@@ -86,6 +86,18 @@ fn sequence(rng: &mut Rng, cs: usize) -> Vec<Vec<u8>> {
     history
 }
 
+/// A device-made file as a store holds it: runs of one repeated source
+/// range folded as the CPU's encoder writes them (`Rewrite::folding`, which
+/// the backend and the flush apply).
+fn folded(file: Vec<u8>) -> Vec<u8> {
+    use dckpt::format::diff_file::HEADER_LEN;
+    let at = dckpt::format::data_start_of(&file[..HEADER_LEN as usize], file.len() as u64).unwrap() as usize;
+    match dckpt::regions::Rewrite::folding(&file[..at]).unwrap() {
+        Some(fold) => fold.apply(&file).unwrap(),
+        None => file,
+    }
+}
+
 #[test]
 fn gpu_writes_the_cpu_bytes_on_random_sequences() {
     let Some(gpu) = gpu() else { return };
@@ -116,7 +128,7 @@ fn gpu_writes_the_cpu_bytes_on_random_sequences() {
             let out = method.deduplicator().deduplicate(&cpu, &DedupInput { data: v, version, baseline }).unwrap();
             let want = encode_diff(&out.diff, v);
             let cp = dev.checkpoint(version, Protected::Host(v), baseline).unwrap();
-            let got = dev.file_vec(&cp).unwrap();
+            let got = folded(dev.file_vec(&cp).unwrap());
             if got != want {
                 let at = got.iter().zip(&want).position(|(a, b)| a != b);
                 panic!(
@@ -579,5 +591,66 @@ fn the_gpu_cache_tier_holds_diffs_while_the_host_cache_is_full() {
         }
         let got = dckpt::restore::restore_version(&t.path().join("gpu").join(tier), 0, 8).unwrap();
         assert!(got == data, "{tier}: version 8 restores");
+    }
+}
+
+/// Repeated content (issue #29): zeros, a repeated 4 KiB pattern, half
+/// zeros, noise with repeated pages. The CUDA backend's files, through the
+/// synchronous engine and through the tiers from device memory (handed
+/// over unsealed, folded by the flush), are the CPU's bytes; they restore.
+#[test]
+fn repeated_content_writes_the_cpu_files_on_both_paths() {
+    use dckpt::tiers::{TierOptions, TieredEngine};
+    let Some(gpu) = gpu() else { return };
+    let len = 4 << 20;
+    let page = noise(4096, 7);
+    let mut zeros = vec![0u8; len];
+    zeros[..5].copy_from_slice(b"hello");
+    let pattern: Vec<u8> = page.iter().copied().cycle().take(len).collect();
+    let mut half = noise(len / 2, 8);
+    half.resize(len, 0);
+    let mut pages = noise(len, 9);
+    for p in (0..len / 4096).step_by(7) {
+        pages[p * 4096..(p + 1) * 4096].copy_from_slice(&page);
+    }
+    for (name, first) in [("zeros", zeros), ("pattern", pattern), ("half", half), ("pages", pages)] {
+        let mut second = first.clone();
+        second[len / 3..len / 3 + 100].copy_from_slice(&noise(100, 10));
+        let mut third = second.clone();
+        third.copy_within(len / 2..len / 2 + (1 << 20), 4096);
+        let versions = [first, second, third];
+        let t = tempfile::tempdir().unwrap();
+        let o = StoreOptions { chunk_size: 128, method: Method::Tree, ..StoreOptions::default() };
+        let tiers = |who: &str| TierOptions {
+            local: Some(t.path().join(who).join("local")),
+            host_cache_bytes: 64 << 20,
+            ..TierOptions::default()
+        };
+        let engine = |who: &str, kind| Engine::open_with_backend(&t.path().join(who), 0, len as u64, &o, kind).unwrap();
+        let (mut cpu, mut g) = (engine("cpu", BackendKind::Cpu), engine("gpu", BackendKind::Cuda));
+        let mut tg = TieredEngine::open(0, len as u64, &o, &tiers("tiered"), BackendKind::Cuda).unwrap();
+        for (i, v) in versions.iter().enumerate() {
+            let version = i as u64 + 1;
+            cpu.checkpoint(version, v).unwrap();
+            g.checkpoint(version, v).unwrap();
+            let dev = cuda::upload(&gpu, v).unwrap();
+            tg.checkpoint(version, DeviceRegion::of(&dev).unwrap()).unwrap();
+        }
+        drop((cpu, g));
+        tg.finalize().unwrap();
+        for version in 1..=versions.len() as u64 {
+            let f =
+                |dir: &str| std::fs::read(t.path().join(dir).join(format!("rank-00000/v{version:012}.dckpt"))).unwrap();
+            let want = f("cpu");
+            assert!(f("gpu") == want, "{name} v{version}: the GPU engine's file differs from the CPU's");
+            assert!(f("tiered/local") == want, "{name} v{version}: the tiered GPU file differs from the CPU's");
+            if name == "zeros" || name == "pattern" {
+                assert!(want.len() <= 64 << 10, "{name} v{version}: {} bytes", want.len());
+            }
+        }
+        for (i, want) in versions.iter().enumerate() {
+            let (dev, _, _) = cuda::restore_on_gpu(&gpu, &t.path().join("gpu"), 0, i as u64 + 1).unwrap();
+            assert!(gpu.stream_clone_dtoh(&dev).unwrap() == *want, "{name}: GPU restore of version {}", i + 1);
+        }
     }
 }

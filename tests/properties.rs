@@ -22,6 +22,9 @@ enum Op {
     Shift(f64, f64, usize),
     /// Make `count` chunks from `at` identical.
     Repeat(f64, usize, u8),
+    /// Tile the `period` chunks from `at` over the next `copies` periods
+    /// (zeroed fields, halos, a repeated page: runs the encoder folds).
+    Tile(f64, usize, usize, bool),
     /// Go back to an earlier version's bytes.
     Revert(usize),
     /// Change nothing.
@@ -35,6 +38,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (0.0..1.0f64, 1usize..200, any::<u64>()).prop_map(|(a, l, s)| Op::Edit(a, l, s)),
         2 => (0.0..1.0f64, 0.0..1.0f64, 1usize..9).prop_map(|(f, t, c)| Op::Shift(f, t, c)),
         1 => (0.0..1.0f64, 2usize..6, any::<u8>()).prop_map(|(a, c, b)| Op::Repeat(a, c, b)),
+        1 => (0.0..1.0f64, 1usize..5, 2usize..40, any::<bool>()).prop_map(|(a, p, c, z)| Op::Tile(a, p, c, z)),
         1 => (0usize..8).prop_map(Op::Revert),
         1 => Just(Op::Nothing),
         1 => any::<u64>().prop_map(Op::Everything),
@@ -66,6 +70,19 @@ fn apply(history: &[Vec<u8>], cs: usize, ops: &[Op]) -> Vec<u8> {
                 let start = ((at * full as f64) as usize).min(full.saturating_sub(1));
                 for c in start..(start + count).min(full) {
                     v[c * cs..(c + 1) * cs].fill(byte);
+                }
+            }
+            Op::Tile(at, period, copies, zero) => {
+                let full = len / cs;
+                let start = ((at * full as f64) as usize).min(full.saturating_sub(period));
+                if full >= period {
+                    if zero {
+                        v[start * cs..(start + period) * cs].fill(0);
+                    }
+                    let end = (start + period * copies).min(full);
+                    for c in start + period..end {
+                        v.copy_within((c - period) * cs..(c - period + 1) * cs, c * cs);
+                    }
                 }
             }
             Op::Revert(k) => v = history[k % history.len()].clone(),

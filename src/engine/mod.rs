@@ -317,7 +317,7 @@ pub(crate) fn rebuild_from_disk(
     let rebuilt = rebuild::restore_latest(root, rank, version).and_then(|restored| {
         opened.restore_seconds = restored.seconds;
         let t = Instant::now();
-        backend.rebuild_from(version, Protected::Host(&restored.data), &restored.map)?;
+        backend.rebuild_from(version, Protected::Host(&restored.data), restored.map)?;
         opened.rebuild_seconds = t.elapsed().as_secs_f64();
         Ok(())
     });
@@ -347,7 +347,7 @@ fn report_of(
         baseline: diff.baseline,
         counts: diff.counts(),
         first_regions: diff.first.len(),
-        shift_regions: diff.shift.len(),
+        shift_regions: crate::format::diff_file::stored_shift_entries(diff) as usize,
         logical_bytes: logical,
         file_bytes: file_len,
         metadata_bytes: file_len - diff.data_bytes(),

@@ -24,8 +24,15 @@ use std::sync::Mutex;
 
 /// File magic.
 pub const MAGIC: [u8; 8] = *b"DCKPTDIF";
-/// The format version this code writes.
+/// The format version this code writes for files without repeat runs.
 pub const FORMAT_VERSION: u16 = 2;
+/// The format version of a file holding repeat runs (SHIFT entries that
+/// fold consecutive runs of one source range into one). Only such files
+/// are written as v3, so every other file stays readable by v2 readers,
+/// which refuse a v3 file by its version.
+pub const FORMAT_VERSION_REPEATS: u16 = 3;
+/// The newest format version this code reads.
+pub const NEWEST_READABLE_VERSION: u16 = FORMAT_VERSION_REPEATS;
 
 /// The oldest format version this code still reads (v1 has no cross-rank
 /// references; its header and tables are otherwise identical).
@@ -34,6 +41,14 @@ pub const OLDEST_READABLE_VERSION: u16 = 1;
 /// SHIFT entry flag (format v2): the run is a collective cross-rank
 /// reference whose region digest follows in the reference table.
 const SHIFT_FLAG_REFERENCE: u32 = 1;
+/// SHIFT entry flag (format v3): the entry stands for consecutive runs of
+/// one source range of `period` chunks (the flags' bits 8 and up), the
+/// range repeated to fill the entry's count; a reader expands it back.
+const SHIFT_FLAG_REPEAT: u32 = 2;
+/// Where a repeat entry's period starts in its flags.
+const PERIOD_SHIFT: u32 = 8;
+/// The longest period a repeat entry holds.
+const MAX_PERIOD: u64 = (1 << (32 - PERIOD_SHIFT)) - 1;
 /// Header length in bytes.
 pub const HEADER_LEN: u64 = 96;
 /// Bytes per FIRST table entry.
@@ -96,7 +111,7 @@ pub struct DiffHeader {
 impl DiffHeader {
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&MAGIC);
-        out.put_u16(FORMAT_VERSION);
+        out.put_u16(self.format_version);
         out.put_u8(self.method.code());
         out.put_u8(self.hash.code());
         out.put_u32(
@@ -126,9 +141,9 @@ impl DiffHeader {
             return Err("not a dckpt diff file (bad magic)".into());
         }
         let fv = c.u16("format version")?;
-        if !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(&fv) {
+        if !(OLDEST_READABLE_VERSION..=NEWEST_READABLE_VERSION).contains(&fv) {
             return Err(format!(
-                "unsupported format version {fv} (this build reads {OLDEST_READABLE_VERSION} to {FORMAT_VERSION})"
+                "unsupported format version {fv} (this build reads {OLDEST_READABLE_VERSION} to {NEWEST_READABLE_VERSION})"
             ));
         }
         let m = c.u8("method")?;
@@ -266,14 +281,81 @@ fn header_of(diff: &Diff) -> DiffHeader {
         version: diff.version,
         data_len: diff.layout.data_len(),
         first_count: if bitmap_len > 0 { 0 } else { diff.first.len() as u64 },
-        shift_count: diff.shift.len() as u64,
+        shift_count: shift_entries(&diff.shift).count() as u64,
         bitmap_len,
         data_bytes: diff.data_bytes(),
         block_size: BLOCK_SIZE,
         reference_count: diff.shift.iter().filter(|s| s.reference.is_some()).count() as u64,
-        format_version: FORMAT_VERSION,
+        format_version: match shift_entries(&diff.shift).any(|e| e.period > 0) {
+            true => FORMAT_VERSION_REPEATS,
+            false => FORMAT_VERSION,
+        },
         compressed: None,
     }
+}
+
+/// One SHIFT table entry as stored: a run (`period` 0), or consecutive runs
+/// of one source range folded into one (`period` chunks, repeated).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ShiftEntry {
+    run: ShiftRun,
+    period: u64,
+}
+
+/// `shift`'s table entries: where two or more runs in a row take the same
+/// source range (same rank, version and start, the same count `p`, each
+/// starting where the one before ends; the last may be shorter), one repeat
+/// entry of period `p` stands for them. Never for cross-rank references
+/// (each carries its own region digest). A buffer of one repeated chunk, or
+/// of one repeated page, so costs one entry where it cost one per copy.
+/// Expanding the entries ([`expand_repeat`]) gives `shift` back exactly.
+fn shift_entries(shift: &[ShiftRun]) -> impl Iterator<Item = ShiftEntry> + '_ {
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        let first = *shift.get(i)?;
+        i += 1;
+        let p = first.count;
+        if first.reference.is_some() || p > MAX_PERIOD {
+            return Some(ShiftEntry { run: first, period: 0 });
+        }
+        let mut total = p;
+        while let Some(next) = shift.get(i) {
+            let repeats = next.reference.is_none()
+                && next.start == first.start + total
+                && (next.src_rank, next.src_version, next.src_start)
+                    == (first.src_rank, first.src_version, first.src_start)
+                && next.count <= p;
+            if !repeats {
+                break;
+            }
+            total += next.count;
+            i += 1;
+            if next.count < p {
+                break; // a shorter run ends the repeat
+            }
+        }
+        Some(match total == p {
+            true => ShiftEntry { run: first, period: 0 },
+            false => ShiftEntry { run: ShiftRun { count: total, ..first }, period: p },
+        })
+    })
+}
+
+/// The runs a repeat entry of `period` chunks stands for, pushed onto
+/// `out`: its source range once per period, the last copy cut short.
+fn expand_repeat(entry: ShiftRun, period: u64, out: &mut Vec<ShiftRun>) {
+    let mut at = 0;
+    while at < entry.count {
+        let count = period.min(entry.count - at);
+        out.push(ShiftRun { start: entry.start + at, count, ..entry });
+        at += count;
+    }
+}
+
+/// How many SHIFT entries `diff`'s file stores (repeats folded): its SHIFT
+/// regions as reported.
+pub fn stored_shift_entries(diff: &Diff) -> u64 {
+    shift_entries(&diff.shift).count() as u64
 }
 
 /// Serializes `diff` with its FIRST bytes gathered from `data` into one
@@ -322,13 +404,18 @@ pub fn encode_meta(diff: &Diff) -> Vec<u8> {
             out.put_u64(r.count);
         }
     }
-    for s in &diff.shift {
+    for ShiftEntry { run: s, period } in shift_entries(&diff.shift) {
         out.put_u64(s.start);
         out.put_u64(s.count);
         out.put_u64(s.src_start);
         out.put_u64(s.src_version);
         out.put_u32(s.src_rank);
-        out.put_u32(if s.reference.is_some() { SHIFT_FLAG_REFERENCE } else { 0 });
+        out.put_u32(match (s.reference, period) {
+            (Some(_), _) => SHIFT_FLAG_REFERENCE,
+            (None, 0) => 0,
+            // At most MAX_PERIOD: it fits the flags' upper bits.
+            (None, p) => SHIFT_FLAG_REPEAT | ((p as u32) << PERIOD_SHIFT),
+        });
     }
     for d in diff.shift.iter().filter_map(|s| s.reference) {
         out.extend_from_slice(&d.0.to_le_bytes());
@@ -959,32 +1046,69 @@ fn decode_tables(h: &DiffHeader, meta: &[u8]) -> Result<Diff, String> {
     let layout = h.layout()?;
     let n = layout.chunks();
     let mut c = Cursor::new(meta);
-    let mut first = Vec::with_capacity(h.first_count as usize);
-    for _ in 0..h.first_count {
-        first.push(FirstRun { start: c.u64("FIRST start")?, count: c.u64("FIRST count")? });
+    // Each table taken whole (its length checked once), then decoded entry
+    // by entry from fixed offsets.
+    fn table<'m>(c: &mut Cursor<'m>, count: u64, entry: u64, what: &str) -> Result<&'m [u8], String> {
+        let len = count.checked_mul(entry).and_then(|n| usize::try_from(n).ok());
+        c.take(len.ok_or_else(|| format!("{what} of {count} entries is too large"))?, what)
     }
+    let mut first: Vec<FirstRun> = table(&mut c, h.first_count, FIRST_ENTRY_LEN, "FIRST table")?
+        .chunks_exact(FIRST_ENTRY_LEN as usize)
+        .map(|e| FirstRun { start: le_u64(&e[0..8]), count: le_u64(&e[8..16]) })
+        .collect();
+    let shift_table = table(&mut c, h.shift_count, SHIFT_ENTRY_LEN, "SHIFT table")?;
     let mut shift = Vec::with_capacity(h.shift_count as usize);
     let mut flagged = Vec::new();
-    for _ in 0..h.shift_count {
+    let known_flags = match h.format_version {
+        v if v >= FORMAT_VERSION_REPEATS => SHIFT_FLAG_REFERENCE | SHIFT_FLAG_REPEAT | !0 << PERIOD_SHIFT,
+        _ => SHIFT_FLAG_REFERENCE,
+    };
+    for e in shift_table.chunks_exact(SHIFT_ENTRY_LEN as usize) {
         let s = ShiftRun {
-            start: c.u64("SHIFT start")?,
-            count: c.u64("SHIFT count")?,
-            src_start: c.u64("SHIFT source start")?,
-            src_version: c.u64("SHIFT source version")?,
-            src_rank: c.u32("SHIFT source rank")?,
+            start: le_u64(&e[0..8]),
+            count: le_u64(&e[8..16]),
+            src_start: le_u64(&e[16..24]),
+            src_version: le_u64(&e[24..32]),
+            src_rank: u32::from_le_bytes([e[32], e[33], e[34], e[35]]),
             reference: None,
         };
-        let flags = c.u32("SHIFT flags")?;
-        // v1 wrote zero here but never checked it; v2 defines bit 0.
+        let flags = u32::from_le_bytes([e[36], e[37], e[38], e[39]]);
+        // v1 wrote zero here but never checked it; v2 defines bit 0, v3
+        // bit 1 and the period above it.
         if h.format_version >= 2 {
-            if flags & !SHIFT_FLAG_REFERENCE != 0 {
+            if flags & !known_flags != 0 {
                 return Err(format!("SHIFT run at chunk {} has unknown flags {flags:#x}", s.start));
             }
             if flags & SHIFT_FLAG_REFERENCE != 0 {
+                if flags != SHIFT_FLAG_REFERENCE {
+                    return Err(format!("SHIFT run at chunk {} is a reference with flags {flags:#x}", s.start));
+                }
                 flagged.push(shift.len());
             }
+            if flags & SHIFT_FLAG_REPEAT != 0 {
+                let period = u64::from(flags >> PERIOD_SHIFT);
+                if period == 0 || period >= s.count {
+                    return Err(format!(
+                        "SHIFT run at chunk {} of {} chunks repeats a period of {period}",
+                        s.start, s.count
+                    ));
+                }
+                // Expanded runs are disjoint chunks: no more than the layout has.
+                if s.count / period >= n {
+                    return Err(format!("SHIFT run at chunk {} expands past the layout's {n} chunks", s.start));
+                }
+                expand_repeat(s, period, &mut shift);
+            } else if flags >> PERIOD_SHIFT != 0 {
+                return Err(format!("SHIFT run at chunk {} has a period but no repeat flag", s.start));
+            } else {
+                shift.push(s);
+            }
+        } else {
+            shift.push(s);
         }
-        shift.push(s);
+        if shift.len() as u64 > n {
+            return Err(format!("more SHIFT runs than the layout's {n} chunks"));
+        }
     }
     if flagged.len() as u64 != h.reference_count {
         return Err(format!(
@@ -1004,19 +1128,10 @@ fn decode_tables(h: &DiffHeader, meta: &[u8]) -> Result<Diff, String> {
             return Err(format!("bitmap of {} bytes does not fit {n} chunks", h.bitmap_len));
         }
         let bitmap = c.take(h.bitmap_len as usize, "bitmap")?;
-        let mut runs: Vec<FirstRun> = Vec::new();
-        for i in 0..n {
-            if bitmap[(i / 8) as usize] & (1 << (i % 8)) != 0 {
-                match runs.last_mut() {
-                    Some(r) if r.start + r.count == i => r.count += 1,
-                    _ => runs.push(FirstRun { start: i, count: 1 }),
-                }
-            }
-        }
         if n % 8 != 0 && bitmap[bitmap.len() - 1] >> (n % 8) != 0 {
             return Err("bitmap has bits set past the last chunk".into());
         }
-        first = runs;
+        first = bitmap_runs(bitmap);
         RegionEncoding::Bitmap
     } else {
         RegionEncoding::Table
@@ -1064,6 +1179,51 @@ fn decode_tables(h: &DiffHeader, meta: &[u8]) -> Result<Diff, String> {
     })
 }
 
+/// The runs of set bits in `bitmap` (bit `i % 8` of byte `i / 8` is chunk
+/// `i`), in order. Word by word: a word of zeros (most of a sparse diff) or
+/// of ones inside a run costs one step, a mixed word one step per edge.
+fn bitmap_runs(bitmap: &[u8]) -> Vec<FirstRun> {
+    let mut runs = Vec::new();
+    let mut open: Option<u64> = None;
+    for (w, bytes) in bitmap.chunks(8).enumerate() {
+        let mut word = [0u8; 8];
+        word[..bytes.len()].copy_from_slice(bytes);
+        let word = u64::from_le_bytes(word);
+        let (base, bits) = (w as u64 * 64, bytes.len() as u32 * 8);
+        let mut at = 0u32;
+        while at < bits {
+            // The bits from `at` on; those shifted in from above are zeros.
+            let rest = word >> at;
+            match open {
+                Some(start) => {
+                    at = (at + rest.trailing_ones()).min(bits);
+                    if at < bits {
+                        runs.push(FirstRun { start, count: base + u64::from(at) - start });
+                        open = None;
+                    }
+                }
+                None => {
+                    at = (at + rest.trailing_zeros()).min(bits);
+                    if at < bits {
+                        open = Some(base + u64::from(at));
+                    }
+                }
+            }
+        }
+    }
+    if let Some(start) = open {
+        runs.push(FirstRun { start, count: bitmap.len() as u64 * 8 - start });
+    }
+    runs
+}
+
+/// The little-endian `u64` of an 8-byte slice.
+fn le_u64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(b);
+    u64::from_le_bytes(a)
+}
+
 fn check_sorted(what: &str, runs: impl Iterator<Item = (u64, u64)>, n: u64) -> Result<(), String> {
     let mut end = 0u64;
     for (start, count) in runs {
@@ -1076,4 +1236,137 @@ fn check_sorted(what: &str, runs: impl Iterator<Item = (u64, u64)>, n: u64) -> R
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The runs of set bits, one bit at a time (the oracle).
+    fn runs_bit_by_bit(bitmap: &[u8]) -> Vec<FirstRun> {
+        let mut runs: Vec<FirstRun> = Vec::new();
+        for i in 0..bitmap.len() as u64 * 8 {
+            if bitmap[(i / 8) as usize] & (1 << (i % 8)) != 0 {
+                match runs.last_mut() {
+                    Some(r) if r.start + r.count == i => r.count += 1,
+                    _ => runs.push(FirstRun { start: i, count: 1 }),
+                }
+            }
+        }
+        runs
+    }
+
+    proptest! {
+        /// Word-wise decoding finds the runs a bit-by-bit scan finds, with
+        /// runs across words, whole words of ones and zeros, and a short
+        /// last word.
+        #[test]
+        fn bitmap_runs_match_a_bit_by_bit_scan(
+            bytes in proptest::collection::vec(prop_oneof![Just(0u8), Just(0xff), any::<u8>()], 0..80)
+        ) {
+            prop_assert_eq!(bitmap_runs(&bytes), runs_bit_by_bit(&bytes));
+        }
+    }
+
+    /// A diff whose SHIFT runs come from `(count, source)` pieces laid one
+    /// after another (source `None`: a gap of FIXED chunks).
+    fn diff_of(pieces: &[(u64, Option<u64>)]) -> Diff {
+        let n: u64 = pieces.iter().map(|p| p.0).sum::<u64>() + 8;
+        let mut shift = Vec::new();
+        let mut at = 8; // chunks 0..8 are FIRST: the sources
+        for &(count, src) in pieces {
+            if let Some(src_start) = src {
+                shift.push(ShiftRun { start: at, count, src_version: 1, src_rank: 0, src_start, reference: None });
+            }
+            at += count;
+        }
+        Diff {
+            version: 1,
+            rank: 0,
+            layout: Layout::new(n * 64, 64).expect("layout"),
+            hash: HashAlgo::Murmur3,
+            method: Method::Tree,
+            baseline: true,
+            dense: false,
+            first: vec![FirstRun { start: 0, count: 8 }],
+            shift,
+            encoding: RegionEncoding::Table,
+        }
+    }
+
+    proptest! {
+        /// Folding repeats and expanding them gives the runs back exactly,
+        /// whatever the mix of repeats, shorter tails, gaps and plain runs;
+        /// a file with a fold is v3, one without stays v2.
+        #[test]
+        fn folded_runs_decode_to_the_runs_encoded(
+            pieces in proptest::collection::vec(
+                (1u64..5, prop_oneof![Just(None), (0u64..3).prop_map(Some)]),
+                0..60,
+            )
+        ) {
+            let diff = diff_of(&pieces);
+            let meta = encode_meta(&diff);
+            let back = decode_meta(&meta, diff.data_bytes()).expect("decodes");
+            prop_assert_eq!(&back.shift, &diff.shift);
+            let header = DiffHeader::decode(&meta[..HEADER_LEN as usize]).expect("header");
+            let folds = header.shift_count < diff.shift.len() as u64;
+            prop_assert_eq!(header.format_version, if folds { FORMAT_VERSION_REPEATS } else { FORMAT_VERSION });
+        }
+    }
+
+    #[test]
+    fn a_repeated_chunk_is_one_entry() {
+        // 1000 copies of chunk 3, then 10 of chunks 4..6 (period 2), the last
+        // cut short, then one more copy of chunk 3.
+        let mut pieces = vec![(1, Some(3)); 1000];
+        pieces.extend(vec![(2, Some(4)); 10]);
+        pieces.push((1, Some(4)));
+        pieces.push((1, Some(3)));
+        let diff = diff_of(&pieces);
+        assert_eq!(stored_shift_entries(&diff), 3);
+        let meta = encode_meta(&diff);
+        assert_eq!(meta.len() as u64, HEADER_LEN + FIRST_ENTRY_LEN + 3 * SHIFT_ENTRY_LEN);
+        assert_eq!(decode_meta(&meta, diff.data_bytes()).expect("decodes").shift, diff.shift);
+    }
+
+    #[test]
+    fn repeat_entries_that_cannot_be_are_refused() {
+        let diff = diff_of(&[(1, Some(3)), (1, Some(3)), (1, Some(3))]);
+        let meta = encode_meta(&diff);
+        let flags_at = (HEADER_LEN + FIRST_ENTRY_LEN + 36) as usize;
+        let with_flags = |flags: u32, version: Option<u16>| {
+            let mut m = meta.clone();
+            m[flags_at..flags_at + 4].copy_from_slice(&flags.to_le_bytes());
+            if let Some(v) = version {
+                // The format version follows the magic.
+                m[8..10].copy_from_slice(&v.to_le_bytes());
+            }
+            decode_meta(&m, diff.data_bytes())
+        };
+        assert!(with_flags(SHIFT_FLAG_REPEAT | (1 << PERIOD_SHIFT), None).is_ok());
+        let refused = [
+            (SHIFT_FLAG_REPEAT | (1 << PERIOD_SHIFT), Some(2), "unknown flags"),
+            (SHIFT_FLAG_REPEAT, None, "period of 0"),
+            (SHIFT_FLAG_REPEAT | (3 << PERIOD_SHIFT), None, "period of 3"),
+            (1 << PERIOD_SHIFT, None, "no repeat flag"),
+            (SHIFT_FLAG_REPEAT | SHIFT_FLAG_REFERENCE | (1 << PERIOD_SHIFT), None, "a reference with flags"),
+        ];
+        for (flags, version, why) in refused {
+            let e = with_flags(flags, version).expect_err(why);
+            assert!(e.contains(why), "{flags:#x}: {e}");
+        }
+    }
+
+    #[test]
+    fn bitmap_runs_of_edge_words() {
+        assert!(bitmap_runs(&[]).is_empty());
+        assert_eq!(bitmap_runs(&[0xff; 16]), vec![FirstRun { start: 0, count: 128 }]);
+        let mut b = [0u8; 17];
+        b[7] = 0x80; // bit 63
+        b[8] = 0x01; // bit 64: one run across the word boundary
+        b[16] = 0x80; // bit 135, the last
+        assert_eq!(bitmap_runs(&b), vec![FirstRun { start: 63, count: 2 }, FirstRun { start: 135, count: 1 }]);
+    }
 }

@@ -297,9 +297,16 @@ impl Worker {
             Source::Cache(c) => {
                 // A device may still be copying the file in.
                 c.ready()?;
+                // A device-made file handed over unsealed with no rewrite
+                // may still hold runs to fold (`Rewrite::folding`).
+                let folding = match (&job.rewrite, job.sealed) {
+                    (None, false) => folding_of(c)?,
+                    _ => None,
+                };
                 // The file to write: the cached bytes, rewritten where regions
-                // were given away (a sealed file), then compressed if asked.
-                let rewritten = match &job.rewrite {
+                // were given away or runs fold (a sealed file), then
+                // compressed if asked.
+                let rewritten = match job.rewrite.as_ref().or(folding.as_ref()) {
                     Some(rewrite) => {
                         let mut made = Vec::with_capacity(c.len());
                         c.pieces().for_each(|p| made.extend_from_slice(p));
@@ -542,6 +549,24 @@ fn read_trailer(path: &std::path::Path, len: u64) -> Result<[u8; 32]> {
     let at = len.checked_sub(32).ok_or_else(|| Error::corrupt(path, "shorter than a trailer"))?;
     f.read_exact_at(&mut t, at).map_err(|e| Error::io(path, e))?;
     Ok(t)
+}
+
+/// The rewrite folding the repeated runs of cached file `c`, if it holds any
+/// (read from its header and tables alone).
+fn folding_of(c: &Cached) -> Result<Option<Rewrite>> {
+    use crate::format::diff_file::{DiffHeader, HEADER_LEN};
+    let short = || Error::Internal("a cached diff file shorter than its tables".into());
+    let invalid = |e: String| Error::Internal(format!("a cached diff file: {e}"));
+    let mut head = [0u8; HEADER_LEN as usize];
+    c.read_at(0, &mut head).ok_or_else(short)?;
+    let header = DiffHeader::decode(&head).map_err(invalid)?;
+    if header.compressed.is_some() || header.shift_count < 2 {
+        return Ok(None);
+    }
+    let data_start = crate::format::data_start_of(&head, c.len() as u64).map_err(invalid)?;
+    let mut meta = vec![0u8; usize::try_from(data_start).map_err(|_| short())?];
+    c.read_at(0, &mut meta).ok_or_else(short)?;
+    Rewrite::folding(&meta)
 }
 
 #[cfg(test)]

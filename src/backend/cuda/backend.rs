@@ -61,14 +61,20 @@ impl CudaBackend {
     }
 
     /// Moves the device record's entries of regions given away, and gives
-    /// back the rewrite the file's bytes still need (if any).
+    /// back the rewrite the file's bytes still need (if any): the one for
+    /// regions given away, or else, where the device wrote runs of one
+    /// repeated source range one by one, the one that folds them as the
+    /// CPU's encoder does (so that both write the same file).
     fn settle_given(&mut self, version: &mut Deduplicated) -> Result<Option<Rewrite>> {
         let Deduplicated { diff, pending, .. } = version;
         let p = pending.as_any_mut().downcast_mut::<GpuPending>().ok_or_else(foreign)?;
         if let Some(runs) = p.given.take() {
             self.dev.locate_entries(diff.version, &runs)?;
         }
-        Ok(p.rewrite.take())
+        Ok(p.rewrite.take().or_else(|| {
+            let unfolded = crate::format::diff_file::stored_shift_entries(diff) < diff.shift.len() as u64;
+            unfolded.then(|| Rewrite::new(diff.clone(), diff.clone(), p.data_start))
+        }))
     }
 }
 
@@ -445,13 +451,32 @@ impl Backend for CudaBackend {
         }))
     }
 
-    fn rebuild_from(&mut self, version: u64, data: Protected<'_>, map: &crate::restore::StoredMap) -> Result<()> {
+    fn rebuild_from(&mut self, version: u64, data: Protected<'_>, map: crate::restore::PendingMap) -> Result<()> {
         self.dev.rollback()?;
-        let runs = {
-            let _span = crate::profile::Span::new("rebuild-runs", version);
-            runs_of(map)?
-        };
-        self.dev.rebuild(version, data, &runs)
+        // The map is made and its runs packed on the host while the device
+        // makes its pass.
+        let dev = &mut self.dev;
+        std::thread::scope(|s| {
+            let packing = s.spawn(move || {
+                let map = {
+                    let _span = crate::profile::Span::new("restore-map", version);
+                    map.make()
+                };
+                let _span = crate::profile::Span::new("rebuild-runs", version);
+                let runs = runs_of(&map);
+                crate::memory::drop_later(map);
+                runs
+            });
+            let locate = dev.rebuild_pass(version, data)?;
+            let runs = packing.join().map_err(|_| Error::Internal("packing the rebuild's runs".into()))??;
+            match locate {
+                true => {
+                    let _span = crate::profile::Span::new("rebuild-locate", version);
+                    dev.locate_entries(version, &runs)
+                }
+                false => Ok(()),
+            }
+        })
     }
 
     fn place(&self, bytes: &[u8], dst: ProtectedMut<'_>) -> Result<()> {
