@@ -98,7 +98,24 @@ enum Command {
     Kernels(runtime_cmd::KernelsArgs),
 }
 
+/// Exits quietly where stdout was closed by its reader (`dckpt inspect |
+/// head`), as a command killed by SIGPIPE would (status 141), instead of
+/// panicking on the failed print; every other panic is reported as before.
+fn quiet_on_closed_stdout() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        // The payload of a failed `print!` is a formatted `String`.
+        let message = info.payload().downcast_ref::<String>().map(String::as_str);
+        let closed = message.is_some_and(|m| m.starts_with("failed printing to stdout") && m.contains("Broken pipe"));
+        if closed {
+            std::process::exit(141);
+        }
+        report(info);
+    }));
+}
+
 fn main() -> ExitCode {
+    quiet_on_closed_stdout();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Checkpoint(a) => store_cmds::checkpoint(a),
