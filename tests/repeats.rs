@@ -83,3 +83,31 @@ fn a_store_with_repeats_is_refused_by_its_version_not_misread() {
     let plain = std::fs::read(other.path().join("rank-00000/v000000000001.dckpt")).unwrap();
     assert_eq!(u16::from_le_bytes([plain[8], plain[9]]), 2);
 }
+
+/// The bound on a device's output buffer is taken on the file as the device
+/// writes it (every run an entry), not on the folded file, on the CPU too:
+/// a version whose folded file fits but whose runs do not is stored whole
+/// by both backends alike.
+#[test]
+fn the_file_bound_counts_every_run_as_the_device_writes_it() {
+    use dckpt::dedup::{DedupInput, DedupState, Limits};
+    use dckpt::layout::Layout;
+    let (_, zeros) = shapes(1 << 20).swap_remove(0);
+    let layout = Layout::new(zeros.len() as u64, 128).unwrap();
+    let run = |file_prefix: u64| {
+        let limits = Limits { file_prefix, ..Limits::UNLIMITED };
+        let state = DedupState::new(layout, dckpt::HashAlgo::Murmur3, 0).with_limits(limits);
+        let input = DedupInput { data: &zeros, version: 1, baseline: true };
+        Method::Tree.deduplicator().deduplicate(&state, &input).unwrap()
+    };
+    let free = run(u64::MAX);
+    let folded = dckpt::format::diff_file::file_len_of(&free.diff);
+    let unfolded = dckpt::format::diff_file::unfolded_file_len(&free.diff);
+    assert!(folded < 1024 && unfolded > 300_000, "{folded} / {unfolded} bytes");
+    // Room for the folded file only: stored whole (one FIRST run, dense).
+    let tight = run(unfolded - 33);
+    assert!(tight.diff.dense && tight.diff.shift.is_empty(), "{:?}", tight.diff.first);
+    assert_eq!(tight.pending.bounds().stored_whole, 1);
+    // Room for every run: de-duplicated.
+    assert!(!run(unfolded - 32).diff.dense);
+}

@@ -19,7 +19,9 @@ pub struct Limits {
     pub record_entries: u64,
     /// Most regions (subtree roots before coalescing) a version may have.
     pub roots: u64,
-    /// Most bytes of a version's file before its trailer.
+    /// Most bytes of a version's file before its trailer, with every SHIFT
+    /// run an entry of its own (as a device writes it before the fold:
+    /// `format::diff_file::unfolded_file_len`).
     pub file_prefix: u64,
 }
 

@@ -328,7 +328,7 @@ fn bounded(
     }
     let Labelled { diff, inserts, roots } = labelled;
     if limits.record_overflows(inserts.len() as u64)
-        || limits.must_store_whole(roots, crate::format::diff_file::file_len_of(&diff))
+        || limits.must_store_whole(roots, crate::format::diff_file::unfolded_file_len(&diff))
     {
         let mut whole = dense_outcome(state, input, method, had_previous, changed);
         whole.pending.bounds = BoundsHit { stored_whole: 1, ..bounds };

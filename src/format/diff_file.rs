@@ -387,6 +387,15 @@ pub fn file_len_of(diff: &Diff) -> u64 {
     HEADER_LEN + meta + h.data_bytes + (h.blocks() + 1) * DIGEST_LEN
 }
 
+/// The length of `diff`'s file with every SHIFT run an entry of its own, as
+/// a device writes it before it is folded ([`file_len_of`] less the folds):
+/// the bound on a device's output buffer is taken on this length, by both
+/// backends alike, so that both store the same versions whole.
+pub fn unfolded_file_len(diff: &Diff) -> u64 {
+    let folded = stored_shift_entries(diff);
+    file_len_of(diff) + (diff.shift.len() as u64 - folded) * SHIFT_ENTRY_LEN
+}
+
 /// Header, tables and bitmap of `diff` (the body without its data).
 pub fn encode_meta(diff: &Diff) -> Vec<u8> {
     let h = header_of(diff);
@@ -1326,6 +1335,7 @@ mod tests {
         pieces.push((1, Some(3)));
         let diff = diff_of(&pieces);
         assert_eq!(stored_shift_entries(&diff), 3);
+        assert_eq!(unfolded_file_len(&diff), file_len_of(&diff) + (1012 - 3) * SHIFT_ENTRY_LEN);
         let meta = encode_meta(&diff);
         assert_eq!(meta.len() as u64, HEADER_LEN + FIRST_ENTRY_LEN + 3 * SHIFT_ENTRY_LEN);
         assert_eq!(decode_meta(&meta, diff.data_bytes()).expect("decodes").shift, diff.shift);
