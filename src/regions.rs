@@ -208,14 +208,15 @@ impl Rewrite {
     /// device writes every run): `meta` is the file's header, tables and
     /// bitmap. `None` where the file holds nothing to fold.
     pub fn folding(meta: &[u8]) -> crate::Result<Option<Self>> {
-        use crate::format::diff_file::{DiffHeader, HEADER_LEN, stored_shift_entries};
+        use crate::format::diff_file::{DiffHeader, HEADER_LEN, runs_fold};
         let invalid = |e: String| crate::Error::Internal(format!("a device-made diff file: {e}"));
-        let header = DiffHeader::decode(meta.get(..HEADER_LEN as usize).unwrap_or(meta)).map_err(invalid)?;
-        if header.shift_count < 2 {
+        // The table scanned in place first: most files fold nothing.
+        if !runs_fold(meta).map_err(invalid)? {
             return Ok(None);
         }
+        let header = DiffHeader::decode(&meta[..HEADER_LEN as usize]).map_err(invalid)?;
         let diff = crate::format::decode_meta(meta, header.data_bytes).map_err(invalid)?;
-        Ok((stored_shift_entries(&diff) < header.shift_count).then(|| Rewrite::new(diff.clone(), diff, meta.len())))
+        Ok(Some(Rewrite::new(diff.clone(), diff, meta.len())))
     }
 
     /// The diff of the file as made (what a later rewrite of the same file

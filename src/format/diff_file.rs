@@ -266,7 +266,14 @@ impl DiffHeader {
     }
 }
 
+/// The header of `diff`'s file, its SHIFT runs folded (one pass over them).
 fn header_of(diff: &Diff) -> DiffHeader {
+    header_with(diff, stored_shift_entries(diff))
+}
+
+/// The header of `diff`'s file with `shift_count` SHIFT entries: v3 where
+/// that is fewer than its runs (some fold), v2 otherwise.
+fn header_with(diff: &Diff, shift_count: u64) -> DiffHeader {
     let bitmap_len = match diff.encoding {
         RegionEncoding::Bitmap => diff.layout.chunks().div_ceil(8),
         RegionEncoding::Table => 0,
@@ -281,12 +288,12 @@ fn header_of(diff: &Diff) -> DiffHeader {
         version: diff.version,
         data_len: diff.layout.data_len(),
         first_count: if bitmap_len > 0 { 0 } else { diff.first.len() as u64 },
-        shift_count: shift_entries(&diff.shift).count() as u64,
+        shift_count,
         bitmap_len,
         data_bytes: diff.data_bytes(),
         block_size: BLOCK_SIZE,
         reference_count: diff.shift.iter().filter(|s| s.reference.is_some()).count() as u64,
-        format_version: match shift_entries(&diff.shift).any(|e| e.period > 0) {
+        format_version: match shift_count < diff.shift.len() as u64 {
             true => FORMAT_VERSION_REPEATS,
             false => FORMAT_VERSION,
         },
@@ -352,6 +359,37 @@ fn expand_repeat(entry: ShiftRun, period: u64, out: &mut Vec<ShiftRun>) {
     }
 }
 
+/// Whether the SHIFT table of a plain file's metadata (`meta`: header,
+/// tables, bitmap) holds runs the encoder would fold: two entries in a row,
+/// neither flagged, the second starting where the first ends, with the same
+/// source and no more chunks (any fold has such a pair, and any such pair
+/// makes a fold). Reads the table in place, decoding nothing else.
+pub fn runs_fold(meta: &[u8]) -> Result<bool, String> {
+    let header = DiffHeader::decode(meta.get(..HEADER_LEN as usize).ok_or("metadata shorter than a header")?)?;
+    if header.compressed.is_some() {
+        return Err("a compressed file's tables are not read in place".into());
+    }
+    let entries = || format!("{} SHIFT entries past the metadata", header.shift_count);
+    let at = HEADER_LEN.checked_add(header.first_count.checked_mul(FIRST_ENTRY_LEN).ok_or_else(entries)?);
+    let len = header.shift_count.checked_mul(SHIFT_ENTRY_LEN);
+    let table = at
+        .zip(len)
+        .and_then(|(at, len)| meta.get(usize::try_from(at).ok()?..usize::try_from(at.checked_add(len)?).ok()?))
+        .ok_or_else(entries)?;
+    let field = |e: &[u8], at: usize| le_u64(&e[at..at + 8]);
+    let folds = table
+        .chunks_exact(SHIFT_ENTRY_LEN as usize)
+        .zip(table.chunks_exact(SHIFT_ENTRY_LEN as usize).skip(1))
+        .any(|(a, b)| {
+            a[32..40] == b[32..40] // source rank, then flags
+                && a[36..40] == [0; 4]
+                && field(b, 0) == field(a, 0) + field(a, 8)
+                && field(b, 8) <= field(a, 8)
+                && a[16..32] == b[16..32] // source start and version
+        });
+    Ok(folds)
+}
+
 /// How many SHIFT entries `diff`'s file stores (repeats folded): its SHIFT
 /// regions as reported.
 pub fn stored_shift_entries(diff: &Diff) -> u64 {
@@ -379,7 +417,11 @@ pub fn encode_body(diff: &Diff, data: &[u8]) -> Vec<u8> {
 
 /// The length of `diff`'s file: header, tables, FIRST data, block digests, trailer.
 pub fn file_len_of(diff: &Diff) -> u64 {
-    let h = header_of(diff);
+    file_len_from(&header_of(diff))
+}
+
+/// The file length a header describes (uncompressed).
+fn file_len_from(h: &DiffHeader) -> u64 {
     let meta = h.first_count * FIRST_ENTRY_LEN
         + h.shift_count * SHIFT_ENTRY_LEN
         + h.reference_count * REFERENCE_ENTRY_LEN
@@ -392,8 +434,7 @@ pub fn file_len_of(diff: &Diff) -> u64 {
 /// the bound on a device's output buffer is taken on this length, by both
 /// backends alike, so that both store the same versions whole.
 pub fn unfolded_file_len(diff: &Diff) -> u64 {
-    let folded = stored_shift_entries(diff);
-    file_len_of(diff) + (diff.shift.len() as u64 - folded) * SHIFT_ENTRY_LEN
+    file_len_from(&header_with(diff, diff.shift.len() as u64))
 }
 
 /// Header, tables and bitmap of `diff` (the body without its data).
@@ -1304,7 +1345,46 @@ mod tests {
         }
     }
 
+    /// `diff`'s metadata with every SHIFT run an entry of its own, as a
+    /// device writes it.
+    fn unfolded_meta(diff: &Diff) -> Vec<u8> {
+        let mut out = Vec::new();
+        header_with(diff, diff.shift.len() as u64).encode(&mut out);
+        for r in &diff.first {
+            out.put_u64(r.start);
+            out.put_u64(r.count);
+        }
+        for s in &diff.shift {
+            for v in [s.start, s.count, s.src_start, s.src_version] {
+                out.put_u64(v);
+            }
+            out.put_u32(s.src_rank);
+            out.put_u32(0);
+        }
+        out
+    }
+
     proptest! {
+        /// The in-place scan finds a fold exactly where the encoder folds:
+        /// in a device-like file (which decodes to the same runs), never in
+        /// the encoder's own.
+        #[test]
+        fn the_in_place_scan_finds_exactly_the_folds(
+            pieces in proptest::collection::vec(
+                (1u64..5, prop_oneof![Just(None), (0u64..3).prop_map(Some)]),
+                0..60,
+            )
+        ) {
+            let diff = diff_of(&pieces);
+            let device = unfolded_meta(&diff);
+            prop_assert_eq!(&decode_meta(&device, diff.data_bytes()).expect("decodes").shift, &diff.shift);
+            let folds = stored_shift_entries(&diff) < diff.shift.len() as u64;
+            prop_assert_eq!(runs_fold(&device).expect("scans"), folds);
+            prop_assert!(!runs_fold(&encode_meta(&diff)).expect("scans"));
+            prop_assert_eq!(unfolded_file_len(&diff) - file_len_of(&diff),
+                (diff.shift.len() as u64 - stored_shift_entries(&diff)) * SHIFT_ENTRY_LEN);
+        }
+
         /// Folding repeats and expanding them gives the runs back exactly,
         /// whatever the mix of repeats, shorter tails, gaps and plain runs;
         /// a file with a fold is v3, one without stays v2.
