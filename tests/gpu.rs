@@ -603,17 +603,7 @@ fn repeated_content_writes_the_cpu_files_on_both_paths() {
     use dckpt::tiers::{TierOptions, TieredEngine};
     let Some(gpu) = gpu() else { return };
     let len = 4 << 20;
-    let page = noise(4096, 7);
-    let mut zeros = vec![0u8; len];
-    zeros[..5].copy_from_slice(b"hello");
-    let pattern: Vec<u8> = page.iter().copied().cycle().take(len).collect();
-    let mut half = noise(len / 2, 8);
-    half.resize(len, 0);
-    let mut pages = noise(len, 9);
-    for p in (0..len / 4096).step_by(7) {
-        pages[p * 4096..(p + 1) * 4096].copy_from_slice(&page);
-    }
-    for (name, first) in [("zeros", zeros), ("pattern", pattern), ("half", half), ("pages", pages)] {
+    for (name, first) in common::repeated_shapes(len) {
         let mut second = first.clone();
         second[len / 3..len / 3 + 100].copy_from_slice(&noise(100, 10));
         let mut third = second.clone();

@@ -10,21 +10,8 @@ mod common;
 use common::{assert_restores, checkpoint_all, noise, opts};
 use dckpt::Method;
 
-/// The repeated shapes of `len` bytes (a multiple of 4 KiB): zeros with a
-/// few bytes set at the start, a repeated 4 KiB pattern, half noise and half
-/// zeros, noise with every seventh page the same.
 fn shapes(len: usize) -> Vec<(&'static str, Vec<u8>)> {
-    let mut zeros = vec![0u8; len];
-    zeros[..5].copy_from_slice(b"hello");
-    let page = noise(4096, 7);
-    let pattern: Vec<u8> = page.iter().copied().cycle().take(len).collect();
-    let mut half = noise(len / 2, 8);
-    half.resize(len, 0);
-    let mut pages = noise(len, 9);
-    for p in (0..len / 4096).step_by(7) {
-        pages[p * 4096..(p + 1) * 4096].copy_from_slice(&page);
-    }
-    vec![("zeros", zeros), ("pattern", pattern), ("half", half), ("pages", pages)]
+    common::repeated_shapes(len)
 }
 
 #[test]
@@ -110,4 +97,29 @@ fn the_file_bound_counts_every_run_as_the_device_writes_it() {
     assert_eq!(tight.pending.bounds().stored_whole, 1);
     // Room for every run: de-duplicated.
     assert!(!run(unfolded - 32).diff.dense);
+}
+
+/// A damaged repeat entry (its period, its count or its source) is caught
+/// by the file's checksum: `verify` reports the file and a restore fails,
+/// never returning other bytes.
+#[test]
+fn a_damaged_repeat_entry_is_caught_not_misread() {
+    let (_, zeros) = shapes(1 << 20).swap_remove(0);
+    let dir = tempfile::tempdir().unwrap();
+    checkpoint_all(dir.path(), &opts(Method::Tree, 128), std::slice::from_ref(&zeros));
+    let file = dir.path().join("rank-00000/v000000000001.dckpt");
+    let clean = std::fs::read(&file).unwrap();
+    let shift_at = 96 + 16 * u64::from_le_bytes(clean[40..48].try_into().unwrap()) as usize;
+    assert_eq!(u64::from_le_bytes(clean[48..56].try_into().unwrap()), 1, "one SHIFT entry: the repeat");
+    // Count, source start and the period's lowest byte.
+    for at in [shift_at + 8, shift_at + 16, shift_at + 37] {
+        let mut bad = clean.clone();
+        bad[at] ^= 1;
+        std::fs::write(&file, &bad).unwrap();
+        let report = dckpt::verify::verify_store(dir.path()).unwrap();
+        assert!(!report.problems.is_empty(), "byte {at}: verify saw nothing");
+        assert!(dckpt::restore::restore_version(dir.path(), 0, 1).is_err(), "byte {at}: restored");
+    }
+    std::fs::write(&file, &clean).unwrap();
+    assert!(dckpt::restore::restore_version(dir.path(), 0, 1).unwrap() == zeros);
 }

@@ -1345,6 +1345,12 @@ mod tests {
         }
     }
 
+    /// Up to 60 pieces of 1–4 chunks, each a gap or a copy of one of three
+    /// sources: runs in a row that repeat, with shorter tails, between gaps.
+    fn pieces() -> impl Strategy<Value = Vec<(u64, Option<u64>)>> {
+        proptest::collection::vec((1u64..5, prop_oneof![Just(None), (0u64..3).prop_map(Some)]), 0..60)
+    }
+
     /// `diff`'s metadata with every SHIFT run an entry of its own, as a
     /// device writes it.
     fn unfolded_meta(diff: &Diff) -> Vec<u8> {
@@ -1370,10 +1376,7 @@ mod tests {
         /// the encoder's own.
         #[test]
         fn the_in_place_scan_finds_exactly_the_folds(
-            pieces in proptest::collection::vec(
-                (1u64..5, prop_oneof![Just(None), (0u64..3).prop_map(Some)]),
-                0..60,
-            )
+            pieces in pieces()
         ) {
             let diff = diff_of(&pieces);
             let device = unfolded_meta(&diff);
@@ -1390,10 +1393,7 @@ mod tests {
         /// a file with a fold is v3, one without stays v2.
         #[test]
         fn folded_runs_decode_to_the_runs_encoded(
-            pieces in proptest::collection::vec(
-                (1u64..5, prop_oneof![Just(None), (0u64..3).prop_map(Some)]),
-                0..60,
-            )
+            pieces in pieces()
         ) {
             let diff = diff_of(&pieces);
             let meta = encode_meta(&diff);

@@ -81,3 +81,20 @@ pub fn tier_options(
 ) -> dckpt::tiers::TierOptions {
     dckpt::tiers::TierOptions { local, shared, host_cache_bytes: cache, ..dckpt::tiers::TierOptions::default() }
 }
+
+/// The repeated shapes of `len` bytes (a multiple of 4 KiB) issue #29 names:
+/// zeros with a few bytes set at the start, a repeated 4 KiB pattern, half
+/// noise and half zeros, noise with every seventh page the same.
+pub fn repeated_shapes(len: usize) -> Vec<(&'static str, Vec<u8>)> {
+    let mut zeros = vec![0u8; len];
+    zeros[..5].copy_from_slice(b"hello");
+    let page = noise(4096, 7);
+    let pattern: Vec<u8> = page.iter().copied().cycle().take(len).collect();
+    let mut half = noise(len / 2, 8);
+    half.resize(len, 0);
+    let mut pages = noise(len, 9);
+    for p in (0..len / 4096).step_by(7) {
+        pages[p * 4096..(p + 1) * 4096].copy_from_slice(&page);
+    }
+    vec![("zeros", zeros), ("pattern", pattern), ("half", half), ("pages", pages)]
+}
