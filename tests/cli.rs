@@ -303,3 +303,36 @@ fn checkpoint_takes_its_options_from_a_config_file() {
     std::fs::write(&cfg, "chunk_sise = 64\n").unwrap();
     fails(&["checkpoint", "--dir", s(&dir), "--version", "5", "--config", s(&cfg), s(&files[0])], "chunk_sise");
 }
+
+/// A reader that closes the pipe early (`dckpt inspect | head -1`) ends the
+/// command quietly (status 141, as SIGPIPE would), never with a panic.
+#[test]
+fn a_closed_stdout_ends_the_command_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s");
+    let file = dir.path().join("data.bin");
+    std::fs::write(&file, vec![7u8; 4096]).unwrap();
+    for v in 1..=3 {
+        let out = dckpt(&[
+            "checkpoint",
+            "--dir",
+            store.to_str().unwrap(),
+            "--version",
+            &v.to_string(),
+            file.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dckpt"))
+        .args(["inspect", "--dir", store.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take()); // closed before the command prints
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    // 141 where the print met the closed pipe (nearly always), else 0.
+    assert!(matches!(out.status.code(), Some(141) | Some(0)), "{:?}: {stderr}", out.status);
+}
