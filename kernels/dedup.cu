@@ -27,6 +27,17 @@
 
 #define INDEX_BITS 58
 #define RUN_WORDS 5
+// A repeat node's source is at most on this level: its size, the period,
+// fits a repeat entry's 24 bits (MAX_PERIOD in src/format/diff_file.rs).
+#define MAX_REPEAT_LEVEL 23
+// A root's src_ver word: the version (bits 0..31), the owner + 1 (bits
+// 32..57), and for a repeat node the period's log2 (58..62) and a flag (63),
+// so that a repeat node never coalesces with a neighbour.
+#define SRC_OWNER_MASK 0x3ffffffull
+#define SRC_REPEAT (1ull << 63)
+#define SRC_PERIOD_SHIFT 58
+// counters[7]: set when some root is a repeat node (the file is then v3).
+#define C_REPEATS 7
 
 // One record entry: 32 bytes, so a probe touches one 32-byte sector.
 struct Slot {
@@ -435,9 +446,11 @@ extern "C" __global__ void stage1(Levels lv, u64 off_k, u64 len_k, u64 off_k1, u
 }
 
 // Stage 2, level k -> k+1: SHIFT subtrees; marks region roots among level k.
-// root_at[first chunk of a root] = its level + 1.
+// root_at[first chunk of a root] = its level + 1. Two whole, identical SHIFT
+// children whose parent is not in the record make a repeat node: the parent
+// keeps their source, a smaller node (src/dedup/tree.rs, the same rule).
 extern "C" __global__ void stage2(Levels lv, u64 off_k, u64 len_k, u64 off_k1, u64 len_k1, u32 level_k, Table t,
-                                  int algo, u8* root_at) {
+                                  int algo, u8* root_at, u64 n) {
     u64 p = blockIdx.x * (u64)blockDim.x + threadIdx.x;
     if (p >= len_k1) return;
     u64 me = off_k1 + p;
@@ -464,6 +477,15 @@ extern "C" __global__ void stage2(Levels lv, u64 off_k, u64 len_k, u64 off_k1, u
             lv.snode[me] = t.slots[s].node;
             return;
         }
+        dig128 dl = load_dig(lv.dig, c0), dr = load_dig(lv.dig, c1);
+        if (dl.lo == dr.lo && dl.hi == dr.hi && lv.sver[c0] == lv.sver[c1] && lv.snode[c0] == lv.snode[c1] &&
+            ((2 * p + 2) << level_k) <= n && (lv.snode[c0] >> INDEX_BITS) <= MAX_REPEAT_LEVEL) {
+            lv.lab[me] = L_SHIFT;
+            store_dig(lv.dig, me, d);
+            lv.sver[me] = lv.sver[c0];
+            lv.snode[me] = lv.snode[c0];
+            return;
+        }
     }
     lv.lab[me] = L_MIXED;
     if (a == L_FIRST || a == L_SHIFT) root_at[(2 * p) << level_k] = (u8)(level_k + 1);
@@ -479,7 +501,7 @@ extern "C" __global__ void top_root(Levels lv, u64 off_top, u32 top, u8* root_at
 
 // Per root (in chunk order): kind, count, source; per-root flags for scans.
 // counters[1] = number of roots. level_off: device array of level offsets.
-extern "C" __global__ void root_info(const u64* counters, const u64* roots, const u8* root_at, Levels lv,
+extern "C" __global__ void root_info(u64* counters, const u64* roots, const u8* root_at, Levels lv,
                                      const u64* level_off, u64 n, u32 cs, u64 data_len, u8* kind, u64* count,
                                      u64* src_ver, u64* src_start, u64* first_flag, u64* bytes) {
     u64 m = counters[1];
@@ -495,8 +517,14 @@ extern "C" __global__ void root_info(const u64* counters, const u64* roots, cons
         if (k == L_SHIFT) {
             // The owner (+1, 0 = this rank) rides in the high word, so runs
             // coalesce only within one rank's file.
-            src_ver[r] = (u64)lv.sver[node] | ((u64)node_owner_plus1(lv.snode[node]) << 32);
-            src_start[r] = node_first_chunk(lv.snode[node]);
+            u64 snode = lv.snode[node];
+            src_ver[r] = (u64)lv.sver[node] | ((u64)node_owner_plus1(snode) << 32);
+            src_start[r] = node_first_chunk(snode);
+            u32 src_level = (u32)(snode >> INDEX_BITS);
+            if (end - start > (1ull << src_level)) {  // a repeat node (dedup/tree.rs: repeat_period)
+                src_ver[r] |= SRC_REPEAT | ((u64)src_level << SRC_PERIOD_SHIFT);
+                counters[C_REPEATS] = 1;
+            }
         } else {
             src_ver[r] = 0;
             src_start[r] = 0;
@@ -508,7 +536,8 @@ extern "C" __global__ void root_info(const u64* counters, const u64* roots, cons
     }
 }
 
-// Marks run heads (a root that does not extend the previous root's run).
+// Marks run heads (a root that does not extend the previous root's run; a
+// repeat node never does, nor is it extended: one entry of its own).
 extern "C" __global__ void run_heads(const u64* counters, const u64* roots, const u8* kind, const u64* count,
                                      const u64* src_ver, const u64* src_start, int coalesce, u64* first_head,
                                      u64* shift_head) {
@@ -517,7 +546,9 @@ extern "C" __global__ void run_heads(const u64* counters, const u64* roots, cons
         bool head = true;
         if (coalesce && r > 0 && roots[r - 1] + count[r - 1] == roots[r] && kind[r - 1] == kind[r]) {
             if (kind[r] == L_FIRST) head = false;
-            else if (src_ver[r - 1] == src_ver[r] && src_start[r - 1] + count[r - 1] == src_start[r]) head = false;
+            else if (src_ver[r - 1] == src_ver[r] && !(src_ver[r] & SRC_REPEAT) &&
+                     src_start[r - 1] + count[r - 1] == src_start[r])
+                head = false;
         }
         first_head[r] = head && kind[r] == L_FIRST;
         shift_head[r] = head && kind[r] == L_SHIFT;
@@ -549,10 +580,13 @@ extern "C" __global__ void emit_runs(const u64* counters, const u64* roots, cons
                 u64 o = shift_base + 40 * j;
                 put64(out, o, roots[r]);
                 put64(out, o + 16, src_start[r]);
-                u32 owner1 = (u32)(src_ver[r] >> 32);
-                put64(out, o + 24, src_ver[r] & 0xffffffffull);
+                u64 sv = src_ver[r];
+                u32 owner1 = (u32)((sv >> 32) & SRC_OWNER_MASK);
+                put64(out, o + 24, sv & 0xffffffffull);
                 put32(out, o + 32, owner1 ? owner1 - 1 : rank);
-                put32(out, o + 36, 0u);
+                // A repeat node: flag bit 1, the period in bits 8..31 (format v3).
+                u32 period = 1u << ((sv >> SRC_PERIOD_SHIFT) & 31);
+                put32(out, o + 36, (sv & SRC_REPEAT) ? (2u | (period << 8)) : 0u);
             }
             if (last) run_end[counters[2] + j] = end;  // SHIFT ends after the FIRST ends
         }
@@ -630,7 +664,7 @@ extern "C" __global__ void write_header(const u64* counters, u8* out, u32 method
     if (threadIdx.x != 0 || blockIdx.x != 0) return;
     const char magic[8] = {'D', 'C', 'K', 'P', 'T', 'D', 'I', 'F'};
     for (int i = 0; i < 8; i++) out[i] = (u8)magic[i];
-    out[8] = 2;  // format version (FORMAT_VERSION in diff_file.rs)
+    out[8] = counters[C_REPEATS] ? 3 : 2;  // format version (FORMAT_VERSION(_REPEATS) in diff_file.rs)
     out[9] = 0;
     out[10] = (u8)method;
     out[11] = (u8)hash;

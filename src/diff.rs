@@ -138,18 +138,26 @@ impl Diff {
             }
         });
         self.shift.dedup_by(|next, prev| {
-            if prev.start + prev.count == next.start
-                && prev.src_version == next.src_version
-                && prev.src_rank == next.src_rank
-                && prev.src_start + prev.count == next.src_start
-                && prev.reference.is_none()
-                && next.reference.is_none()
-            {
+            if prev.extended_by(next) {
                 prev.count += next.count;
                 true
             } else {
                 false
             }
         });
+    }
+}
+
+impl ShiftRun {
+    /// Whether `next` continues this run: it starts where this one ends and
+    /// takes its bytes from where this one's source ends, in the same file
+    /// (never a collective reference). [`Diff::coalesce`]'s rule.
+    pub fn extended_by(&self, next: &ShiftRun) -> bool {
+        self.start + self.count == next.start
+            && self.src_version == next.src_version
+            && self.src_rank == next.src_rank
+            && self.src_start + self.count == next.src_start
+            && self.reference.is_none()
+            && next.reference.is_none()
     }
 }

@@ -19,9 +19,10 @@ pub struct Limits {
     pub record_entries: u64,
     /// Most regions (subtree roots before coalescing) a version may have.
     pub roots: u64,
-    /// Most bytes of a version's file before its trailer, with every SHIFT
-    /// run an entry of its own (as a device writes it before the fold:
-    /// `format::diff_file::unfolded_file_len`).
+    /// Most bytes of a version's file before its trailer, as a device
+    /// writes it before the encoder's fold (every coalesced run of plain
+    /// roots an entry, and every repeat node:
+    /// `format::diff_file::device_file_len`).
     pub file_prefix: u64,
 }
 

@@ -287,12 +287,15 @@ fn dense_outcome(
     }
 }
 
-/// A labelled version: its diff, the record entries it adds, and its
-/// regions before coalescing.
+/// A labelled version: its diff, the record entries it adds, its regions
+/// before coalescing, and the SHIFT entries of its file as a device writes
+/// it (every coalesced run of plain roots an entry, and every repeat node;
+/// before the encoder folds repeats: `format::diff_file::device_file_len`).
 struct Labelled {
     diff: Diff,
     inserts: Record,
     roots: u64,
+    device_shift_entries: u64,
 }
 
 /// Entries of `base` merged with `inserts`.
@@ -326,9 +329,9 @@ fn bounded(
         replace_record = true;
         bounds.record_restarts = 1;
     }
-    let Labelled { diff, inserts, roots } = labelled;
+    let Labelled { diff, inserts, roots, device_shift_entries } = labelled;
     if limits.record_overflows(inserts.len() as u64)
-        || limits.must_store_whole(roots, crate::format::diff_file::unfolded_file_len(&diff))
+        || limits.must_store_whole(roots, crate::format::diff_file::device_file_len(&diff, device_shift_entries))
     {
         let mut whole = dense_outcome(state, input, method, had_previous, changed);
         whole.pending.bounds = BoundsHit { stored_whole: 1, ..bounds };
@@ -387,7 +390,7 @@ impl Deduplicate for BasicMethod {
             let mut diff = empty_diff(state, input, Method::Basic, RegionEncoding::Bitmap);
             diff.first = changed.iter().map(|&(i, _)| FirstRun { start: i, count: 1 }).collect();
             diff.coalesce();
-            Labelled { diff, inserts: Record::new(), roots: changed.len() as u64 }
+            Labelled { diff, inserts: Record::new(), roots: changed.len() as u64, device_shift_entries: 0 }
         }))
     }
 }
@@ -452,7 +455,8 @@ impl Deduplicate for ListMethod {
                     LeafLabel::Shift(src) => diff.shift.push(shift_run(i, 1, src)),
                 }
             }
-            Labelled { diff, inserts, roots: changed.len() as u64 }
+            let device_shift_entries = diff.shift.len() as u64;
+            Labelled { diff, inserts, roots: changed.len() as u64, device_shift_entries }
         }))
     }
 }
@@ -491,17 +495,31 @@ impl Deduplicate for TreeMethod {
             };
             let _span = crate::profile::Span::new("dedup-regions", input.version);
             let mut diff = empty_diff(state, input, Method::Tree, RegionEncoding::Table);
+            let mut pieces = Vec::new();
             for root in &roots {
                 let r = state.layout.node_chunks(root.node);
-                match root.source {
-                    None => diff.first.push(FirstRun { start: r.start, count: r.end - r.start }),
-                    Some(src) => diff.shift.push(shift_run(r.start, r.end - r.start, &src)),
+                let count = r.end - r.start;
+                match (root.source, root.source.and_then(|src| tree::repeat_period(count, src.node))) {
+                    (None, _) => diff.first.push(FirstRun { start: r.start, count }),
+                    (Some(src), None) => diff.shift.push(shift_run(r.start, count, &src)),
+                    // A repeat node: its source once per period.
+                    (Some(src), Some(period)) => {
+                        pieces.extend((r.start..r.end).step_by(period as usize).map(|at| shift_run(at, period, &src)))
+                    }
                 }
             }
             diff.first.sort_unstable_by_key(|r| r.start);
             diff.shift.sort_unstable_by_key(|r| r.start);
+            // As the device writes them: plain roots coalesced, a repeat node one entry.
+            let heads = diff.shift.iter().zip(diff.shift.iter().skip(1)).filter(|(a, b)| !a.extended_by(b)).count();
+            let repeat_roots = roots.len() - diff.first.len() - diff.shift.len();
+            let device_shift_entries = (diff.shift.len().min(1) + heads + repeat_roots) as u64;
+            if !pieces.is_empty() {
+                diff.shift.append(&mut pieces);
+                diff.shift.sort_unstable_by_key(|r| r.start);
+            }
             diff.coalesce();
-            Labelled { diff, inserts, roots: roots.len() as u64 }
+            Labelled { diff, inserts, roots: roots.len() as u64, device_shift_entries }
         }))
     }
 }

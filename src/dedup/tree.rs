@@ -6,8 +6,18 @@
 //! SHIFT if its digest is in the record (possibly thanks to stage 1 of this
 //! very version). Every node that cannot merge with its sibling is a region
 //! root. Work is proportional to the non-FIXED leaves, not to the tree.
+//!
+//! Beyond the paper, stage 2 also merges two whole, identical SHIFT
+//! children whose parent is not in the record into a **repeat node**: the
+//! parent keeps its children's source, a node smaller than itself, and
+//! stands for that source repeated ([`repeat_period`]). A buffer of one
+//! repeated chunk so has O(log n) roots instead of one per chunk, and a
+//! repeat node's runs are exactly those its children would have given.
+//! The device's stage 2 applies the same rule (`kernels/dedup.cu`), so
+//! that both backends count the same roots against their bounds.
 
 use super::{LeafLabel, Root};
+use crate::format::diff_file::MAX_PERIOD;
 use crate::hash::{Digest, HashAlgo};
 use crate::layout::{Layout, NodeId};
 use crate::record::{Record, RecordEntry};
@@ -24,6 +34,22 @@ enum Parent<T> {
     Pair(u64, T, T),
     /// The node is the odd last one of its level: carried up unchanged.
     Carry(u64, T),
+}
+
+/// The period, in chunks, of a SHIFT root of `chunks` chunks taking its
+/// bytes from `source`: the source's size where the root is a repeat node
+/// (larger than its source), `None` for a plain SHIFT root.
+pub fn repeat_period(chunks: u64, source: NodeId) -> Option<u64> {
+    let period = 1u64 << source.level();
+    (chunks > period).then_some(period)
+}
+
+/// Whether two SHIFT siblings at `level` (the left one `left`) make a repeat
+/// node: identical digests and sources, both whole (`2 * left + 2` nodes
+/// of the level fit `chunks`), and a source small enough to be a repeat
+/// entry's period.
+fn repeats(level: u32, left: u64, chunks: u64, l: ShiftNode, r: ShiftNode) -> bool {
+    l == r && (left + 2) << level <= chunks && (1u64 << l.1.node.level()) <= MAX_PERIOD
 }
 
 /// Pairs the sorted active nodes of `level`; nodes whose sibling is not
@@ -60,6 +86,7 @@ pub(super) fn compact(
     rank: u32,
 ) -> Vec<Root> {
     let top = layout.levels() - 1;
+    let chunks = layout.chunks();
     let mut roots = Vec::new();
 
     // Stage 1: FIRST subtrees.
@@ -119,6 +146,7 @@ pub(super) fn compact(
                     let d = hash.node(dl, dr);
                     match base.get(d).or_else(|| inserts.get(d)) {
                         Some(e) => Ok((i, (d, e))),
+                        None if repeats(level, 2 * i, chunks, (dl, el), (dr, er)) => Ok((i, (d, el))),
                         None => Err([(2 * i, el), (2 * i + 1, er)]),
                     }
                 }

@@ -48,7 +48,7 @@ const SHIFT_FLAG_REPEAT: u32 = 2;
 /// Where a repeat entry's period starts in its flags.
 const PERIOD_SHIFT: u32 = 8;
 /// The longest period a repeat entry holds.
-const MAX_PERIOD: u64 = (1 << (32 - PERIOD_SHIFT)) - 1;
+pub const MAX_PERIOD: u64 = (1 << (32 - PERIOD_SHIFT)) - 1;
 /// Header length in bytes.
 pub const HEADER_LEN: u64 = 96;
 /// Bytes per FIRST table entry.
@@ -359,11 +359,13 @@ fn expand_repeat(entry: ShiftRun, period: u64, out: &mut Vec<ShiftRun>) {
     }
 }
 
-/// Whether the SHIFT table of a plain file's metadata (`meta`: header,
-/// tables, bitmap) holds runs the encoder would fold: two entries in a row,
-/// neither flagged, the second starting where the first ends, with the same
-/// source and no more chunks (any fold has such a pair, and any such pair
-/// makes a fold). Reads the table in place, decoding nothing else.
+/// Whether the SHIFT table of a device-made file's metadata (`meta`:
+/// header, tables, bitmap) may differ from the encoder's: it holds a repeat
+/// entry (a device writes one per repeat node, which the encoder may merge
+/// with its neighbours), or runs the encoder would fold: two entries in a
+/// row, neither flagged, the second starting where the first ends, with the
+/// same source and no more chunks (any fold has such a pair, and any such
+/// pair makes a fold). Reads the table in place, decoding nothing else.
 pub fn runs_fold(meta: &[u8]) -> Result<bool, String> {
     let header = DiffHeader::decode(meta.get(..HEADER_LEN as usize).ok_or("metadata shorter than a header")?)?;
     if header.compressed.is_some() {
@@ -377,6 +379,10 @@ pub fn runs_fold(meta: &[u8]) -> Result<bool, String> {
         .and_then(|(at, len)| meta.get(usize::try_from(at).ok()?..usize::try_from(at.checked_add(len)?).ok()?))
         .ok_or_else(entries)?;
     let field = |e: &[u8], at: usize| le_u64(&e[at..at + 8]);
+    let repeat = |e: &[u8]| u32::from_le_bytes([e[36], e[37], e[38], e[39]]) & SHIFT_FLAG_REPEAT != 0;
+    if header.format_version >= FORMAT_VERSION_REPEATS && table.chunks_exact(SHIFT_ENTRY_LEN as usize).any(repeat) {
+        return Ok(true);
+    }
     let folds = table
         .chunks_exact(SHIFT_ENTRY_LEN as usize)
         .zip(table.chunks_exact(SHIFT_ENTRY_LEN as usize).skip(1))
@@ -429,12 +435,13 @@ fn file_len_from(h: &DiffHeader) -> u64 {
     HEADER_LEN + meta + h.data_bytes + (h.blocks() + 1) * DIGEST_LEN
 }
 
-/// The length of `diff`'s file with every SHIFT run an entry of its own, as
-/// a device writes it before it is folded ([`file_len_of`] less the folds):
+/// The length of `diff`'s file with `shift_entries` SHIFT entries, as a
+/// device writes it before the encoder's fold (every coalesced run of plain
+/// roots an entry, and every repeat node: `dedup`'s `device_shift_entries`):
 /// the bound on a device's output buffer is taken on this length, by both
 /// backends alike, so that both store the same versions whole.
-pub fn unfolded_file_len(diff: &Diff) -> u64 {
-    file_len_from(&header_with(diff, diff.shift.len() as u64))
+pub fn device_file_len(diff: &Diff, shift_entries: u64) -> u64 {
+    file_len_from(&header_with(diff, shift_entries))
 }
 
 /// Header, tables and bitmap of `diff` (the body without its data).
@@ -1109,6 +1116,7 @@ fn decode_tables(h: &DiffHeader, meta: &[u8]) -> Result<Diff, String> {
     let shift_table = table(&mut c, h.shift_count, SHIFT_ENTRY_LEN, "SHIFT table")?;
     let mut shift = Vec::with_capacity(h.shift_count as usize);
     let mut flagged = Vec::new();
+    let mut expanded = false;
     let known_flags = match h.format_version {
         v if v >= FORMAT_VERSION_REPEATS => SHIFT_FLAG_REFERENCE | SHIFT_FLAG_REPEAT | !0 << PERIOD_SHIFT,
         _ => SHIFT_FLAG_REFERENCE,
@@ -1148,6 +1156,7 @@ fn decode_tables(h: &DiffHeader, meta: &[u8]) -> Result<Diff, String> {
                     return Err(format!("SHIFT run at chunk {} expands past the layout's {n} chunks", s.start));
                 }
                 expand_repeat(s, period, &mut shift);
+                expanded = true;
             } else if flags >> PERIOD_SHIFT != 0 {
                 return Err(format!("SHIFT run at chunk {} has a period but no repeat flag", s.start));
             } else {
@@ -1172,6 +1181,18 @@ fn decode_tables(h: &DiffHeader, meta: &[u8]) -> Result<Diff, String> {
         let mut b = [0u8; 16];
         b.copy_from_slice(d);
         shift[i].reference = Some(Digest(u128::from_le_bytes(b)));
+    }
+    if expanded && h.method == Method::Tree {
+        // A Tree diff's runs are coalesced, but a device writes a repeat
+        // node's entry without merging its first or last copy into a
+        // neighbouring run: merged here, a no-op on the encoder's files.
+        shift.dedup_by(|next, prev| {
+            let merge = prev.extended_by(next);
+            if merge {
+                prev.count += next.count;
+            }
+            merge
+        });
     }
     let encoding = if h.bitmap_len > 0 {
         if h.first_count != 0 || h.bitmap_len != n.div_ceil(8) {
@@ -1336,7 +1357,8 @@ mod tests {
             rank: 0,
             layout: Layout::new(n * 64, 64).expect("layout"),
             hash: HashAlgo::Murmur3,
-            method: Method::Tree,
+            // Runs as given, not coalesced: as List makes them.
+            method: Method::List,
             baseline: true,
             dense: false,
             first: vec![FirstRun { start: 0, count: 8 }],
@@ -1370,6 +1392,82 @@ mod tests {
         out
     }
 
+    /// A device-made file's metadata from `segments`, each `(count, source,
+    /// copies)` laid one after another: a gap (no source), a plain root
+    /// (one copy; coalesced with the plain root before it where it extends
+    /// it), or a repeat node (its source of `count` chunks, `copies` ≥ 2
+    /// times; one entry of its own). Also the diff a CPU makes of the same
+    /// roots: every copy a run, coalesced.
+    fn device_meta(segments: &[(u64, Option<u64>, u64)]) -> (Vec<u8>, Diff) {
+        let mut entries: Vec<(ShiftRun, u64)> = Vec::new();
+        let mut pieces = Vec::new();
+        for &(count, src, copies) in segments {
+            pieces.extend(std::iter::repeat_n((count, src), copies as usize));
+        }
+        let mut cpu = Diff { method: Method::Tree, ..diff_of(&pieces) };
+        let mut at = 8;
+        for &(count, src, copies) in segments {
+            if let Some(src_start) = src {
+                let run = ShiftRun {
+                    start: at,
+                    count: count * copies,
+                    src_version: 1,
+                    src_rank: 0,
+                    src_start,
+                    reference: None,
+                };
+                match entries.last_mut() {
+                    Some((prev, 0)) if copies == 1 && prev.extended_by(&run) => prev.count += run.count,
+                    _ => entries.push((run, if copies > 1 { count } else { 0 })),
+                }
+            }
+            at += count * copies;
+        }
+        cpu.coalesce();
+        let mut out = Vec::new();
+        let mut header = header_with(&cpu, entries.len() as u64);
+        header.format_version = match entries.iter().any(|e| e.1 > 0) {
+            true => FORMAT_VERSION_REPEATS,
+            false => FORMAT_VERSION,
+        };
+        header.encode(&mut out);
+        for r in &cpu.first {
+            out.put_u64(r.start);
+            out.put_u64(r.count);
+        }
+        for (s, period) in &entries {
+            for v in [s.start, s.count, s.src_start, s.src_version] {
+                out.put_u64(v);
+            }
+            out.put_u32(s.src_rank);
+            out.put_u32(if *period > 0 { SHIFT_FLAG_REPEAT | (*period as u32) << PERIOD_SHIFT } else { 0 });
+        }
+        (out, cpu)
+    }
+
+    proptest! {
+        /// A device's file, with a repeat node an entry of its own that the
+        /// encoder would merge with its neighbours, decodes to the runs the
+        /// CPU makes of the same roots; the in-place scan flags it, and its
+        /// rewrite (decode, encode) is the CPU's file.
+        #[test]
+        fn a_device_file_with_repeat_nodes_decodes_to_the_cpu_runs(
+            segments in proptest::collection::vec(
+                (1u64..5, prop_oneof![Just(None), (0u64..4).prop_map(Some)], prop_oneof![Just(1u64), 2u64..9]),
+                0..40,
+            )
+        ) {
+            let (device, cpu) = device_meta(&segments);
+            let back = decode_meta(&device, cpu.data_bytes()).expect("decodes");
+            prop_assert_eq!(&back.shift, &cpu.shift);
+            let repeats = segments.iter().any(|s| s.1.is_some() && s.2 > 1);
+            if repeats {
+                prop_assert!(runs_fold(&device).expect("scans"));
+            }
+            prop_assert_eq!(encode_meta(&back), encode_meta(&cpu));
+        }
+    }
+
     proptest! {
         /// The in-place scan finds a fold exactly where the encoder folds:
         /// in a device-like file (which decodes to the same runs), never in
@@ -1383,8 +1481,9 @@ mod tests {
             prop_assert_eq!(&decode_meta(&device, diff.data_bytes()).expect("decodes").shift, &diff.shift);
             let folds = stored_shift_entries(&diff) < diff.shift.len() as u64;
             prop_assert_eq!(runs_fold(&device).expect("scans"), folds);
-            prop_assert!(!runs_fold(&encode_meta(&diff)).expect("scans"));
-            prop_assert_eq!(unfolded_file_len(&diff) - file_len_of(&diff),
+            // The encoder's own file: flagged exactly where it holds a repeat entry.
+            prop_assert_eq!(runs_fold(&encode_meta(&diff)).expect("scans"), folds);
+            prop_assert_eq!(device_file_len(&diff, diff.shift.len() as u64) - file_len_of(&diff),
                 (diff.shift.len() as u64 - stored_shift_entries(&diff)) * SHIFT_ENTRY_LEN);
         }
 
@@ -1415,7 +1514,7 @@ mod tests {
         pieces.push((1, Some(3)));
         let diff = diff_of(&pieces);
         assert_eq!(stored_shift_entries(&diff), 3);
-        assert_eq!(unfolded_file_len(&diff), file_len_of(&diff) + (1012 - 3) * SHIFT_ENTRY_LEN);
+        assert_eq!(device_file_len(&diff, 1012), file_len_of(&diff) + (1012 - 3) * SHIFT_ENTRY_LEN);
         let meta = encode_meta(&diff);
         assert_eq!(meta.len() as u64, HEADER_LEN + FIRST_ENTRY_LEN + 3 * SHIFT_ENTRY_LEN);
         assert_eq!(decode_meta(&meta, diff.data_bytes()).expect("decodes").shift, diff.shift);

@@ -84,7 +84,8 @@ pub fn tier_options(
 
 /// The repeated shapes of `len` bytes (a multiple of 4 KiB) issue #29 names:
 /// zeros with a few bytes set at the start, a repeated 4 KiB pattern, half
-/// noise and half zeros, noise with every seventh page the same.
+/// noise and half zeros, noise with every seventh page the same; and a ramp
+/// of 512-byte steps (runs of equal chunks whose sources follow one another).
 pub fn repeated_shapes(len: usize) -> Vec<(&'static str, Vec<u8>)> {
     let mut zeros = vec![0u8; len];
     zeros[..5].copy_from_slice(b"hello");
@@ -96,5 +97,6 @@ pub fn repeated_shapes(len: usize) -> Vec<(&'static str, Vec<u8>)> {
     for p in (0..len / 4096).step_by(7) {
         pages[p * 4096..(p + 1) * 4096].copy_from_slice(&page);
     }
-    vec![("zeros", zeros), ("pattern", pattern), ("half", half), ("pages", pages)]
+    let ramp: Vec<u8> = (0..len).map(|i| (i / 512) as u8).collect();
+    vec![("zeros", zeros), ("pattern", pattern), ("half", half), ("pages", pages), ("ramp", ramp)]
 }

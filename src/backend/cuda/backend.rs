@@ -72,7 +72,7 @@ impl CudaBackend {
             self.dev.locate_entries(diff.version, &runs)?;
         }
         Ok(p.rewrite.take().or_else(|| {
-            let unfolded = crate::format::diff_file::stored_shift_entries(diff) < diff.shift.len() as u64;
+            let unfolded = p.repeats || crate::format::diff_file::stored_shift_entries(diff) < diff.shift.len() as u64;
             unfolded.then(|| Rewrite::new(diff.clone(), diff.clone(), p.data_start))
         }))
     }
@@ -113,6 +113,9 @@ struct GpuPending {
     /// made it into the diff's (built where the give-away runs, the
     /// collective step's thread; applied when serializing, or deferred).
     rewrite: Option<Rewrite>,
+    /// The device wrote repeat nodes' entries as they are, not as the
+    /// encoder merges them ([`super::pipeline::Prepared::repeats`]).
+    repeats: bool,
 }
 
 /// Where each chunk of `version` is stored after giving `conv` away: the
@@ -245,6 +248,7 @@ impl Backend for CudaBackend {
         };
         // With a GPU cache tier (the asynchronous tiers' collective path,
         // followed by `hand_over`): through its arena where the file fits.
+        let repeats = prepared.repeats;
         let prepared = if tree && self.dev.has_device_cache() {
             match self.dev.stage_for_collective(prepared)? {
                 // In the arena: only the metadata crossed to the host.
@@ -256,6 +260,7 @@ impl Backend for CudaBackend {
                         dense: diff.dense,
                         given: None,
                         rewrite: None,
+                        repeats,
                     };
                     return Ok(Deduplicated { diff, pending: Box::new(pending), gpu: Some(computed.timings) });
                 }
@@ -271,7 +276,7 @@ impl Backend for CudaBackend {
         let timings = self.dev.prepared_timings(&prepared)?;
         let (data_start, file_len) = (prepared.data_start, prepared.prefix_len + 32);
         let file = GpuFile::OnDevice { prepared: Some(prepared), file_len };
-        let pending = GpuPending { file, data_start, dense: diff.dense, given: None, rewrite: None };
+        let pending = GpuPending { file, data_start, dense: diff.dense, given: None, rewrite: None, repeats };
         Ok(Deduplicated { diff, pending: Box::new(pending), gpu: Some(timings) })
     }
 
@@ -395,7 +400,7 @@ impl Backend for CudaBackend {
         let _span = crate::profile::Span::new("cuda-hand-over", version);
         let len = prepared.prefix_len + 32; // the trailer, zero until sealed
         let baseline = baseline || prepared.stored_whole();
-        let (data_start, data_len) = (prepared.data_start, prepared.data_len);
+        let (data_start, data_len, repeats) = (prepared.data_start, prepared.data_len, prepared.repeats);
         let mut timings = None;
         let handed = match self.dev.stage(prepared) {
             Err(e) => Err(e),
@@ -434,7 +439,7 @@ impl Backend for CudaBackend {
             let diff = crate::format::decode_meta(&meta, data_len as u64)
                 .map_err(|e| Error::Gpu(format!("the GPU produced an invalid diff: {e}")))?;
             let dense = diff.dense;
-            let pending = GpuPending { file: GpuFile::Handed, data_start, dense, given: None, rewrite: None };
+            let pending = GpuPending { file: GpuFile::Handed, data_start, dense, given: None, rewrite: None, repeats };
             Ok((Deduplicated { diff, pending: Box::new(pending), gpu: timings }, data_start))
         });
         Ok(crate::backend::Handed { pending: None, baseline, describe: Some(describe), gpu: timings })

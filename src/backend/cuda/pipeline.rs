@@ -140,6 +140,10 @@ pub(crate) struct Prepared {
     pub data_start: usize,
     /// Bytes of FIRST data.
     pub data_len: usize,
+    /// The device wrote a repeat node's entry without merging its first or
+    /// last copy into a neighbouring run as the CPU's encoder does: the
+    /// file must be folded (`regions::Rewrite::folding`) to be the CPU's.
+    pub repeats: bool,
     /// The file's pieces, in order.
     pieces: Vec<Piece>,
     /// Recorded at the start, after the H2D, after the de-duplication.
@@ -265,6 +269,8 @@ const C_SHIFT_RUNS: usize = 3;
 const C_DATA: usize = 4;
 const C_FIRST_ROOTS: usize = 5;
 const C_BLOCKS: usize = 6;
+/// Set when some root is a repeat node (`root_info`; the file is v3).
+const C_REPEATS: usize = 7;
 const COUNTERS: usize = 8;
 
 struct DeviceTable {
@@ -846,6 +852,7 @@ impl GpuDedup {
             prefix_len,
             data_start: data_start as usize,
             data_len: data_len as usize,
+            repeats: counters[C_REPEATS] != 0,
             pieces: vec![Piece::Device(out_ptr, prefix_len)],
             events: [e0, e1, e2],
         }))
@@ -866,6 +873,7 @@ impl GpuDedup {
             prefix_len: meta.len() + len + digests,
             data_start: meta.len(),
             data_len: len,
+            repeats: false,
             pieces: vec![Piece::Host(meta), Piece::Device(src, len), Piece::Device(out, digests)],
             events: [e0, e1, e2],
         })
@@ -1310,7 +1318,7 @@ impl GpuDedup {
                     (self.level_off[lvl], self.level_len[lvl], self.level_off[lvl + 1], self.level_len[lvl + 1]);
                 let l0 = lvl as u32;
                 let mut b = st.launch_builder(&k.stage2);
-                b.arg(&lv).arg(&ok).arg(&lk).arg(&ok1).arg(&lk1).arg(&l0).arg(&t).arg(&algo).arg(&s.root_at);
+                b.arg(&lv).arg(&ok).arg(&lk).arg(&ok1).arg(&lk1).arg(&l0).arg(&t).arg(&algo).arg(&s.root_at).arg(&n);
                 unsafe { b.launch(cfg(blocks(lk1, 256), 256)) }.map_err(cuda_err)?;
             }
             let (otop, top32) = (self.level_off[top], top as u32);
