@@ -3,9 +3,11 @@
 //! in the same process as baselines.
 
 use crate::dedup::{DedupInput, DedupState};
+use crate::error::Result;
 use crate::format::encode_diff;
+use crate::hash::HashAlgo;
 use crate::layout::Layout;
-use crate::{HashAlgo, Method, Result};
+use crate::method::Method;
 use rayon::prelude::*;
 use serde::Serialize;
 use std::time::Instant;

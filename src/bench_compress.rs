@@ -13,10 +13,12 @@
 //!
 //! Sums over the versions; ratios are full bytes over stored bytes.
 
+use crate::engine::Engine;
+use crate::error::{Error, Result};
 use crate::format::{Compression, compress_file};
 use crate::generate::Workload;
 use crate::simulate::SimWorkload;
-use crate::{Engine, Error, Result, StoreOptions};
+use crate::store::StoreOptions;
 use serde::Serialize;
 use std::path::Path;
 use std::time::Instant;

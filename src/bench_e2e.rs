@@ -9,11 +9,11 @@
 use crate::backend::BackendKind;
 use crate::backend::cuda::{self, Gpu};
 use crate::engine::{CheckpointReport, Engine};
+use crate::error::{Error, Result};
 use crate::generate::{Shape, Workload};
 use crate::memory::{DeviceRegion, Protected};
 use crate::store::StoreOptions;
 use crate::tiers::{TierOptions, TieredEngine};
-use crate::{Error, Result};
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -21,10 +21,12 @@
 
 use crate::backend::BackendKind;
 use crate::bench_e2e::Buffer;
+use crate::engine::Engine;
+use crate::error::{Error, Result};
 use crate::generate::{Shape, Workload};
+use crate::store::StoreOptions;
 use crate::tiers::arena::Policy;
 use crate::tiers::{TierOptions, TieredEngine};
-use crate::{Engine, Error, Result, StoreOptions};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;

@@ -31,14 +31,17 @@
 //! and where it came from (the file, or the variable).
 
 use crate::backend::BackendKind;
-use crate::backend::budget::{GpuCache, GpuMemory};
 use crate::collective::{CollectiveOptions, Overlap};
+use crate::error::{Error, Result};
 use crate::format::Compression;
-use crate::generate::{IntOrText, parse_size};
+use crate::hash::HashAlgo;
 use crate::layout::Layout;
+use crate::method::Method;
+use crate::sizes::{GpuCache, GpuMemory};
+use crate::sizes::{IntOrText, parse_size};
+use crate::store::StoreOptions;
 use crate::tiers::TierOptions;
 use crate::tiers::arena::Policy;
-use crate::{Error, HashAlgo, Method, Result, StoreOptions};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::path::{Path, PathBuf};
 
@@ -601,7 +604,7 @@ mod tests {
         ];
         for (text, env, named) in cases {
             let e = load(text, env).expect_err(text);
-            assert_eq!(e.kind(), crate::ErrorKind::InvalidOption, "{text}: {e}");
+            assert_eq!(e.kind(), crate::error::ErrorKind::InvalidOption, "{text}: {e}");
             assert!(e.to_string().contains(named), "{text}: the error names {named}: {e}");
             assert!(!e.to_string().contains('\n'), "one line: {e}");
         }

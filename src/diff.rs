@@ -3,8 +3,9 @@
 //! runs), and how the table is encoded. FIXED chunks appear nowhere.
 
 use crate::hash::Digest;
+use crate::hash::HashAlgo;
 use crate::layout::Layout;
-use crate::{HashAlgo, Method};
+use crate::method::Method;
 use rayon::prelude::*;
 
 /// A run of chunks whose bytes this version stores.

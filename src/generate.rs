@@ -7,7 +7,7 @@
 //! page-aligned block) or *scattered* (isolated 64-byte granules). Everything is derived
 //! from `seed`, so a spec always yields the same bytes.
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
@@ -160,40 +160,6 @@ impl Workload {
     }
 }
 
-/// A setting written as an integer or as text (`4096` or `"4K"`, `"1.5x"`),
-/// for the deserializers of sizes and budgets.
-#[derive(serde::Deserialize)]
-#[serde(untagged)]
-pub(crate) enum IntOrText {
-    /// An integer.
-    Int(u64),
-    /// Text, parsed by the caller.
-    Text(String),
-}
-
-/// Parses sizes such as `4096`, `64K`, `1M`, `1G` (binary units).
-pub fn parse_size(s: &str) -> Result<u64> {
-    let t = s.trim();
-    let (num, mult) = match t.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let m = match c.to_ascii_uppercase() {
-                'K' => 1u64 << 10,
-                'M' => 1 << 20,
-                'G' => 1 << 30,
-                'T' => 1 << 40,
-                'B' => 1,
-                _ => return Err(Error::InvalidOption(format!("bad size '{s}'"))),
-            };
-            (&t[..i], m)
-        }
-        _ => (t, 1),
-    };
-    num.parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(mult))
-        .ok_or_else(|| Error::InvalidOption(format!("bad size '{s}' (examples: 4096, 64K, 1G)")))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,14 +174,5 @@ mod tests {
         assert_eq!(a.current(), b.current());
         let diff = base.iter().zip(a.current()).filter(|(x, y)| x != y).count();
         assert!(diff > 0 && diff <= (1 << 20) / 100 + GRANULE, "{diff}");
-    }
-
-    #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_size("64K").unwrap(), 65536);
-        assert_eq!(parse_size("1G").unwrap(), 1 << 30);
-        assert_eq!(parse_size("123").unwrap(), 123);
-        assert!(parse_size("12Q").is_err());
-        assert!(parse_size("").is_err());
     }
 }

@@ -1,8 +1,8 @@
 //! Per-version statistics of a store, for `dckpt inspect`.
 
+use crate::error::{Error, Result};
 use crate::restore::Catalog;
 use crate::store::list_ranks;
-use crate::{Error, Result};
 use serde::Serialize;
 use std::path::Path;
 

@@ -6,7 +6,7 @@
 //! `[i·2^k, min((i+1)·2^k, n))` — also when `n` is not a power of two, which a
 //! plain heap layout with `2n − 1` slots cannot promise.
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use std::ops::Range;
 
 /// Smallest supported chunk size: a chunk must be larger than two 16-byte

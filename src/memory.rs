@@ -208,7 +208,7 @@ impl SegmentMemory for HeapSegment {
 pub type Segment = Box<dyn SegmentMemory>;
 
 /// Allocates a segment of the given length.
-pub type SegmentAlloc = Box<dyn Fn(usize) -> crate::Result<Segment> + Send + Sync>;
+pub type SegmentAlloc = Box<dyn Fn(usize) -> crate::error::Result<Segment> + Send + Sync>;
 
 /// Copies `src` into `dst` (of the same length), 1 MiB pieces in parallel
 /// (one core's memcpy is the slowest stage of a restore's reads and of a

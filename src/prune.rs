@@ -20,12 +20,12 @@
 //! deleted whose owners' files are already gone: running `prune` again
 //! finishes the deletion.
 
+use crate::error::{Error, Result};
 use crate::format::manifest::Manifest;
 use crate::restore::{Catalog, resolve_all};
 use crate::storage::{self, LockGuard, Posix, Storage};
 use crate::store::commits::{COMMITS_DIR, CommitLog};
 use crate::store::{Store, diff_file_name, list_ranks, rank_rel};
-use crate::{Error, Result};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -11,7 +11,7 @@
 //! hashbrown adds one control byte per slot and keeps the load factor at or
 //! below 7/8, so a record costs 37–74 bytes per unique node. It is bounded by
 //! re-baselining (`max_chain`, `max_record_entries` in
-//! [`crate::StoreOptions`]): a baseline version clears it.
+//! [`crate::store::StoreOptions`]): a baseline version clears it.
 
 use crate::hash::Digest;
 use crate::layout::NodeId;

@@ -207,9 +207,9 @@ impl Rewrite {
     /// source range into repeat entries, as the encoder writes them (a
     /// device writes every run): `meta` is the file's header, tables and
     /// bitmap. `None` where the file holds nothing to fold.
-    pub fn folding(meta: &[u8]) -> crate::Result<Option<Self>> {
+    pub fn folding(meta: &[u8]) -> crate::error::Result<Option<Self>> {
         use crate::format::diff_file::{DiffHeader, HEADER_LEN, runs_fold};
-        let invalid = |e: String| crate::Error::Internal(format!("a device-made diff file: {e}"));
+        let invalid = |e: String| crate::error::Error::Internal(format!("a device-made diff file: {e}"));
         // The table scanned in place first: most files fold nothing.
         if !runs_fold(meta).map_err(invalid)? {
             return Ok(None);
@@ -232,10 +232,11 @@ impl Rewrite {
 
     /// The rewritten file, from the file as made (`file`, at least up to the
     /// end of its FIRST data).
-    pub fn apply(&self, file: &[u8]) -> crate::Result<Vec<u8>> {
-        let first_data = file
-            .get(self.data_start..self.data_start + self.before.data_bytes() as usize)
-            .ok_or_else(|| crate::Error::Internal("the file to rewrite is shorter than its FIRST data".into()))?;
+    pub fn apply(&self, file: &[u8]) -> crate::error::Result<Vec<u8>> {
+        let first_data =
+            file.get(self.data_start..self.data_start + self.before.data_bytes() as usize).ok_or_else(|| {
+                crate::error::Error::Internal("the file to rewrite is shorter than its FIRST data".into())
+            })?;
         let kept = FirstBytes::gathered(&self.before, first_data).gather(&self.after.first);
         let mut body = crate::format::encode_meta(&self.after);
         let data_start = body.len();
@@ -383,7 +384,7 @@ pub fn relocate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::HashAlgo;
+    use crate::hash::HashAlgo;
     use crate::layout::Layout;
 
     #[test]
@@ -427,7 +428,7 @@ mod tests {
             rank: 0,
             layout,
             hash: HashAlgo::Murmur3,
-            method: crate::Method::Tree,
+            method: crate::method::Method::Tree,
             baseline: true,
             dense: true,
             first: vec![FirstRun { start: 0, count: 16 }],
@@ -463,7 +464,7 @@ mod tests {
             rank: 0,
             layout,
             hash: HashAlgo::Murmur3,
-            method: crate::Method::Tree,
+            method: crate::method::Method::Tree,
             baseline: true,
             dense: false,
             first: first.clone(),

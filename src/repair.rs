@@ -22,12 +22,12 @@
 //! error, a rank directory that is a link to another) stop the repair with
 //! that error instead of delisting anything.
 
+use crate::error::{Error, Result};
 use crate::format::diff_file::DiffReader;
 use crate::format::manifest::{Manifest, VersionEntry};
 use crate::restore::Catalog;
 use crate::store::commits::{CommitLog, commits_dir};
 use crate::store::{self, diff_files_present, hex, list_ranks, rank_dir, roll_forward, sync_dir, write_atomic};
-use crate::{Error, Result};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};

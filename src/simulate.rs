@@ -12,7 +12,7 @@
 //!   iteration, so only the frontier's vertices change. Each vertex holds
 //!   `(label u32, hops u32)`.
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;

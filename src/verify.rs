@@ -2,10 +2,10 @@
 //! reference of every chain, for every rank under a root.
 
 use crate::diff::ShiftRun;
+use crate::error::{Error, Result};
 use crate::hash::subtree_digest;
 use crate::restore::{Catalog, check_sources, owner_reader, resolve};
 use crate::store::list_ranks;
-use crate::{Error, Result};
 use std::path::{Path, PathBuf};
 
 /// One problem found, naming the file concerned.

@@ -57,7 +57,7 @@ pub fn num(flag: &str, value: &str) -> Result<u64, String> {
 
 /// `value` of `flag` as a size in bytes (`4M`, `64K`, …).
 pub fn size(flag: &str, value: &str) -> Result<usize, String> {
-    dckpt::generate::parse_size(value).map(|n| n as usize).map_err(|e| format!("{flag}: {e}"))
+    dckpt::sizes::parse_size(value).map(|n| n as usize).map_err(|e| format!("{flag}: {e}"))
 }
 
 /// The flags every example takes: `--steps N`, `--every N` (steps between

@@ -4,11 +4,12 @@
 use super::{Backend, BackendKind, Deduplicated, DiffBytes, PendingVersion, foreign};
 use crate::dedup::{DedupInput, DedupState, Pending};
 use crate::diff::Diff;
+use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
+use crate::method::Method;
 use crate::regions::Rewrite;
 use crate::regions::{self, Conversion, FirstBytes};
-use crate::{Error, Method, Result};
 use std::any::Any;
 
 /// De-duplication on the CPU (rayon).

@@ -20,10 +20,10 @@ pub mod rebuild;
 pub mod ring;
 
 use crate::diff::Diff;
+use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
 use crate::regions::{self, Conversion, FirstBytes, Region, Rewrite};
-use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::any::Any;
 use std::fmt;

@@ -154,7 +154,8 @@ mod tests {
         let layout = Layout::new(64 * 16, 64).expect("layout");
         let layouts: HashMap<u32, Layout> = [(0, layout)].into();
         // Chunks 0..8 in version 1 at the same place, 8..12 shifted by one in version 2, 12..16 in version 3.
-        let runs = crate::restore::coalesce(vec![src(0, 4, 1, 0), src(4, 4, 1, 4), src(8, 4, 2, 9), src(12, 4, 3, 12)]);
+        let runs =
+            crate::restore::maps::coalesce(vec![src(0, 4, 1, 0), src(4, 4, 1, 4), src(8, 4, 2, 9), src(12, 4, 3, 12)]);
         assert_eq!(runs.len(), 3, "the first two pieces continue each other");
         let whole = locate(NodeId::new(3, 0), &layout, &runs, &layouts).expect("aligned, one file");
         assert_eq!((whole.version, whole.node), (1, NodeId::new(3, 0)));

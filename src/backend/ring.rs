@@ -12,7 +12,7 @@
 //! means no room. Files leave in the order they came, so the oldest span
 //! is also the first one done.
 
-use crate::Result;
+use crate::error::Result;
 use std::collections::VecDeque;
 
 /// Where a span is in its life.

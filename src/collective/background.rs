@@ -10,9 +10,9 @@
 use super::reduce::{Reducer, ThreadComm};
 use super::regions::{Conversion, conversions};
 use super::step::tuple_set;
+use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::tiers::{CachedVersion, HandedVersion};
-use crate::{Error, Result};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::JoinHandle;

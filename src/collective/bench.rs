@@ -12,13 +12,14 @@ use super::mpi::{CollectiveReport, all_agree};
 use super::reduce::Reduction;
 use super::{Collective, CollectiveOptions, TieredCollective};
 use crate::engine::Engine;
+use crate::error::{Error, Result};
 use crate::generate::{Shape, Workload};
 use crate::hash::Digest;
 use crate::layout::NodeId;
 use crate::memory::Protected;
+use crate::method::Method;
 use crate::store::StoreOptions;
 use crate::tiers::{TierOptions, TieredEngine};
-use crate::{Error, Method, Result};
 use ::mpi::collective::SystemOperation;
 use ::mpi::traits::*;
 use serde::Serialize;
@@ -138,7 +139,7 @@ pub struct MixedParams {
     /// With the tiers: compress each file on its way to the first tier.
     pub compression: Option<crate::format::Compression>,
     /// CUDA: device memory per rank.
-    pub gpu_memory: crate::backend::budget::GpuMemory,
+    pub gpu_memory: crate::sizes::GpuMemory,
     /// CUDA, with the tiers: the GPU cache tier's share of it.
     pub gpu_cache: crate::backend::budget::GpuCache,
     /// CUDA: the buffer lives in device memory, as a GPU simulation's does

@@ -21,11 +21,11 @@ use super::regions::{self, Conversion};
 use super::step::{self, LocalSide};
 use crate::backend::BackendKind;
 use crate::engine::{CheckpointReport, Engine, StagedCheckpoint};
+use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::memory::Protected;
 use crate::store::StoreOptions;
 use crate::store::commits::{CommitRecord, RankEntry};
-use crate::{Error, Result};
 use ::mpi::traits::*;
 use std::path::Path;
 use std::time::Instant;
@@ -391,7 +391,7 @@ pub(crate) fn open_checks<C: Communicator>(
         Err(Error::InvalidOption(format!("threshold {} is outside 1..={}", opts.threshold, merge::MAX_THRESHOLD)))
     } else {
         Ok(match opts.backend {
-            BackendKind::Auto if store.hash == crate::HashAlgo::Sha1 => BackendKind::Cpu,
+            BackendKind::Auto if store.hash == crate::hash::HashAlgo::Sha1 => BackendKind::Cpu,
             other => other,
         })
     };

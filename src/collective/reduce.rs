@@ -18,7 +18,7 @@
 //! its own (the step's thread's, a collective handle's duplicate).
 
 use super::merge::{self, HashFreq, decode_wire_into, encode_wire, wire_words};
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use ::mpi::collective::SystemOperation;
 use ::mpi::topology::SimpleCommunicator;
 use ::mpi::traits::*;

@@ -6,8 +6,8 @@
 
 use super::merge::{HashFreq, local_set};
 use super::regions::{self, Conversion, Region};
-use crate::Result;
 use crate::engine::{Engine, LocalCheckpoint, StagedCheckpoint};
+use crate::error::Result;
 use crate::layout::Layout;
 use crate::memory::Protected;
 

@@ -38,11 +38,11 @@ use super::mpi::{
 };
 use super::reduce::{Reduction, ThreadComm};
 use super::step;
+use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
 use crate::store::StoreOptions;
 use crate::tiers::{Listing, TierOptions, TieredEngine, TieredReport};
-use crate::{Error, Result};
 use ::mpi::topology::SimpleCommunicator;
 use ::mpi::traits::*;
 use std::sync::Arc;

@@ -16,9 +16,9 @@ use crate::backend::cuda::{CudaBackend, Gpu, GpuDedup, GpuTimings};
 use crate::backend::{Backend, BackendKind};
 use crate::dedup::DedupState;
 use crate::diff::{ChunkCounts, Diff};
+use crate::error::{Error, Result};
 use crate::memory::{Protected, ProtectedMut};
 use crate::store::{OpenNotes, Store, StoreOptions};
-use crate::{Error, Result};
 use std::path::Path;
 use std::time::Instant;
 
@@ -159,7 +159,7 @@ impl Engine {
         // `auto` keeps SHA-1 stores on the CPU (the GPU has no SHA-1 kernel);
         // an explicit `cuda` gets the GPU backend's clear refusal instead.
         let resolved = match backend {
-            BackendKind::Auto if opts.hash == crate::HashAlgo::Sha1 => BackendKind::Cpu,
+            BackendKind::Auto if opts.hash == crate::hash::HashAlgo::Sha1 => BackendKind::Cpu,
             other => other.resolve(),
         };
         let mut backend: Box<dyn Backend> = match resolved {

@@ -22,7 +22,7 @@
 //! several files or shifted off node alignment (their leaves are found).
 //! Both cost stored bytes, never correctness; BENCHMARKS.md measures it.
 
-use crate::Result;
+use crate::error::Result;
 use crate::layout::Layout;
 use crate::restore::{self, Catalog, PendingMap};
 use crate::store::StoreOptions;

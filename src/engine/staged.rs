@@ -7,11 +7,11 @@
 use super::{CheckpointReport, Engine, report_of};
 use crate::backend::Deduplicated;
 use crate::diff::Diff;
+use crate::error::{Error, Result};
 use crate::format::manifest::VersionEntry;
 use crate::layout::Layout;
 use crate::memory::Protected;
 use crate::regions::{Conversion, Region};
-use crate::{Error, Result};
 use std::marker::PhantomData;
 use std::time::Instant;
 

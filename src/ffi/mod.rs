@@ -10,7 +10,7 @@
 //!   communicator, converted with `MPI_Comm_f2c`) and freed by
 //!   [`dckpt_finalize`].
 //! - Every function returns [`DCKPT_OK`] or the stable code of the error's
-//!   kind (`crate::ErrorKind`: `DCKPT_ERR_*`); [`dckpt_last_error`] gives
+//!   kind (`crate::error::ErrorKind`: `DCKPT_ERR_*`); [`dckpt_last_error`] gives
 //!   the calling thread's last message. A bad argument (a NULL pointer,
 //!   text that is not UTF-8) is [`DCKPT_ERR_INVALID_OPTION`]; a panic is
 //!   caught at the boundary and returned as [`DCKPT_ERR_INTERNAL`].
@@ -20,8 +20,8 @@
 #![allow(unsafe_code)] // the C boundary: raw pointers in, checked before use
 
 use crate::config::Config;
+use crate::error::{Error, Result};
 use crate::runtime::{Region, Runtime};
-use crate::{Error, Result};
 use mpi::raw::FromRaw;
 use mpi::topology::SimpleCommunicator;
 use std::cell::RefCell;
@@ -398,7 +398,7 @@ pub extern "C" fn dckpt_last_error() -> *const c_char {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ErrorKind;
+    use crate::error::ErrorKind;
 
     #[test]
     fn the_c_codes_are_the_error_kinds_codes() {

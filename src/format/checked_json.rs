@@ -2,7 +2,7 @@
 //! line `<tag> <format> <hex BLAKE3-256 of the body>`, then a JSON body and a
 //! newline. Any flipped byte fails the checksum; unknown formats are refused.
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::path::Path;

@@ -20,8 +20,9 @@
 //! The asynchronous tiers compress in the first tier's flush worker, off the
 //! application's path ([`crate::tiers::TierOptions::compression`]).
 
-use super::diff_file::{DIGEST_LEN, DiffHeader, HEADER_LEN};
-use crate::{Error, Result};
+pub use super::diff_file::header::{Codec, FRAME_ENTRY_LEN, META_PREFIX_LEN};
+use super::diff_file::header::{DIGEST_LEN, DiffHeader, HEADER_LEN};
+use crate::error::{Error, Result};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
@@ -40,34 +41,6 @@ pub enum Compression {
         /// The compression level (1..=22; negative levels are faster still).
         level: i32,
     },
-}
-
-/// The codec recorded in a compressed file's header.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Codec {
-    /// LZ4 block format.
-    Lz4,
-    /// Zstandard frames.
-    Zstd,
-}
-
-impl Codec {
-    /// The byte stored in the header.
-    pub fn code(self) -> u8 {
-        match self {
-            Codec::Lz4 => 1,
-            Codec::Zstd => 2,
-        }
-    }
-
-    /// The codec of a header byte.
-    pub fn from_code(code: u8) -> Option<Self> {
-        match code {
-            1 => Some(Codec::Lz4),
-            2 => Some(Codec::Zstd),
-            _ => None,
-        }
-    }
 }
 
 impl Compression {
@@ -112,11 +85,6 @@ impl FromStr for Compression {
         }
     }
 }
-
-/// Bytes per frame-table entry (a block's stored length, u32).
-pub const FRAME_ENTRY_LEN: u64 = 4;
-/// Bytes of the stored tables' length `M` (u64) after a compressed file's header.
-pub const META_PREFIX_LEN: u64 = 8;
 
 /// A plain diff file, given as consecutive `pieces` of `file_len` bytes in
 /// all, compressed with `how`: the same file in the compressed form (its

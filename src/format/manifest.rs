@@ -3,7 +3,9 @@
 //! Text form: a first line `dckpt-manifest 1 <blake3-256 hex of the rest>`,
 //! then pretty JSON. A version is listed only after its files are durable.
 
-use crate::{Error, HashAlgo, Method, Result};
+use crate::error::{Error, Result};
+use crate::hash::HashAlgo;
+use crate::method::Method;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 

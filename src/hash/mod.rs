@@ -142,10 +142,10 @@ impl fmt::Display for HashAlgo {
 }
 
 impl FromStr for HashAlgo {
-    type Err = crate::Error;
-    fn from_str(s: &str) -> crate::Result<Self> {
+    type Err = crate::error::Error;
+    fn from_str(s: &str) -> crate::error::Result<Self> {
         HashAlgo::ALL.into_iter().find(|a| a.name() == s).ok_or_else(|| {
-            crate::Error::InvalidOption(format!("unknown hash '{s}' (expected murmur3, xxh3, blake3 or sha1)"))
+            crate::error::Error::InvalidOption(format!("unknown hash '{s}' (expected murmur3, xxh3, blake3 or sha1)"))
         })
     }
 }

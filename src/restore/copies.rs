@@ -11,9 +11,9 @@
 //! ([`copy_from_file`]).
 
 use super::{Catalog, Source, owner_reader};
+use crate::error::{Error, Result};
 use crate::format::diff_file::DiffReader;
 use crate::layout::Layout;
-use crate::{Error, Result};
 use rayon::prelude::*;
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;

@@ -4,7 +4,7 @@
 //! use.
 
 use crate::config::Config;
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use ::mpi::topology::SimpleCommunicator;
 use ::mpi::traits::*;
 

@@ -4,9 +4,9 @@ use crate::backend::cuda::DeviceStaging;
 use crate::collective::mpi::all_agree;
 use crate::collective::{CollectiveReport, TieredCollective};
 use crate::config::{Config, Mode};
+use crate::error::{Error, Result};
 use crate::memory::{Protected, ProtectedMut};
 use crate::tiers::TieredReport;
-use crate::{Error, Result};
 use ::mpi::topology::SimpleCommunicator;
 use ::mpi::traits::*;
 use std::collections::{BTreeMap, HashMap};
@@ -611,6 +611,26 @@ fn scatter_host(regions: &BTreeMap<u32, Region>, buf: &[u8]) {
     }
 }
 
+impl Runtime {
+    /// Protects `region` as region `id` (replacing what `id` protected: a
+    /// region may move between checkpoints; its length and kind may not,
+    /// for a name already checkpointed).
+    ///
+    /// # Safety
+    /// Until `id` is unprotected or re-protected, or the runtime is dropped:
+    /// the region stays allocated (host memory readable and writable; device
+    /// memory on the runtime's GPU, allocated in its primary context), and
+    /// while a call of this runtime runs, nothing else reads or writes it
+    /// (the application's device work on it is complete: its streams are
+    /// synchronized).
+    #[allow(unsafe_code)] // a contract on the caller; the memory is touched in `raw` only
+    pub unsafe fn protect(&mut self, id: u32, region: Region) -> Result<()> {
+        raw::check(id, &region)?;
+        self.regions.insert(id, region);
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -625,7 +645,7 @@ mod tests {
         check_table(dir.path(), &table_of(2, &shapes(false, 4096))).expect("host after device");
         // Another length: refused, naming the checkpoint.
         let refused = check_table(dir.path(), &table_of(2, &shapes(false, 2048))).expect_err("other length");
-        assert_eq!(refused.kind(), crate::ErrorKind::Mismatch, "{refused}");
+        assert_eq!(refused.kind(), crate::error::ErrorKind::Mismatch, "{refused}");
         // Another rank's table is not this rank's business.
         check_table(dir.path(), &table_of(3, &shapes(false, 2048))).expect("other rank");
     }

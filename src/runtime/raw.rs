@@ -2,12 +2,11 @@
 //! application protects by address and length (what C and Fortran pass, and
 //! what a Rust simulation's long-lived arrays are), and the slices the
 //! runtime reads and writes through them during a checkpoint or restart
-//! call. The contract is [`Runtime::protect`]'s.
+//! call. The contract is `Runtime::protect`'s.
 #![allow(unsafe_code)]
 
-use super::handle::Runtime;
+use crate::error::{Error, Result};
 use crate::memory::{DeviceRegion, Protected, ProtectedMut};
-use crate::{Error, Result};
 use std::collections::BTreeMap;
 
 /// Memory the application protects, by address and length.
@@ -31,7 +30,7 @@ pub enum Region {
 
 impl Region {
     /// A host region over `bytes` (its address and length; the borrow ends
-    /// here, the contract of [`Runtime::protect`] takes over).
+    /// here, the contract of `Runtime::protect` takes over).
     pub fn host(bytes: &mut [u8]) -> Region {
         Region::Host { ptr: bytes.as_mut_ptr(), len: bytes.len() }
     }
@@ -54,29 +53,17 @@ impl Region {
     }
 }
 
-impl Runtime {
-    /// Protects `region` as region `id` (replacing what `id` protected: a
-    /// region may move between checkpoints; its length and kind may not,
-    /// for a name already checkpointed).
-    ///
-    /// # Safety
-    /// Until `id` is unprotected or re-protected, or the runtime is dropped:
-    /// the region stays allocated (host memory readable and writable; device
-    /// memory on the runtime's GPU, allocated in its primary context), and
-    /// while a call of this runtime runs, nothing else reads or writes it
-    /// (the application's device work on it is complete: its streams are
-    /// synchronized).
-    pub unsafe fn protect(&mut self, id: u32, region: Region) -> Result<()> {
-        let null = match region {
-            Region::Host { ptr, .. } => ptr.is_null(),
-            Region::Device { ptr, .. } => ptr == 0,
-        };
-        if null || region.is_empty() {
-            return Err(Error::InvalidOption(format!("region {id}: a null address or an empty region")));
-        }
-        self.regions.insert(id, region);
-        Ok(())
+/// Checks a region the application protects as `id`: a null address or
+/// an empty region is refused (`Runtime::protect`).
+pub(super) fn check(id: u32, region: &Region) -> Result<()> {
+    let null = match *region {
+        Region::Host { ptr, .. } => ptr.is_null(),
+        Region::Device { ptr, .. } => ptr == 0,
+    };
+    if null || region.is_empty() {
+        return Err(Error::InvalidOption(format!("region {id}: a null address or an empty region")));
     }
+    Ok(())
 }
 
 /// The bytes of a host region (empty for a device region).

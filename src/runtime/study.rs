@@ -5,7 +5,7 @@
 //! all ranks.
 
 use crate::config::Config;
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use ::mpi::collective::SystemOperation;
 use ::mpi::traits::*;
 use std::io::Write;

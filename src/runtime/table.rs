@@ -16,8 +16,8 @@
 //! order; where the rank's store is at hand, their total must be its
 //! buffer's length. A damaged table is an error, never a wrong read.
 
+use crate::error::{Error, Result};
 use crate::store::commits::CommitLog;
-use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -256,7 +256,7 @@ mod tests {
     fn regions_must_cover_the_rank_s_buffer() {
         let dir = tempfile::tempdir().expect("tempdir");
         let opts = crate::store::StoreOptions { chunk_size: 32, ..Default::default() };
-        let mut e = crate::Engine::open_or_create(dir.path(), 2, 128, &opts).expect("open");
+        let mut e = crate::engine::Engine::open_or_create(dir.path(), 2, 128, &opts).expect("open");
         e.checkpoint(1, &vec![7u8; 128]).expect("checkpoint");
         drop(e);
         table(2).write(dir.path()).expect("write");

@@ -3,7 +3,7 @@
 //! a symbolic link), fsync, rename, directory fsync; and the safe output
 //! write of a restore.
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};

@@ -11,7 +11,7 @@
 //!   *name* is durable only after [`Storage::barrier`] on its directory.
 //! - [`Storage::remove`] and [`Storage::rename`] are durable after a barrier.
 //! - [`Storage::lock`] is exclusive across processes and returns at once
-//!   ([`Error::Locked`](crate::Error::Locked) when held).
+//!   ([`Error::Locked`](crate::error::Error::Locked) when held).
 //! - Reads never follow a write that has not returned; a [`ReadAt`] sees the
 //!   file as it was when opened (or fails).
 //!
@@ -25,7 +25,7 @@ mod posix;
 pub use fsio::is_temp_name;
 pub use posix::Posix;
 
-use crate::Result;
+use crate::error::Result;
 use std::fmt;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};

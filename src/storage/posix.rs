@@ -4,7 +4,7 @@
 //! is an advisory `flock` on a file that holds the owner's pid.
 
 use super::{Entry, Fill, LockGuard, ReadAt, Storage, fsio};
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};

@@ -32,9 +32,9 @@
 //! ([`CommitLog::stray_parts`]). A full record and parts may both exist for
 //! one version: the record wins.
 
+use crate::error::{Error, Result};
 use crate::format::manifest::VersionEntry;
 use crate::storage::{self, Posix, Storage};
-use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -21,10 +21,12 @@ pub mod commits;
 pub use crate::storage::fsio;
 pub use fsio::{hex, sync_dir, write_atomic, write_output};
 
+use crate::error::{Error, Result};
 use crate::format::manifest::{Manifest, VersionEntry};
+use crate::hash::HashAlgo;
 use crate::layout::Layout;
+use crate::method::Method;
 use crate::storage::{self, Fill, LockGuard, Posix, Storage};
-use crate::{Error, HashAlgo, Method, Result};
 use commits::CommitLog;
 use serde::{Deserialize, Serialize};
 use std::fs;
@@ -47,7 +49,7 @@ pub struct StoreOptions {
     /// Re-baseline once the record holds more entries than this.
     pub max_record_entries: Option<u64>,
     /// The CUDA backend's device-memory budget (`crate::backend::budget`).
-    pub gpu_memory: crate::backend::budget::GpuMemory,
+    pub gpu_memory: crate::sizes::GpuMemory,
 }
 
 impl Default for StoreOptions {
@@ -58,7 +60,7 @@ impl Default for StoreOptions {
             hash: HashAlgo::Murmur3,
             max_chain: None,
             max_record_entries: None,
-            gpu_memory: crate::backend::budget::GpuMemory::default(),
+            gpu_memory: crate::sizes::GpuMemory::default(),
         }
     }
 }

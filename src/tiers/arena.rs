@@ -58,13 +58,13 @@ pub enum Policy {
 }
 
 impl std::str::FromStr for Policy {
-    type Err = crate::Error;
-    fn from_str(s: &str) -> crate::Result<Self> {
+    type Err = crate::error::Error;
+    fn from_str(s: &str) -> crate::error::Result<Self> {
         match s {
             "fifo" => Ok(Policy::Fifo),
             "lru" => Ok(Policy::Lru),
             "gap-aware" => Ok(Policy::GapAware),
-            _ => Err(crate::Error::InvalidOption(format!("eviction policy '{s}': fifo, lru or gap-aware"))),
+            _ => Err(crate::error::Error::InvalidOption(format!("eviction policy '{s}': fifo, lru or gap-aware"))),
         }
     }
 }

@@ -30,10 +30,10 @@
 //! needs); here each file is its own allocation, within the arena's budget.
 
 use super::arena::{Arena, Evictable, Policy};
+use crate::error::{Error, Result};
 use crate::restore::Catalog;
 use crate::storage::{Posix, Storage};
 use crate::store::rank_rel;
-use crate::{Error, Result};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -11,12 +11,12 @@
 //! reads them from the shared tier, and its new ones locally.
 
 use super::prefetch::{FileKey, ReadCounters, RestoreCache};
-use super::writeback::Overlay;
+use super::writeback::{InMemory, Overlay};
+use crate::error::{Error, Result};
 use crate::restore::Catalog;
 use crate::restore::PendingMap;
 use crate::storage::{Entry, Fill, LockGuard, Posix, ReadAt, Storage};
 use crate::store::parse_diff_name;
-use crate::{Error, Result};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -90,30 +90,6 @@ pub(crate) fn restore_with<'o>(
         cache.restored(version);
     }
     result
-}
-
-pub(crate) use crate::memory::parallel_copy;
-
-/// A file held in memory (the restore cache's, or one copied out of the GPU
-/// cache tier); it lends its bytes to a restore.
-#[derive(Debug)]
-pub(crate) struct InMemory(pub Arc<Vec<u8>>);
-
-impl ReadAt for InMemory {
-    fn len(&self) -> u64 {
-        self.0.len() as u64
-    }
-
-    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        let src = self.borrow_at(offset, buf.len()).ok_or(std::io::ErrorKind::UnexpectedEof)?;
-        parallel_copy(buf, src);
-        Ok(())
-    }
-
-    fn borrow_at(&self, offset: u64, len: usize) -> Option<&[u8]> {
-        let at = usize::try_from(offset).ok()?;
-        self.0.get(at..at.checked_add(len)?)
-    }
 }
 
 /// Where a counted file's bytes come from.

@@ -4,7 +4,7 @@
 //! and listed in this tier's manifest) or `Failed`. [`Progress::wait`]
 //! blocks until a version is settled on every tier.
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 use std::sync::{Condvar, Mutex, PoisonError};
 

@@ -15,10 +15,11 @@
 //! version is restorable once every rank's part is committed.
 
 use super::cache::Cached;
+use crate::error::{Error, Result};
 use crate::format::manifest::VersionEntry;
+use crate::memory::parallel_copy;
 use crate::storage::{ReadAt, fsio::hex};
 use crate::store::{Store, diff_file_name, rank_rel};
-use crate::{Error, Result};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -111,7 +112,7 @@ impl Overlay {
     pub fn open(&self, rel: &Path) -> Option<Box<dyn ReadAt>> {
         Some(match self.files.get(rel)? {
             Held::Cached(cached, trailer) => Box::new(CachedFile { cached: Arc::clone(cached), trailer: *trailer }),
-            Held::Peeked(bytes) => Box::new(super::reader::InMemory(Arc::clone(bytes))),
+            Held::Peeked(bytes) => Box::new(InMemory(Arc::clone(bytes))),
         })
     }
 }
@@ -184,5 +185,26 @@ impl ReadAt for CachedFile {
             *b = self.trailer[at + split + k - body];
         }
         Ok(())
+    }
+}
+/// A file held in memory (the restore cache's, or one copied out of the GPU
+/// cache tier); it lends its bytes to a restore.
+#[derive(Debug)]
+pub(crate) struct InMemory(pub Arc<Vec<u8>>);
+
+impl ReadAt for InMemory {
+    fn len(&self) -> u64 {
+        self.0.len() as u64
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        let src = self.borrow_at(offset, buf.len()).ok_or(std::io::ErrorKind::UnexpectedEof)?;
+        parallel_copy(buf, src);
+        Ok(())
+    }
+
+    fn borrow_at(&self, offset: u64, len: usize) -> Option<&[u8]> {
+        let at = usize::try_from(offset).ok()?;
+        self.0.get(at..at.checked_add(len)?)
     }
 }

@@ -12,10 +12,10 @@ use super::device_cache::Staged;
 use super::{GpuDedup, PackedRuns, StoredRun, cuda_err};
 use crate::backend::{Backend, BackendKind, Deduplicated, DiffBytes, PendingVersion, Sink, foreign, hand_over_bytes};
 use crate::diff::Diff;
+use crate::error::{Error, Result};
 use crate::layout::{Layout, NodeId};
 use crate::memory::{Protected, ProtectedMut};
 use crate::regions::{self, Conversion, FirstBytes, FirstIndex, Region, Rewrite};
-use crate::{Error, Result};
 use std::any::Any;
 use std::sync::Arc;
 
@@ -241,7 +241,7 @@ impl Backend for CudaBackend {
     }
 
     fn deduplicate(&mut self, version: u64, input: Protected<'_>, baseline: bool) -> Result<Deduplicated> {
-        let tree = self.dev.method() == crate::Method::Tree;
+        let tree = self.dev.method() == crate::method::Method::Tree;
         let prepared = {
             let _span = crate::profile::Span::new("cuda-prepare", version);
             self.dev.prepare(version, input, baseline)?

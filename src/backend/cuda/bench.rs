@@ -5,9 +5,11 @@
 
 use super::{Gpu, GpuDedup, cuda_err};
 use crate::backend::budget::GpuCache;
+use crate::error::Result;
+use crate::hash::HashAlgo;
 use crate::layout::Layout;
 use crate::memory::{DeviceRegion, Protected};
-use crate::{HashAlgo, Method, Result};
+use crate::method::Method;
 use cudarc::driver::CudaSlice;
 use serde::Serialize;
 use std::sync::Arc;
@@ -80,7 +82,7 @@ pub fn run(
     chunk_size: u32,
     hash: HashAlgo,
     versions: &[&[u8]],
-    budget: crate::backend::budget::GpuMemory,
+    budget: crate::sizes::GpuMemory,
     mut progress: impl FnMut(&str, usize),
 ) -> Result<Vec<GpuBenchRow>> {
     let len = versions.first().map_or(0, |v| v.len());

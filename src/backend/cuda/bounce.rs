@@ -8,7 +8,7 @@
 //! device.
 
 use super::{PinnedSegment, cuda_err};
-use crate::Result;
+use crate::error::Result;
 use crate::memory::SegmentMemory;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream};

@@ -21,7 +21,7 @@
 use super::{Gpu, cuda_err};
 use crate::backend::Ready;
 use crate::backend::ring::Ring;
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr};
 use std::sync::{Arc, Mutex, PoisonError};

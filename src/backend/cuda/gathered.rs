@@ -7,8 +7,8 @@
 //! reused ([`DigestPool`]): allocating them costs more than the copy.
 
 use super::{Gpu, cuda_err};
+use crate::error::{Error, Result};
 use crate::hash::Digest;
-use crate::{Error, Result};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaStream, PinnedHostSlice};
 use std::sync::{Arc, Mutex, PoisonError};

@@ -15,7 +15,7 @@
 //!    compiling the same kernels at once.
 
 use super::SOURCE;
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use cudarc::driver::{CudaContext, CudaModule};
 use cudarc::nvrtc::{Ptx, result, sys};
 use std::ffi::CString;
@@ -89,7 +89,8 @@ pub(super) fn load(ctx: &Arc<CudaContext>, arch: &str) -> Result<(Arc<CudaModule
 
 /// The machine code of the kernels for `arch`, compiled by NVRTC now.
 pub fn compile(arch: &str) -> Result<Vec<u8>> {
-    let fail = |what: &str, e: &dyn std::fmt::Display| Error::Gpu(format!("NVRTC {what} kernels/dedup.cu: {e}"));
+    let fail =
+        |what: &str, e: &dyn std::fmt::Display| Error::Gpu(format!("NVRTC {what} kernels/dedup.cu + files.cu: {e}"));
     let src = CString::new(SOURCE).map_err(|e| fail("could not read", &e))?;
     let prog = result::create_program(&src, None).map_err(|e| fail("could not create a program of", &e))?;
     let mut options: Vec<String> = OPTIONS.iter().map(|o| o.to_string()).collect();

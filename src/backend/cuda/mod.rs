@@ -3,7 +3,7 @@
 //! loaded at run time, so the crate builds and runs where there is no CUDA;
 //! [`available`] says whether a device can be used.
 //!
-//! Kernels (`kernels/digests.cuh` + `kernels/dedup.cu`) come built ahead of
+//! Kernels (`kernels/digests.cuh` + `dedup.cu` + `files.cu`) come built ahead of
 //! time for the common architectures, or are compiled by NVRTC once per node
 //! and cached on disk ([`kernels`]).
 
@@ -25,14 +25,19 @@ pub use pipeline::{GpuCheckpoint, GpuDedup, GpuTimings, PackedRuns, StoredRun};
 pub use restore::{GpuRestoreTimings, restore_on_gpu};
 pub use staging::DeviceStaging;
 
+use crate::error::{Error, Result};
 use crate::memory::DeviceRegion;
-use crate::{Error, Result};
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr};
 use std::sync::Arc;
 
-/// Kernel source, digests first.
-const SOURCE: &str =
-    concat!(include_str!("../../../kernels/digests.cuh"), "\n", include_str!("../../../kernels/dedup.cu"));
+/// Kernel source: digests, then the stages, then the file they make.
+const SOURCE: &str = concat!(
+    include_str!("../../../kernels/digests.cuh"),
+    "\n",
+    include_str!("../../../kernels/dedup.cu"),
+    "\n",
+    include_str!("../../../kernels/files.cu")
+);
 
 pub(crate) fn cuda_err(e: impl std::fmt::Display) -> Error {
     Error::Gpu(e.to_string())

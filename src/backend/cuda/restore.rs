@@ -6,7 +6,7 @@
 //! pass (2.7 s of a 7.0 s restore of 4 GiB on the H100 host).
 
 use super::{Gpu, cuda_err};
-use crate::Result;
+use crate::error::Result;
 use crate::restore::{RestoreStats, restore_with_stats};
 use cudarc::driver::{CudaSlice, DevicePtr};
 use std::path::Path;

@@ -4,8 +4,8 @@
 //! scattered back after a restore.
 
 use super::{check_region_in, cuda_err};
+use crate::error::{Error, Result};
 use crate::memory::{DeviceRegion, Protected, ProtectedMut};
-use crate::{Error, Result};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use std::sync::Arc;
 

@@ -3,7 +3,8 @@
 use clap::Args;
 use dckpt::backend::BackendKind;
 use dckpt::bench::{self, BenchResult};
-use dckpt::generate::{Shape, Workload, parse_size};
+use dckpt::generate::{Shape, Workload};
+use dckpt::sizes::parse_size;
 use dckpt::{Error, HashAlgo, Method, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
@@ -38,7 +39,7 @@ pub struct BenchArgs {
     /// of the buffer (1.5x) or a size (6G); `whole` counts the versions a
     /// bound stored whole / that restarted the record.
     #[arg(long, default_value = "1.5x")]
-    gpu_memory: dckpt::backend::budget::GpuMemory,
+    gpu_memory: dckpt::sizes::GpuMemory,
     /// Generate the versions instead of reading files: SHAPE:CHANGE, e.g. clustered:0.01.
     #[arg(long)]
     synthetic: Option<String>,

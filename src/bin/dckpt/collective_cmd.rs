@@ -6,7 +6,7 @@ use clap::Args;
 use dckpt::collective::bench::{MixedParams, SetCase, mixed_workload, reduce_timing};
 use dckpt::collective::mpi::all_agree;
 use dckpt::collective::{Collective, CollectiveOptions, Overlap};
-use dckpt::generate::parse_size;
+use dckpt::sizes::parse_size;
 use dckpt::{Error, Result};
 use mpi::traits::*;
 use std::path::PathBuf;
@@ -59,7 +59,7 @@ pub struct BenchCollectiveArgs {
     /// mixed, CUDA: device memory per rank, a multiple of the buffer (1.5x)
     /// or a size.
     #[arg(long, default_value = "1.5x")]
-    gpu_memory: dckpt::backend::budget::GpuMemory,
+    gpu_memory: dckpt::sizes::GpuMemory,
     /// mixed, with --tiered, CUDA: the GPU cache tier's share of
     /// --gpu-memory (auto: what the budget leaves spare; 0: none; a size).
     #[arg(long, default_value = "auto", requires = "tiered")]

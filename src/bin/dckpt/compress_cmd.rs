@@ -3,8 +3,9 @@
 
 use clap::Args;
 use dckpt::bench_compress::{self, Evolving};
-use dckpt::generate::{Workload, parse_size};
+use dckpt::generate::Workload;
 use dckpt::simulate::{SimWorkload, Simulation};
+use dckpt::sizes::parse_size;
 use dckpt::{Error, Method, Result, StoreOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;

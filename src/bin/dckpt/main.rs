@@ -114,11 +114,24 @@ fn quiet_on_closed_stdout() {
     }));
 }
 
+/// `dckpt checkpoint`: one rank's store, or with `--collective` every
+/// rank's under `mpirun`.
+fn checkpoint(a: store_cmds::CheckpointArgs) -> dckpt::Result<ExitCode> {
+    let a = a.with_config()?;
+    if a.collective {
+        #[cfg(feature = "mpi")]
+        return collective_cmd::checkpoint(a);
+        #[cfg(not(feature = "mpi"))]
+        return Err(dckpt::Error::InvalidOption("--collective needs dckpt built with the `mpi` feature".into()));
+    }
+    store_cmds::checkpoint(a)
+}
+
 fn main() -> ExitCode {
     quiet_on_closed_stdout();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Checkpoint(a) => store_cmds::checkpoint(a),
+        Command::Checkpoint(a) => checkpoint(a),
         Command::Restore(a) => store_cmds::restore(a),
         Command::Verify { dir } => store_cmds::verify(&dir),
         Command::Repair { dir, dry_run } => store_cmds::repair(&dir, dry_run),

@@ -5,7 +5,7 @@
 use clap::Args;
 use dckpt::backend::BackendKind;
 use dckpt::bench_rtm::{self, Hints, Order, RtmOptions, RtmReport, Sizes};
-use dckpt::generate::parse_size;
+use dckpt::sizes::parse_size;
 use dckpt::tiers::arena::Policy;
 use dckpt::{Error, Method, Result, StoreOptions};
 use std::path::PathBuf;
@@ -60,7 +60,7 @@ pub struct RtmArgs {
     /// CUDA backend: device memory dckpt may hold, a multiple of the buffer
     /// (1.5x) or a size (6G).
     #[arg(long, default_value = "1.5x")]
-    gpu_memory: dckpt::backend::budget::GpuMemory,
+    gpu_memory: dckpt::sizes::GpuMemory,
     /// CUDA backend: the tiers' GPU cache tier, its share of --gpu-memory
     /// (auto: what the budget leaves spare; 0: none; or a size).
     #[arg(long, default_value = "auto")]

@@ -2,8 +2,9 @@
 //! `dckpt::runtime::bench` and `dckpt::backend::cuda::kernels`.
 
 use clap::Args;
-use dckpt::generate::{Shape, parse_size};
+use dckpt::generate::Shape;
 use dckpt::runtime::bench::{BenchRuntimeOptions, BenchRuntimeReport, RegionMemory};
+use dckpt::sizes::parse_size;
 use dckpt::{Error, Result};
 use std::path::PathBuf;
 use std::process::ExitCode;

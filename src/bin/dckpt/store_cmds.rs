@@ -38,7 +38,7 @@ pub struct CheckpointArgs {
     /// (1.5x) or a size (6G); a version over a bound of it restarts the
     /// record or is stored whole.
     #[arg(long, default_value = "1.5x")]
-    gpu_memory: dckpt::backend::budget::GpuMemory,
+    gpu_memory: dckpt::sizes::GpuMemory,
     /// Collective checkpoint of every rank of an `mpirun` job (CPU backend;
     /// the rank is the MPI rank, `{rank}` in FILE is replaced by it).
     #[arg(long)]
@@ -183,14 +183,9 @@ fn parse_range(s: &str) -> std::result::Result<std::ops::Range<u64>, String> {
     Ok(a..b)
 }
 
+/// `dckpt checkpoint` of one rank's store (`a` with its configuration
+/// applied; `--collective` is `collective_cmd::checkpoint`).
 pub fn checkpoint(a: CheckpointArgs) -> Result<ExitCode> {
-    let a = a.with_config()?;
-    if a.collective {
-        #[cfg(feature = "mpi")]
-        return crate::collective_cmd::checkpoint(a);
-        #[cfg(not(feature = "mpi"))]
-        return Err(Error::InvalidOption("--collective needs dckpt built with the `mpi` feature".into()));
-    }
     let data = std::fs::read(&a.file).map_err(|e| Error::io(&a.file, e))?;
     let opts = a.store_options();
     if let Some(tiers) = a.tier_options(data.len() as u64) {

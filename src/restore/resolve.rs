@@ -1,0 +1,250 @@
+//! Resolution: every chunk of a version traced to the stored region that
+//! holds its bytes, walking the chain back to its baseline.
+
+use super::*;
+
+/// Resolves every chunk of `(rank, version)` to the stored bytes that hold it.
+pub fn resolve(catalog: &mut Catalog, rank: u32, version: u64) -> Result<(Layout, Vec<Source>)> {
+    resolve_all(catalog, rank, version).map(|r| (r.layout, r.sources))
+}
+
+/// [`resolve`], also listing the cross-rank references followed. The chunk
+/// range is cut into segments that walk the chain in parallel (each claims
+/// only its own chunks), so the walk scales with the cores.
+pub fn resolve_all(catalog: &mut Catalog, rank: u32, version: u64) -> Result<Resolution> {
+    let store = catalog.store(rank)?;
+    let layout = store.layout()?;
+    let chain: Vec<u64> = store
+        .manifest()
+        .chain(version)
+        .ok_or_else(|| Error::MissingVersion { dir: store.root().to_path_buf(), rank, version })?
+        .iter()
+        .map(|v| v.version)
+        .collect();
+    {
+        let _span = crate::profile::Span::new("resolve-open", version);
+        catalog.preload(rank, &chain)?;
+    }
+    let runs_span = crate::profile::Span::new("resolve-runs", version);
+    // Each version's runs, newest first, sorted by start (the files'
+    // tables merged in parallel).
+    let readers: Vec<&DiffReader> = chain
+        .iter()
+        .rev()
+        .map(|&v| catalog.loaded(rank, v).ok_or_else(|| Error::Internal(format!("reader of version {v}"))))
+        .collect::<Result<_>>()?;
+    let walk_order: Vec<VersionRuns> = readers
+        .par_iter()
+        .map(|reader| {
+            let diff = &reader.diff;
+            // FIRST and SHIFT runs are each sorted by start and disjoint (the
+            // decoder checks): merge them.
+            let first = diff.first.iter().map(|r| Run { start: r.start, count: r.count, src: None, reference: None });
+            let shift = diff.shift.iter().map(|s| Run {
+                start: s.start,
+                count: s.count,
+                src: Some((s.src_rank, s.src_version, s.src_start)),
+                reference: s.reference,
+            });
+            let mut runs = Vec::with_capacity(diff.first.len() + diff.shift.len());
+            let (mut first, mut shift) = (first.peekable(), shift.peekable());
+            while let Some(next) = match (first.peek(), shift.peek()) {
+                (Some(a), Some(b)) if a.start < b.start => first.next(),
+                (Some(_), None) => first.next(),
+                _ => shift.next(),
+            } {
+                runs.push(next);
+            }
+            VersionRuns { version: reader.header.version, runs, path: reader.path().to_path_buf() }
+        })
+        .collect();
+    drop(runs_span);
+    let _span = crate::profile::Span::new("resolve-walk", version);
+    let n = layout.chunks();
+    let segments = (rayon::current_num_threads() as u64 * 8).clamp(1, n);
+    let walked: Vec<Walked> = (0..segments)
+        .into_par_iter()
+        .map(|i| {
+            let mut w = walk(&walk_order, rank, (n * i / segments)..(n * (i + 1) / segments));
+            // In destination order within the segment (a sorted run per
+            // version: a stable sort merges them); the segments follow
+            // one another, so their concatenation is sorted too.
+            w.sources.sort_by_key(|s| s.dst);
+            w
+        })
+        .collect();
+    let mut claims: HashMap<(usize, usize), u64> = HashMap::new();
+    for w in &walked {
+        if let Some(gap) = &w.unresolved {
+            let path = catalog.store(rank)?.diff_path(chain[0]);
+            return Err(Error::corrupt(
+                path,
+                format!("chunks {}..{} are stored in no version of the chain", gap.start, gap.end),
+            ));
+        }
+        for &(key, c) in &w.reference_claims {
+            *claims.entry(key).or_default() += c;
+        }
+    }
+    let sources = concat_parallel(&walked, |w| &w.sources);
+    crate::memory::drop_later(walked);
+    let mut keys: Vec<(usize, usize)> = claims.keys().copied().collect();
+    keys.sort_unstable();
+    let references: Vec<UsedReference> = keys
+        .into_iter()
+        .filter_map(|(vi, j)| {
+            let vr = &walk_order[vi];
+            let run = vr.runs[j];
+            let (owner, ver, src) = run.src?;
+            Some(UsedReference {
+                dst: run.start,
+                count: run.count,
+                owner,
+                version: ver,
+                src,
+                digest: run.reference?,
+                whole: claims[&(vi, j)] == run.count,
+                path: vr.path.clone(),
+            })
+        })
+        .collect();
+    // The chain's run lists (hundreds of MB for a long chain of a large
+    // buffer) are freed off the restore's path.
+    crate::memory::drop_later(walk_order);
+    Ok(Resolution { layout, sources, references })
+}
+
+/// One version's runs as the walk sees them.
+pub(super) struct VersionRuns {
+    version: u64,
+    runs: Vec<Run>,
+    path: PathBuf,
+}
+
+/// What walking one segment found.
+pub(super) struct Walked {
+    sources: Vec<Source>,
+    /// Chunks claimed through each cross-rank reference run `(version index, run index)`.
+    reference_claims: Vec<((usize, usize), u64)>,
+    /// The first chunks no version stores, if any.
+    unresolved: Option<Range<u64>>,
+}
+
+/// Resolves the chunks of `segment`: newest version first, each version's
+/// runs claim the chunks still unresolved (FIXED chunks fall through).
+pub(super) fn walk(versions: &[VersionRuns], rank: u32, segment: Range<u64>) -> Walked {
+    let mut out = Walked { sources: Vec::new(), reference_claims: Vec::new(), unresolved: None };
+    let mut unresolved: Vec<Range<u64>> = if segment.is_empty() { Vec::new() } else { vec![segment.clone()] };
+    for (vi, vr) in versions.iter().enumerate() {
+        if unresolved.is_empty() {
+            break;
+        }
+        let runs = &vr.runs;
+        let mut still = Vec::new();
+        let mut k = runs.partition_point(|r| r.start + r.count <= segment.start);
+        for gap in unresolved {
+            let mut at = gap.start;
+            while k < runs.len() && runs[k].start + runs[k].count <= at {
+                k += 1;
+            }
+            let mut j = k;
+            while at < gap.end {
+                match runs.get(j) {
+                    Some(run) if run.start < gap.end => {
+                        if run.start > at {
+                            still.push(at..run.start);
+                            at = run.start;
+                        }
+                        let end = (run.start + run.count).min(gap.end);
+                        let (srank, sver, sstart) = run.src.unwrap_or((rank, vr.version, run.start));
+                        out.sources.push(Source {
+                            dst: at,
+                            count: end - at,
+                            rank: srank,
+                            version: sver,
+                            src: sstart + (at - run.start),
+                        });
+                        if run.reference.is_some() {
+                            out.reference_claims.push(((vi, j), end - at));
+                        }
+                        at = end;
+                        j += 1;
+                    }
+                    _ => {
+                        still.push(at..gap.end);
+                        at = gap.end;
+                    }
+                }
+            }
+            k = j.saturating_sub(1);
+        }
+        unresolved = still;
+    }
+    out.unresolved = unresolved.into_iter().next();
+    out
+}
+
+/// The concatenation of `parts`' lists, written by every core (joining
+/// them one after another was one core copying, and faulting in, hundreds
+/// of MB at 4 GiB).
+pub(super) fn concat_parallel<P: Sync, T: Copy + Send + Sync>(parts: &[P], list: impl Fn(&P) -> &[T] + Sync) -> Vec<T> {
+    let mut starts = Vec::with_capacity(parts.len() + 1);
+    let mut total = 0usize;
+    for p in parts {
+        starts.push(total);
+        total += list(p).len();
+    }
+    starts.push(total);
+    (0..total)
+        .into_par_iter()
+        .with_min_len(1 << 14)
+        .map_init(
+            || 0usize,
+            |part, i| {
+                // Indices come in runs: the part of the previous one, mostly.
+                if !(starts[*part] <= i && i < starts[*part + 1]) {
+                    *part = starts.partition_point(|&s| s <= i) - 1;
+                }
+                list(&parts[*part])[i - starts[*part]]
+            },
+        )
+        .collect()
+}
+
+/// Checks each followed cross-rank reference against its region digest:
+/// restored bytes that came wholly from it are hashed in `out`, the others
+/// are read from the owner again. A mismatch is an error, never other bytes.
+pub fn check_references(
+    catalog: &mut Catalog,
+    rank: u32,
+    layout: &Layout,
+    refs: &[UsedReference],
+    out: Option<&[u8]>,
+) -> Result<()> {
+    let (hash, cs) = {
+        let m = catalog.store(rank)?.manifest();
+        (m.hash, m.chunk_size)
+    };
+    for r in refs {
+        let digest = match out.filter(|_| r.whole) {
+            Some(out) => {
+                let b = layout.chunk_bytes(r.dst..r.dst + r.count);
+                subtree_digest(hash, cs, &out[b.start as usize..b.end as usize])
+            }
+            None => {
+                let owner = owner_reader(catalog, rank, r.owner, r.version)?;
+                subtree_digest(hash, cs, &owner.read_chunks(r.src..r.src + r.count)?)
+            }
+        };
+        if digest != r.digest {
+            return Err(Error::BrokenReference {
+                path: r.path.clone(),
+                reason: format!(
+                    "chunks {}..+{} reference bytes of rank {} version {} that do not match the region's digest",
+                    r.dst, r.count, r.owner, r.version
+                ),
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,504 @@
+//! The host cache tier: a budget of host memory, allocated and touched
+//! by a background thread from the moment the tiers open (never in the
+//! application's path), lent out in fixed-size segments to hold diff
+//! files until the first disk tier has them. A checkpoint copies its file
+//! into segments and returns; the flusher writes them out and gives them
+//! back. When every segment is lent, a checkpoint waits (backpressure) and
+//! says how long.
+//!
+//! A file the cache cannot hold now for a reason other than backpressure
+//! is **spilled**: held in heap memory of its own, outside the budget,
+//! until the first disk tier has it. That is a file larger than the whole
+//! cache (never refused), or one that needs segments the background
+//! thread has not made yet (the first checkpoints after opening do not
+//! wait for page-locked allocations). One spilled file at a time: the next
+//! waits until the previous one is written (and the report says how long).
+//!
+//! Segments move by ownership (a segment travels with its job), so the
+//! application thread and the flusher never share a byte. On the CUDA
+//! backend the segments are page-locked ([`crate::memory::SegmentMemory`]):
+//! the device copies each diff into them directly ([`HostCache::store_with`]),
+//! with no host copy after the D2H. A file the GPU cache tier holds while
+//! every segment is lent ([`HostCache::defer`]) takes its segments later,
+//! when the flusher first needs its bytes: the application does not wait.
+
+mod pool;
+
+use pool::*;
+
+use crate::backend::{Deferred, DeferredFill, DeferredPeek, Fill, Ready};
+use crate::error::{Error, Result};
+use crate::memory::{HeapSegment, Segment, SegmentAlloc};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+/// Bytes per segment.
+pub const SEGMENT_BYTES: usize = 4 << 20;
+
+/// The host cache.
+#[derive(Debug)]
+pub struct HostCache {
+    pool: Arc<Pool>,
+    segments: usize,
+}
+
+/// A diff file held in cache segments; its segments go back to the cache
+/// when it is dropped. A file a device is still copying in carries the
+/// wait for it ([`Cached::ready`]): every reader waits first, and so does
+/// the drop, before the segments can be lent again. A deferred file
+/// ([`HostCache::defer`]) has no segments until its first reader takes
+/// them and has the device copy the file in.
+pub struct Cached {
+    segments: OnceLock<Vec<Segment>>,
+    /// Bytes per segment: [`SEGMENT_BYTES`], or the whole file's length for
+    /// a spilled file (one segment of its own, outside the cache).
+    segment_len: usize,
+    /// Whether it is spilled (its segment is freed, not lent again).
+    spilled: bool,
+    len: usize,
+    pool: Arc<Pool>,
+    gate: Mutex<Gate>,
+    /// Whether the gate is still `Deferred` (read without its lock, which a
+    /// reader holds while it waits for room).
+    waiting: std::sync::atomic::AtomicBool,
+    arrived: OnceLock<std::result::Result<(), String>>,
+    /// A deferred file's copy for restores (without taking segments).
+    peek: Option<DeferredPeek>,
+}
+
+/// What must happen before a cached file's bytes may be read.
+enum Gate {
+    /// Nothing: the bytes are there (or the outcome is in `arrived`).
+    Open,
+    /// A copy into the segments is running: wait for it.
+    Copying(Ready),
+    /// The bytes are elsewhere (the GPU cache tier): take segments, then
+    /// copy them in.
+    Deferred(DeferredFill),
+}
+
+impl std::fmt::Debug for Cached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let segments = self.segments.get().map_or(0, Vec::len);
+        f.debug_struct("Cached").field("len", &self.len).field("segments", &segments).finish()
+    }
+}
+
+impl Drop for Cached {
+    fn drop(&mut self) {
+        let gate = std::mem::replace(self.gate.get_mut().unwrap_or_else(PoisonError::into_inner), Gate::Open);
+        // A copy still running must end before the segments are lent again;
+        // a deferred file never took any (dropping it frees its GPU copy).
+        match gate {
+            Gate::Copying(wait) => {
+                let _ = wait();
+            }
+            Gate::Deferred(_) => self.pool.forget_deferred(),
+            Gate::Open => {}
+        }
+        let segments = self.segments.take();
+        if self.spilled {
+            drop(segments);
+            self.pool.unspill();
+        } else if let Some(segments) = segments {
+            self.pool.put(segments);
+        }
+    }
+}
+
+impl Cached {
+    fn new(
+        pool: &Arc<Pool>,
+        segments: Option<Vec<Segment>>,
+        len: usize,
+        gate: Gate,
+        peek: Option<DeferredPeek>,
+    ) -> Cached {
+        let cell = OnceLock::new();
+        if let Some(segments) = segments {
+            let _ = cell.set(segments);
+        }
+        let waiting = std::sync::atomic::AtomicBool::new(matches!(gate, Gate::Deferred(_)));
+        Cached {
+            segments: cell,
+            segment_len: SEGMENT_BYTES,
+            spilled: false,
+            len,
+            pool: Arc::clone(pool),
+            gate: Mutex::new(gate),
+            waiting,
+            arrived: OnceLock::new(),
+            peek,
+        }
+    }
+
+    /// A copy of a deferred file's bytes, read where they are held (the GPU
+    /// cache tier) without taking segments or waiting for room: what a
+    /// restore reads while the file waits for the flusher. `None` once the
+    /// file is no longer deferred ([`Cached::ready`] then has its bytes
+    /// here soon, the copy in having started).
+    pub fn peek(&self) -> Result<Option<Vec<u8>>> {
+        let Some(peek) = self.peek.as_ref().filter(|_| self.deferred()) else { return Ok(None) };
+        let mut bytes = vec![0u8; self.len];
+        Ok(peek(&mut bytes)?.then_some(bytes))
+    }
+
+    /// Waits until the file's bytes are all there (at once for a file
+    /// copied in on the host); an error if the copy failed (every call
+    /// after says so too). Call before reading. A deferred file takes its
+    /// segments now (waiting for room) and has its bytes copied in.
+    pub fn ready(&self) -> Result<()> {
+        // Held while waiting: a second reader waits for the same outcome.
+        let mut gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
+        match std::mem::replace(&mut *gate, Gate::Open) {
+            Gate::Open => {}
+            Gate::Copying(wait) => {
+                let _ = self.arrived.set(wait().map_err(|e| e.to_string()));
+            }
+            Gate::Deferred(fill) => {
+                let _ = self.arrived.set(self.arrive(fill).map_err(|e| e.to_string()));
+                self.waiting.store(false, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        drop(gate);
+        match self.arrived.get() {
+            Some(Err(e)) => Err(Error::Gpu(format!("the copy of a diff into the host cache failed: {e}"))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Takes segments for a deferred file and has `fill` copy it in.
+    fn arrive(&self, fill: DeferredFill) -> Result<()> {
+        let Lent::Segments(mut segments, _) = self.pool.take(self.len.div_ceil(SEGMENT_BYTES).max(1), true, false)
+        else {
+            return Err(Error::Internal("a deferred file was lent a spill".into()));
+        };
+        let mut slices = slices_of(&mut segments, self.len, SEGMENT_BYTES);
+        let copied = fill(&mut slices).and_then(|ready| ready.map_or(Ok(()), |wait| wait()));
+        drop(slices);
+        match copied {
+            Ok(()) => {
+                let _ = self.segments.set(segments);
+                Ok(())
+            }
+            Err(e) => {
+                self.pool.put(segments);
+                Err(e)
+            }
+        }
+    }
+
+    /// Whether the file's bytes are not in host memory yet (held by the GPU
+    /// cache tier until a reader's [`Cached::ready`] has copied them in).
+    /// Never waits.
+    pub fn deferred(&self) -> bool {
+        self.waiting.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn segments(&self) -> &[Segment] {
+        self.segments.get().map_or(&[], Vec::as_slice)
+    }
+
+    /// The file's length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The file's bytes, segment by segment.
+    pub fn pieces(&self) -> impl Iterator<Item = &[u8]> {
+        let mut left = self.len;
+        self.segments().iter().map(move |s| {
+            let s = s.bytes();
+            let n = left.min(s.len());
+            left -= n;
+            &s[..n]
+        })
+    }
+
+    /// Writes the whole file to `out`.
+    pub fn write_to(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        self.pieces().try_for_each(|p| out.write_all(p))
+    }
+
+    /// Copies the file's bytes `offset..offset + buf.len()` into `buf`;
+    /// `None` if they run past the file.
+    pub fn read_at(&self, offset: usize, buf: &mut [u8]) -> Option<()> {
+        if offset.checked_add(buf.len())? > self.len {
+            return None;
+        }
+        // One piece per segment touched (at most a segment's size: a
+        // spill's one segment too), copied in parallel.
+        let mut jobs: Vec<(&mut [u8], &[u8])> = Vec::new();
+        let mut rest: &mut [u8] = buf;
+        let mut at = offset;
+        while !rest.is_empty() {
+            let seg = self.segments().get(at / self.segment_len)?.bytes();
+            let from = at % self.segment_len;
+            let n = rest.len().min(seg.len().checked_sub(from)?).min(SEGMENT_BYTES);
+            if n == 0 {
+                return None;
+            }
+            let (piece, tail) = std::mem::take(&mut rest).split_at_mut(n);
+            jobs.push((piece, &seg[from..from + n]));
+            rest = tail;
+            at += n;
+        }
+        use rayon::prelude::*;
+        jobs.into_par_iter().for_each(|(d, s)| d.copy_from_slice(s));
+        Some(())
+    }
+
+    /// Whether the file is spilled: held in heap memory of its own, outside
+    /// the cache (see the module documentation).
+    pub fn spilled(&self) -> bool {
+        self.spilled
+    }
+
+    /// The file's bytes `range` where they lie in one segment (a spilled
+    /// file's, whole), borrowed; `None` where they span segments or run
+    /// past the file.
+    pub fn contiguous(&self, range: std::ops::Range<usize>) -> Option<&[u8]> {
+        if range.end > self.len || range.start > range.end {
+            return None;
+        }
+        let seg = self.segments().get(range.start / self.segment_len)?.bytes();
+        let from = range.start % self.segment_len;
+        seg.get(from..from + range.len())
+    }
+
+    /// The last 32 bytes (a diff file's trailer).
+    pub fn trailer(&self) -> Option<[u8; 32]> {
+        let start = self.len.checked_sub(32)?;
+        let mut t = [0u8; 32];
+        for (k, b) in t.iter_mut().enumerate() {
+            let at = start + k;
+            *b = *self.segments().get(at / self.segment_len)?.bytes().get(at % self.segment_len)?;
+        }
+        Some(t)
+    }
+}
+
+impl HostCache {
+    /// A cache of `bytes` (rounded up to whole segments, at least one) of
+    /// heap memory, made by a background thread.
+    pub fn new(bytes: u64) -> Result<Self> {
+        Self::with_memory(bytes, None)
+    }
+
+    /// A cache of `bytes` whose segments `alloc` makes (heap memory without
+    /// it, or once it fails: a cache that cannot be page-locked still
+    /// works, only its copies are slower). A background thread makes them
+    /// one by one from now on; a file that needs segments not made yet is
+    /// spilled meanwhile ([`Cached::spilled`]), so no checkpoint waits for
+    /// an allocation.
+    pub fn with_memory(bytes: u64, alloc: Option<SegmentAlloc>) -> Result<Self> {
+        let segments = usize::try_from(bytes.div_ceil(SEGMENT_BYTES as u64))
+            .map_err(|_| Error::InvalidOption(format!("host cache of {bytes} bytes")))?
+            .max(1);
+        let state = PoolState {
+            free: Vec::new(),
+            deferred: 0,
+            made: 0,
+            pinned: 0,
+            total: segments,
+            spilled: false,
+            quiet: 0,
+            allocating: false,
+            waiting: 0,
+        };
+        let pool = Arc::new(Pool { state: Mutex::new(state), returned: Condvar::new() });
+        let weak = Arc::downgrade(&pool);
+        std::thread::Builder::new()
+            .name("dckpt-cache-alloc".into())
+            .spawn(move || make_segments(&weak, segments, alloc))
+            .map_err(|e| Error::Internal(format!("starting the host cache's allocation thread: {e}")))?;
+        Ok(HostCache { pool, segments })
+    }
+
+    /// Waits until the background thread has made every segment (tests and
+    /// benchmarks that must not see spills).
+    pub fn wait_made(&self) {
+        let mut st = self.pool.lock();
+        while st.made < st.total {
+            st = self.pool.returned.wait(st).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// Keeps the background thread from starting a page-locked allocation
+    /// until the returned guard is dropped, after waiting for the one it
+    /// may be making (one segment, a few milliseconds). Page-locking holds
+    /// the CUDA driver, process-wide: a kernel launch issued meanwhile
+    /// waits for it, so a checkpoint's pipeline asks for quiet while it
+    /// runs. The thread still allocates while a file waits for segments.
+    pub fn quiet(&self) -> Quiet {
+        let t = Instant::now();
+        let mut st = self.pool.lock();
+        st.quiet += 1;
+        while st.allocating && st.waiting == 0 {
+            st = self.pool.returned.wait(st).unwrap_or_else(PoisonError::into_inner);
+        }
+        drop(st);
+        Quiet { pool: Arc::clone(&self.pool), waited: t.elapsed() }
+    }
+
+    /// Bytes of page-locked segments made so far.
+    pub fn pinned_bytes(&self) -> u64 {
+        (self.pool.lock().pinned * SEGMENT_BYTES) as u64
+    }
+
+    /// Capacity in bytes.
+    pub fn capacity(&self) -> u64 {
+        (self.segments * SEGMENT_BYTES) as u64
+    }
+
+    /// Bytes lent out now (a spilled file is outside the cache and not counted).
+    pub fn in_use(&self) -> u64 {
+        let st = self.pool.lock();
+        ((st.made - st.free.len()) * SEGMENT_BYTES) as u64
+    }
+
+    /// Copies a file given as consecutive `parts` into cache segments, the
+    /// segments in parallel; waits while the cache is full (or spills it:
+    /// see the module documentation). Returns the cached file and the time
+    /// spent waiting.
+    pub fn store_parts(&self, parts: &[&[u8]]) -> Result<(Cached, Duration)> {
+        use rayon::prelude::*;
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let (mut segments, seg_len, waited, spilled) = self.lend(len);
+        // Copied in pieces of at most a segment's size, in parallel (a
+        // spill's one segment too).
+        let mut pieces: Vec<(usize, &mut [u8])> = Vec::new();
+        for (i, seg) in segments.iter_mut().enumerate() {
+            let (lo, hi) = (i * seg_len, ((i + 1) * seg_len).min(len));
+            let mut at = lo;
+            for piece in seg.bytes_mut()[..hi - lo].chunks_mut(SEGMENT_BYTES) {
+                let n = piece.len();
+                pieces.push((at, piece));
+                at += n;
+            }
+        }
+        pieces.into_par_iter().for_each(|(at, piece)| copy_parts(parts, at, piece));
+        Ok((self.cached(segments, len, Gate::Open, None, spilled), waited))
+    }
+
+    /// A file of `len` bytes that `fill` writes straight into cache
+    /// segments (given as consecutive slices totalling `len` bytes); waits
+    /// while the cache is full (or spills it). The cached file and the time
+    /// spent waiting; on an error the segments go back.
+    pub fn store_with(&self, len: usize, fill: &mut Fill<'_>) -> Result<(Cached, Duration)> {
+        let (mut segments, seg_len, waited, spilled) = self.lend(len);
+        let mut slices = slices_of(&mut segments, len, seg_len);
+        let ready = match fill(&mut slices) {
+            Ok(ready) => ready,
+            Err(e) => {
+                drop(slices);
+                // Dropped as a file, so that a spill's right goes back too.
+                drop(self.cached(segments, len, Gate::Open, None, spilled));
+                return Err(e);
+            }
+        };
+        drop(slices);
+        let gate = ready.map_or(Gate::Open, Gate::Copying);
+        Ok((self.cached(segments, len, gate, None, spilled), waited))
+    }
+
+    /// A file of `len` bytes held elsewhere for now (the GPU cache tier):
+    /// it takes no segments until its first reader ([`Cached::ready`],
+    /// the flusher) waits for room and has its fill copy it in (a restore
+    /// reads it where it is meanwhile: [`Cached::peek`]). Returns at
+    /// once; a file larger than the whole cache is spilled now instead
+    /// (filled outside the cache, which may wait for the previous spill).
+    pub fn defer(&self, len: usize, file: Deferred) -> Result<Cached> {
+        if len.div_ceil(SEGMENT_BYTES) > self.segments {
+            let mut once = Some(file.fill);
+            let (cached, _) = self.store_with(len, &mut |bufs| {
+                once.take().ok_or_else(|| Error::Internal("a deferred file was filled twice".into()))?(bufs)
+            })?;
+            return Ok(cached);
+        }
+        self.pool.lock().deferred += 1;
+        Ok(Cached::new(&self.pool, None, len, Gate::Deferred(file.fill), Some(file.peek)))
+    }
+
+    /// Whether a file of `len` bytes would be taken now without waiting for
+    /// the flusher: enough segments are free and no deferred file waits for
+    /// its own (segments go in the order files came), or it would be
+    /// spilled. Only the checkpointing thread takes segments for new
+    /// files, so the answer holds for its next take.
+    pub fn has_room(&self, len: usize) -> bool {
+        let need = len.div_ceil(SEGMENT_BYTES).max(1);
+        let st = self.pool.lock();
+        let turn = st.deferred == 0;
+        (st.free.len() >= need && turn)
+            || (!st.spilled && (need > st.total || (turn && need <= st.free.len() + st.total - st.made)))
+    }
+
+    /// Segments (or a spill's one segment) for a file of `len` bytes: the
+    /// segments, the bytes per segment, the wait, and whether it spilled.
+    fn lend(&self, len: usize) -> (Vec<Segment>, usize, Duration, bool) {
+        let need = len.div_ceil(SEGMENT_BYTES).max(1);
+        match self.pool.take(need, false, true) {
+            Lent::Segments(segments, waited) => (segments, SEGMENT_BYTES, waited, false),
+            Lent::Spill(waited) => {
+                let seg: Segment = Box::new(HeapSegment::prefaulted(len.max(1)));
+                (vec![seg], len.max(1), waited, true)
+            }
+        }
+    }
+
+    /// A cached file over `segments` (a spill's one segment where `spilled`).
+    fn cached(
+        &self,
+        segments: Vec<Segment>,
+        len: usize,
+        gate: Gate,
+        peek: Option<DeferredPeek>,
+        spilled: bool,
+    ) -> Cached {
+        let mut c = Cached::new(&self.pool, Some(segments), len, gate, peek);
+        if spilled {
+            c.spilled = true;
+            c.segment_len = len.max(1);
+        }
+        c
+    }
+}
+
+/// Copies bytes `lo..lo + dst.len()` of the file given as consecutive
+/// `parts` into `dst`.
+fn copy_parts(parts: &[&[u8]], lo: usize, dst: &mut [u8]) {
+    let hi = lo + dst.len();
+    let mut at = 0; // start of the current part in the file
+    for p in parts {
+        let (plo, phi) = (at, at + p.len());
+        at = phi;
+        let (s, e) = (lo.max(plo), hi.min(phi));
+        if s < e {
+            dst[s - lo..e - lo].copy_from_slice(&p[s - plo..e - plo]);
+        }
+    }
+}
+
+/// A call's quiet ([`HostCache::quiet`]): no page-locked allocation
+/// starts until it is dropped.
+#[derive(Debug)]
+pub struct Quiet {
+    pool: Arc<Pool>,
+    /// How long the call waited for an allocation in progress.
+    pub waited: Duration,
+}
+
+impl Drop for Quiet {
+    fn drop(&mut self) {
+        self.pool.lock().quiet -= 1;
+        self.pool.returned.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,247 @@
+//! What the collective step asks of the tiers between a version's
+//! de-duplication and its submission: a version handed over or cached,
+//! described, its regions given away, then submitted or abandoned.
+
+use super::*;
+
+/// A version handed to the host cache with no regions to offer
+/// ([`TieredEngine::hand_over`]), not yet committed nor queued.
+pub(crate) struct HandedVersion {
+    handed: crate::backend::Handed,
+    cached: Cached,
+    sealed: bool,
+    report: TieredReport,
+    t0: Instant,
+    cache_started: Instant,
+    copied: Duration,
+    waited: Duration,
+}
+
+impl HandedVersion {
+    /// What the version cost the application until now.
+    pub(crate) fn report(&self) -> TieredReport {
+        self.report.clone()
+    }
+
+    /// The version's number.
+    pub(crate) fn version(&self) -> u64 {
+        self.report.version
+    }
+
+    /// The collective step's side of a version handed over before its
+    /// diff was on the host (any thread; the application is not waiting):
+    /// the diff decoded from the cached file's metadata, and its FIRST
+    /// regions (nodes of at most `2^max_level` chunks) hashed from the
+    /// cached FIRST bytes, by the digest rule every backend shares.
+    pub(crate) fn describe(mut self, max_level: u32) -> Result<(CachedVersion, Vec<Region>)> {
+        self.cached.ready()?;
+        let cached = &self.cached;
+        let short = || Error::Internal("a cached diff file shorter than its tables".into());
+        let mut read = |at: u64, buf: &mut [u8]| cached.read_at(at as usize, buf).ok_or_else(short);
+        let (version, data_start) = match (self.handed.pending.take(), self.handed.describe.take()) {
+            (_, Some(describe)) => describe(&mut read)?,
+            // Described already (the CPU): the data's place from the header.
+            (Some(version), None) => {
+                let mut header = [0u8; crate::format::diff_file::HEADER_LEN as usize];
+                read(0, &mut header)?;
+                let at = crate::format::data_start_of(&header, cached.len() as u64)
+                    .map_err(|e| Error::Internal(format!("a cached diff file: {e}")))?;
+                (version, at as usize)
+            }
+            (None, None) => return Err(Error::Internal("a handed-over version with nothing to describe it".into())),
+        };
+        // The FIRST data where it lies in one segment (a spilled file),
+        // else gathered.
+        let data = data_start..data_start + version.diff.data_bytes() as usize;
+        let copied;
+        let first = match cached.contiguous(data.clone()) {
+            Some(bytes) => bytes,
+            None => {
+                let mut bytes = vec![0u8; data.len()];
+                read(data.start as u64, &mut bytes)?;
+                copied = bytes;
+                &copied
+            }
+        };
+        let regions = crate::regions::first_regions(
+            &version.diff,
+            &crate::regions::FirstBytes::gathered(&version.diff, first),
+            max_level,
+        );
+        let HandedVersion { cached, sealed, t0, cache_started, copied, waited, .. } = self;
+        let c = CachedVersion { version, cached, sealed, rewrite: None, started: t0, cache_started, copied, waited };
+        Ok((c, regions))
+    }
+}
+
+/// A version de-duplicated and copied into the host cache, not yet queued
+/// (the collective step queues it once every rank has got this far).
+pub(crate) struct CachedVersion {
+    version: Deduplicated,
+    cached: Cached,
+    sealed: bool,
+    /// The give-away's rewrite of the cached file, left to the flush.
+    rewrite: Option<Rewrite>,
+    started: Instant,
+    cache_started: Instant,
+    copied: Duration,
+    waited: Duration,
+}
+
+impl CachedVersion {
+    /// Turns the converted regions into references to their owners after
+    /// the hand-over (the collective step run in the background): the diff
+    /// and the pending record change; the cached bytes wait for
+    /// [`TieredEngine::settle_given_away`]'s rewrite.
+    pub(crate) fn give_away(&mut self, conv: &[Conversion], layouts: &[Layout]) -> Result<()> {
+        self.version.give_away(conv, layouts)
+    }
+
+    /// What the version cost the application until now (its file's length
+    /// after the rewrite, if one is attached).
+    pub(crate) fn report(&self) -> TieredReport {
+        let file_bytes = self.rewrite.as_ref().map_or(self.cached.len() as u64, Rewrite::file_len);
+        let (v, d) = (&self.version, &self.version.diff);
+        let mut report = report_of(
+            d.version,
+            d.baseline,
+            file_bytes,
+            self.started,
+            self.cache_started,
+            self.copied,
+            self.waited,
+            v.gpu,
+        );
+        report.held_on_gpu = self.cached.deferred();
+        report.spilled = self.cached.spilled();
+        report
+    }
+}
+
+impl TieredEngine {
+    /// The call's part of a checkpoint with no regions to offer (one
+    /// rank, or local-only): de-duplicates `input` and hands its file to
+    /// the host cache, nothing more on the host (a device-made diff's
+    /// tables are not decoded); the version stays pending until
+    /// [`TieredEngine::submit_handed`] or [`TieredEngine::abandon`].
+    pub(crate) fn hand_over(&mut self, version: u64, input: Protected<'_>) -> Result<HandedVersion> {
+        let t0 = Instant::now();
+        let _quiet = self.quiet(version);
+        self.rebuild_if_pending();
+        if let Some(latest) = self.latest.filter(|&l| l >= version) {
+            return Err(Error::VersionNotNewer { latest, requested: version });
+        }
+        let baseline = self.next_is_baseline();
+        let mut sink = CacheSink { cache: &self.shared.cache, handed: None };
+        let handed = self.backend.hand_over_new(version, input, baseline, &mut sink)?;
+        let Some((cached, waited, t1, copied, sealed)) = sink.handed else {
+            self.backend.rollback()?;
+            return Err(Error::Internal("the backend handed no file over".into()));
+        };
+        let file_bytes = cached.len() as u64;
+        let baseline = handed.baseline;
+        let mut report = report_of(version, baseline, file_bytes, t0, t1, copied, waited, handed.gpu);
+        report.held_on_gpu = cached.deferred();
+        report.spilled = cached.spilled();
+        Ok(HandedVersion { handed, cached, sealed, report, t0, cache_started: t1, copied, waited })
+    }
+
+    /// Commits a version [`TieredEngine::hand_over`] cached and queues it on
+    /// every tier. On error the next checkpoint is a baseline.
+    pub(crate) fn submit_handed(&mut self, h: HandedVersion) -> Result<TieredReport> {
+        let HandedVersion { handed, cached, sealed, mut report, t0, .. } = h;
+        self.backend.commit_handed(handed)?;
+        self.enqueue(report.version, report.baseline, cached, sealed, None)?;
+        report.total_seconds = t0.elapsed().as_secs_f64();
+        Ok(report)
+    }
+
+    /// Collective step 1: de-duplicates `input` without changing the
+    /// history (the backend keeps it pending).
+    pub(crate) fn deduplicate_local<'a>(&mut self, version: u64, input: Protected<'a>) -> Result<LocalCheckpoint<'a>> {
+        let _quiet = self.quiet(version);
+        self.rebuild_if_pending();
+        if let Some(latest) = self.latest.filter(|&l| l >= version) {
+            return Err(Error::VersionNotNewer { latest, requested: version });
+        }
+        let baseline = self.next_is_baseline();
+        let started = Instant::now();
+        let version = self.backend.deduplicate(version, input, baseline)?;
+        Ok(LocalCheckpoint::new(version, started, input))
+    }
+
+    /// The regions `local` offers to the collective step
+    /// ([`Engine::regions`]).
+    pub(crate) fn regions(&mut self, local: &LocalCheckpoint<'_>, data: &[u8], max_level: u32) -> Result<Vec<Region>> {
+        self.backend.regions(local.deduplicated(), data, max_level)
+    }
+
+    /// Collective step 2: serializes the (rewritten) diff into the host
+    /// cache; still reversible ([`TieredEngine::abandon`]). `data` is the
+    /// protected buffer on the CPU backend.
+    pub(crate) fn cache(&mut self, local: LocalCheckpoint<'_>, data: &[u8]) -> Result<CachedVersion> {
+        let (mut version, started) = local.into_inner();
+        let _quiet = self.quiet(version.diff.version);
+        let mut sink = CacheSink { cache: &self.shared.cache, handed: None };
+        let rewrite = self.backend.hand_over(&mut version, data, &mut sink)?;
+        let (cached, waited, cache_started, copied, sealed) =
+            sink.handed.ok_or_else(|| Error::Internal("the backend handed no file over".into()))?;
+        Ok(CachedVersion { version, cached, sealed, rewrite, started, cache_started, copied, waited })
+    }
+
+    /// Collective step 2b, for a version cached before its regions were
+    /// given away ([`CachedVersion::give_away`]): moves the backend's record
+    /// entries and attaches the rewrite the cached file needs.
+    pub(crate) fn settle_given_away(&mut self, c: &mut CachedVersion) -> Result<()> {
+        let _quiet = self.quiet(c.version.diff.version);
+        if let Some(rewrite) = self.backend.settle_given_away(&mut c.version)? {
+            c.rewrite = Some(rewrite);
+        }
+        Ok(())
+    }
+
+    /// Collective step 3 (every rank has cached its file): the backend
+    /// commits the version and the flush workers take it.
+    pub(crate) fn submit(&mut self, c: CachedVersion) -> Result<TieredReport> {
+        let report = c.report();
+        let CachedVersion { version, cached, sealed, rewrite, .. } = c;
+        let (number, baseline) = (version.diff.version, version.diff.baseline);
+        {
+            let _span = crate::profile::Span::new("submit-commit", number);
+            self.backend.commit(version)?;
+        }
+        let _span = crate::profile::Span::new("submit-enqueue", number);
+        self.enqueue(number, baseline, cached, sealed, rewrite)?;
+        Ok(report)
+    }
+
+    /// Marks `version` failed on every tier with `reason` (the collective
+    /// step gave it up after its call returned): [`TieredEngine::wait`]
+    /// then says why.
+    pub(crate) fn fail_version(&self, version: u64, reason: &str) {
+        self.shared.progress.register(version);
+        for tier in 0..self.roots.len() {
+            self.shared.progress.set(version, tier, TierState::Failed(reason.to_string()));
+        }
+    }
+
+    /// Gives up a version between steps 1 and 3 (another rank failed): the
+    /// backend's state is as before it; cached bytes go back when dropped.
+    pub(crate) fn abandon(&mut self) -> Result<()> {
+        self.backend.rollback()
+    }
+
+    /// Makes the next version a baseline (the collective step asks for it
+    /// when any rank needs one).
+    pub(crate) fn force_baseline(&mut self) {
+        self.force_baseline = true;
+    }
+
+    /// Whether the next version will be a baseline.
+    /// (A state still to be rebuilt is rebuilt first: a rebuild that fails
+    /// makes it one.)
+    pub(crate) fn next_baseline(&mut self) -> bool {
+        self.rebuild_if_pending();
+        self.next_is_baseline()
+    }
+}

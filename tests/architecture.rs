@@ -1,0 +1,204 @@
+//! The module table of ARCHITECTURE.md against the code: every module of
+//! the library is in it once, each row says exactly which modules its
+//! files use (`crate::` paths outside comments), and the rows run from the
+//! core up, so that no module uses one listed after it (no import runs back
+//! up). The benchmarks (their modules and every `bench.rs` file) are one row
+//! on top. Two sibling files never use each other.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failure is the message
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The modules whose row is the benchmarks' (with every `bench.rs` file).
+const BENCHMARKS: &str = "bench";
+
+/// Names the crate root re-exports, and the module that defines each.
+const ROOT_NAMES: [(&str, &str); 8] = [
+    ("Error", "error"),
+    ("ErrorKind", "error"),
+    ("Result", "error"),
+    ("Digest", "hash"),
+    ("HashAlgo", "hash"),
+    ("Method", "method"),
+    ("StoreOptions", "store"),
+    ("Engine", "engine"),
+];
+
+/// One row: its modules and what it says they use.
+struct Row {
+    modules: Vec<String>,
+    uses: BTreeSet<String>,
+}
+
+fn rows() -> Vec<Row> {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("ARCHITECTURE.md")).unwrap();
+    let mut lines = text.lines().skip_while(|l| !l.starts_with("| module | job | depends on |")).skip(2);
+    let mut rows = Vec::new();
+    for line in lines.by_ref().take_while(|l| l.starts_with('|')) {
+        let cells: Vec<&str> = line.trim_matches('|').split(" | ").collect();
+        assert!(cells.len() >= 3, "a row of the module table without three cells: {line}");
+        let names = |cell: &str| -> Vec<String> {
+            cell.split(',')
+                .map(|s| s.trim().trim_matches('`').to_string())
+                .filter(|s| !s.is_empty() && s != "—")
+                .collect()
+        };
+        rows.push(Row { modules: names(cells[0]), uses: names(cells[cells.len() - 1]).into_iter().collect() });
+    }
+    assert!(rows.len() > 10, "the module table of ARCHITECTURE.md was not found");
+    rows
+}
+
+/// Every `.rs` file under `dir`.
+fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The code of a file without its comments (line comments and doc comments).
+fn code(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap();
+    text.lines().map(|l| if l.trim_start().starts_with("//") { "" } else { l }).collect::<Vec<_>>().join("\n")
+}
+
+/// The identifiers that follow each `prefix` in `code` (`crate::x` gives `x`).
+fn after<'c>(code: &'c str, prefix: &str) -> Vec<&'c str> {
+    code.match_indices(prefix)
+        .filter(|(at, _)| !code[..*at].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == ':'))
+        .map(|(at, _)| {
+            let rest = &code[at + prefix.len()..];
+            &rest[..rest.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(rest.len())]
+        })
+        .collect()
+}
+
+/// The library's files (not the binary's, not the crate root) with their
+/// row's module: the top module, or the benchmarks'.
+fn library(src: &Path, bench_modules: &BTreeSet<String>) -> Vec<(PathBuf, String)> {
+    let mut all = Vec::new();
+    files(src, &mut all);
+    all.sort();
+    all.into_iter()
+        .filter_map(|p| {
+            let rel = p.strip_prefix(src).unwrap().to_path_buf();
+            let first = rel.components().next()?.as_os_str().to_str()?.trim_end_matches(".rs").to_string();
+            if first == "bin" || first == "lib" {
+                return None;
+            }
+            let bench = rel.file_name().is_some_and(|n| n == "bench.rs") || bench_modules.contains(&first);
+            Some((p, if bench { BENCHMARKS.to_string() } else { first }))
+        })
+        .collect()
+}
+
+#[test]
+fn the_module_table_is_the_code_and_runs_one_way() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let rows = rows();
+    let bench_row = rows.iter().find(|r| r.modules.first().is_some_and(|m| m == BENCHMARKS)).expect("a benchmarks row");
+    let bench_modules: BTreeSet<String> = bench_row.modules.iter().cloned().collect();
+    let benches = &bench_modules;
+    let row_of: BTreeMap<String, usize> = rows
+        .iter()
+        .enumerate()
+        .flat_map(|(i, r)| {
+            r.modules.iter().map(move |m| (if benches.contains(m) { BENCHMARKS.into() } else { m.clone() }, i))
+        })
+        .collect();
+    let roots: BTreeMap<&str, &str> = ROOT_NAMES.into_iter().collect();
+    // What each row's files use.
+    let mut used: Vec<BTreeMap<String, BTreeSet<String>>> = vec![BTreeMap::new(); rows.len()];
+    let mut problems = Vec::new();
+    for (path, module) in library(&src, &bench_modules) {
+        let Some(&row) = row_of.get(&module) else {
+            problems.push(format!("{}: module `{module}` has no row in the table", path.display()));
+            continue;
+        };
+        let code = code(&path);
+        let top_level = path.parent() == Some(src.as_path());
+        let mut names: Vec<&str> = after(&code, "crate::");
+        if top_level {
+            names.extend(after(&code, "super::"));
+        }
+        for name in names {
+            let target = roots.get(name).map_or(name, |m| *m).to_string();
+            let target_row = if bench_modules.contains(&target) { BENCHMARKS.to_string() } else { target };
+            if target_row != module && row_of.contains_key(&target_row) {
+                used[row].entry(target_row).or_default().insert(path.strip_prefix(&src).unwrap().display().to_string());
+            }
+        }
+    }
+    for (i, row) in rows.iter().enumerate() {
+        let actual: BTreeSet<String> = used[i].keys().filter(|m| !row.modules.contains(m)).cloned().collect();
+        let declared: BTreeSet<String> = row.uses.iter().filter(|m| !row.modules.contains(m)).cloned().collect();
+        for m in actual.difference(&declared) {
+            problems.push(format!("`{}` uses `{m}` ({:?}), which its row does not list", row.modules[0], used[i][m]));
+        }
+        for m in declared.difference(&actual) {
+            problems.push(format!("`{}`'s row lists `{m}`, which it does not use", row.modules[0]));
+        }
+        for m in &declared {
+            match row_of.get(m) {
+                Some(&j) if j < i => {}
+                Some(_) => {
+                    problems.push(format!("`{}` uses `{m}`, listed after it: an import runs back up", row.modules[0]))
+                }
+                None => problems.push(format!("`{}`'s row lists `{m}`, which is no module", row.modules[0])),
+            }
+        }
+    }
+    assert!(problems.is_empty(), "ARCHITECTURE.md's module table and the code disagree:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn no_two_sibling_files_use_each_other() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut all = Vec::new();
+    files(&src, &mut all);
+    // Module path of a file: src/a/b.rs and src/a/b/mod.rs are `a::b`.
+    let path_of = |p: &Path| -> String {
+        let rel = p.strip_prefix(&src).unwrap().with_extension("");
+        let parts: Vec<String> = rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+        let parts: Vec<String> = parts.into_iter().filter(|s| s != "mod").collect();
+        parts.join("::")
+    };
+    let mut uses: BTreeSet<(String, String)> = BTreeSet::new();
+    let modules: BTreeSet<String> = all.iter().map(|p| path_of(p)).collect();
+    for p in &all {
+        if p.file_name().is_some_and(|n| n == "mod.rs" || n == "lib.rs" || n == "main.rs") {
+            continue; // a folder's face: it declares and re-exports its files
+        }
+        let me = path_of(p);
+        let parent = me.rsplit_once("::").map_or(String::new(), |(a, _)| a.to_string());
+        let code = code(p);
+        let mut targets = Vec::new();
+        for name in after(&code, "super::") {
+            targets.push(if parent.is_empty() { name.to_string() } else { format!("{parent}::{name}") });
+        }
+        if !parent.is_empty() {
+            for name in after(&code, &format!("crate::{parent}::")) {
+                targets.push(format!("{parent}::{name}"));
+            }
+        }
+        for t in targets {
+            if t != me
+                && modules.contains(&t)
+                && t.rsplit_once("::").map_or(String::new(), |(a, _)| a.to_string()) == parent
+            {
+                uses.insert((me.clone(), t));
+            }
+        }
+    }
+    let circles: Vec<String> = uses
+        .iter()
+        .filter(|(a, b)| a < b && uses.contains(&(b.clone(), a.clone())))
+        .map(|(a, b)| format!("{a} <-> {b}"))
+        .collect();
+    assert!(circles.is_empty(), "sibling files that use each other: {circles:?}");
+}
