@@ -394,9 +394,10 @@ fn override_value(raw: &str) -> toml::Value {
 
 /// The error of a configuration from `origin`, on one line.
 /// The DCKPT_* environment variables that are not settings: dckpt's own
-/// switches (profiles, the kernel cache, the C examples' configuration
+/// switches (the log level, profiles, the kernel cache, the C examples' configuration
 /// file) and those of its tests, scripts and fault injection.
 pub const OTHER_VARIABLES: &[&str] = &[
+    "LOG",
     "PROFILE",
     "GPU_PROFILE",
     "KERNEL_CACHE",
@@ -616,7 +617,8 @@ mod tests {
     #[test]
     fn misspelled_and_lower_case_variables_are_refused_by_name() {
         let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        check_variable_names(names(&["DCKPT_CHUNK_SIZE", "DCKPT_PROFILE", "PATH", "HOME"])).expect("known");
+        check_variable_names(names(&["DCKPT_CHUNK_SIZE", "DCKPT_PROFILE", "DCKPT_LOG", "PATH", "HOME"]))
+            .expect("known");
         let e = check_variable_names(names(&["DCKPT_CHUNKSIZE"])).expect_err("misspelled");
         assert!(e.to_string().contains("DCKPT_CHUNK_SIZE"), "the closest key: {e}");
         let e = check_variable_names(names(&["dckpt_host_cache_size"])).expect_err("lower case");

@@ -67,6 +67,7 @@ pub mod generate;
 pub mod hash;
 pub mod inspect;
 pub mod layout;
+pub mod log;
 pub mod memory;
 pub mod method;
 pub mod profile;

@@ -194,8 +194,8 @@ impl<'c, C: Communicator> Collective<'c, C> {
             self.engine.adopt(staged)?
         };
         if let Some(e) = unlisted {
-            eprintln!(
-                "dckpt: warning: rank {me}: version {version} is committed, but its manifest entry was not written ({e}); the next open lists it"
+            tracing::warn!(
+                "rank {me}: version {version} is committed, but its manifest entry was not written ({e}); the next open lists it"
             );
         }
         let clock = StepClock { start: t0, offer_seconds, reduced_from, reduced_at };

@@ -1,11 +1,15 @@
 //! A diagnostic trace of where a checkpoint's host time goes: with
 //! `DCKPT_PROFILE=1` in the environment, [`Span`]s print their wall time to
-//! standard error (`dckpt-profile pid STEP MS`). Off by default, and then
+//! standard error (`dckpt-profile pid STEP MS`, through `tracing`, target
+//! [`TARGET`], which [`crate::log`] prints as it is). Off by default, and then
 //! free beyond one cached environment lookup. Meant for profiling runs on a
 //! device, next to `DCKPT_GPU_PROFILE` (the kernels' stages).
 
 use std::sync::OnceLock;
 use std::time::Instant;
+
+/// The `tracing` target of the profile's lines.
+pub const TARGET: &str = "dckpt::profile";
 
 /// Whether `DCKPT_PROFILE` is set (read once per process).
 pub fn enabled() -> bool {
@@ -31,7 +35,7 @@ impl Drop for Span {
     fn drop(&mut self) {
         if let Some(t) = self.start {
             let ms = t.elapsed().as_secs_f64() * 1e3;
-            eprintln!("dckpt-profile {} v{} {} {ms:.2}", std::process::id(), self.version, self.what);
+            tracing::info!(target: TARGET, "dckpt-profile {} v{} {} {ms:.2}", std::process::id(), self.version, self.what);
         }
     }
 }
@@ -41,7 +45,7 @@ impl Drop for Span {
 pub fn record(what: &'static str, version: u64, took: std::time::Duration) {
     if enabled() {
         let ms = took.as_secs_f64() * 1e3;
-        eprintln!("dckpt-profile {} v{version} {what} {ms:.2}", std::process::id());
+        tracing::info!(target: TARGET, "dckpt-profile {} v{version} {what} {ms:.2}", std::process::id());
     }
 }
 
@@ -49,7 +53,7 @@ pub fn record(what: &'static str, version: u64, took: std::time::Duration) {
 /// carried), if profiling is on.
 pub fn count(what: &'static str, version: u64, value: u64) {
     if enabled() {
-        eprintln!("dckpt-profile {} v{version} {what} {value}", std::process::id());
+        tracing::info!(target: TARGET, "dckpt-profile {} v{version} {what} {value}", std::process::id());
     }
 }
 

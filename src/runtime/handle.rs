@@ -60,8 +60,10 @@ impl Runtime {
     /// A runtime over a duplicate of `comm` with `config` (checked already:
     /// [`Config::load`]). Nothing is opened until a checkpoint or restart.
     /// Collective; rank 0 warns on standard error when a rank is bound to
-    /// one CPU of a node with CPUs to spare ([`super::placement`]).
+    /// one CPU of a node with CPUs to spare ([`super::placement`]). Logs go
+    /// to standard error at the level `DCKPT_LOG` sets ([`crate::log`]).
     pub fn init<C: Communicator>(comm: &C, config: Config) -> Runtime {
+        crate::log::init(Some(comm.rank().max(0) as u32));
         super::placement::warn_if_crowded(comm);
         Runtime {
             comm: comm.duplicate(),

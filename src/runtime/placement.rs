@@ -24,7 +24,7 @@ use std::path::Path;
 pub fn crowding_warning(fewest_allowed: usize, available: usize, ranks_here: usize) -> Option<String> {
     (fewest_allowed <= 1 && available >= 2 * ranks_here.max(1)).then(|| {
         format!(
-            "dckpt: warning: a rank is bound to one core while {available} cores are there for {ranks_here} rank(s) \
+            "a rank is bound to one core while {available} cores are there for {ranks_here} rank(s) \
              of its node; dckpt's background threads share that core with the application and checkpoints take \
              longer (OpenMPI binds each rank to a core when it starts two or fewer): launch with \
              `mpirun --bind-to none` or `--map-by slot:PE=<cores per rank>`"
@@ -54,11 +54,11 @@ pub fn warn_if_crowded<C: ::mpi::traits::Communicator>(comm: &C) {
     static PRINTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if any > 0 && comm.rank() == 0 && !PRINTED.swap(true, std::sync::atomic::Ordering::Relaxed) {
         let text = warning.unwrap_or_else(|| {
-            "dckpt: warning: on some node a rank is bound to one core while the node has cores to spare; \
+            "on some node a rank is bound to one core while the node has cores to spare; \
              launch with `mpirun --bind-to none` or `--map-by slot:PE=<cores per rank>`"
                 .to_string()
         });
-        eprintln!("{text}");
+        tracing::warn!("{text}");
     }
 }
 

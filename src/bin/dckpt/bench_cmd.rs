@@ -6,7 +6,6 @@ use dckpt::bench::{self, BenchResult};
 use dckpt::generate::{Shape, Workload};
 use dckpt::sizes::parse_size;
 use dckpt::{Error, HashAlgo, Method, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -111,15 +110,6 @@ pub struct GenArgs {
     out: PathBuf,
 }
 
-pub(crate) fn bar(len: usize, label: &str) -> ProgressBar {
-    let pb = ProgressBar::new(len as u64);
-    if let Ok(style) = ProgressStyle::with_template("{prefix:>10} [{bar:30}] {pos}/{len} {elapsed}") {
-        pb.set_style(style.progress_chars("=> "));
-    }
-    pb.set_prefix(label.to_string());
-    pb
-}
-
 fn load_versions(a: &BenchArgs) -> Result<Vec<Vec<u8>>> {
     if let Some(spec) = &a.synthetic {
         let (shape, change) = spec
@@ -129,7 +119,7 @@ fn load_versions(a: &BenchArgs) -> Result<Vec<Vec<u8>>> {
             change.parse().map_err(|_| Error::InvalidOption(format!("bad change fraction '{change}'")))?;
         let size = usize::try_from(parse_size(&a.size)?).map_err(|_| Error::InvalidOption("size too large".into()))?;
         let mut w = Workload::new(size, change, shape.parse()?, a.seed)?.with_granule(a.granule)?;
-        let pb = bar(a.versions as usize, "gen");
+        let pb = crate::progress::bar(a.versions as usize, "gen");
         let mut out = Vec::new();
         for v in 0..a.versions {
             if v > 0 {
@@ -141,7 +131,7 @@ fn load_versions(a: &BenchArgs) -> Result<Vec<Vec<u8>>> {
         pb.finish_and_clear();
         return Ok(out);
     }
-    let loading = bar(a.files.len(), "loading");
+    let loading = crate::progress::bar(a.files.len(), "loading");
     let mut data = Vec::with_capacity(a.files.len());
     for f in &a.files {
         data.push(std::fs::read(f).map_err(|e| Error::io(f, e))?);
@@ -155,7 +145,7 @@ fn bench_cuda(a: &BenchArgs, methods: &[Method], versions: &[&[u8]]) -> Result<E
     let gpu = dckpt::backend::cuda::Gpu::open(0)?;
     let (d2d, d2h) = dckpt::backend::cuda::bench::ceilings(&gpu, versions[0].len())?;
     let sizes = if a.chunk_sizes.is_empty() { vec![a.chunk_size] } else { a.chunk_sizes.clone() };
-    let pb = bar(versions.len() * methods.len() * sizes.len(), "gpu");
+    let pb = crate::progress::bar(versions.len() * methods.len() * sizes.len(), "gpu");
     let mut rows = Vec::new();
     for &cs in &sizes {
         rows.extend(dckpt::backend::cuda::bench::run(&gpu, methods, cs, a.hash, versions, a.gpu_memory, |_, _| {
@@ -267,23 +257,23 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
     let n = versions.len();
     let mut results: Vec<BenchResult> = Vec::new();
     for m in methods {
-        let pb = bar(n, m.name());
+        let pb = crate::progress::bar(n, m.name());
         results.push(bench::run_method(m, a.chunk_size, a.hash, &versions, |_| pb.inc(1))?);
         pb.finish_and_clear();
     }
     if a.baselines != "none" {
-        let pb = bar(n, "hash");
+        let pb = crate::progress::bar(n, "hash");
         results.push(bench::run_hash_only(a.chunk_size, a.hash, &versions, |_| pb.inc(1))?);
         pb.finish_and_clear();
     }
     if a.baselines == "all" {
-        let pb = bar(n, "zstd-1");
+        let pb = crate::progress::bar(n, "zstd-1");
         results.push(bench::run_zstd(&versions, |_| pb.inc(1)));
         pb.finish_and_clear();
-        let pb = bar(n, "lz4");
+        let pb = crate::progress::bar(n, "lz4");
         results.push(bench::run_lz4(&versions, |_| pb.inc(1)));
         pb.finish_and_clear();
-        let pb = bar(n, "memcpy");
+        let pb = crate::progress::bar(n, "memcpy");
         results.push(bench::run_memcpy(&versions, |_| pb.inc(1)));
         pb.finish_and_clear();
     }
@@ -336,7 +326,7 @@ pub fn generate(a: GenArgs) -> Result<ExitCode> {
     let size = usize::try_from(parse_size(&a.size)?).map_err(|_| Error::InvalidOption("size too large".into()))?;
     std::fs::create_dir_all(&a.out).map_err(|e| Error::io(&a.out, e))?;
     let mut w = Workload::new(size, a.change, a.shape, a.seed)?.with_granule(a.granule)?;
-    let pb = bar(a.versions as usize, "gen");
+    let pb = crate::progress::bar(a.versions as usize, "gen");
     for v in 1..=a.versions {
         if v > 1 {
             w.advance();
@@ -379,7 +369,7 @@ fn bench_e2e(a: &BenchArgs, dir: &std::path::Path) -> Result<ExitCode> {
         gpu_cache: a.gpu_cache,
     };
     let tiered_steps = if opts.tiered_cache_bytes.is_some() { opts.versions as usize } else { 0 };
-    let pb = bar(opts.versions as usize + 2 + tiered_steps, "e2e");
+    let pb = crate::progress::bar(opts.versions as usize + 2 + tiered_steps, "e2e");
     let r = dckpt::bench_e2e::run(&opts, |_| pb.inc(1))?;
     pb.finish_and_clear();
     println!(

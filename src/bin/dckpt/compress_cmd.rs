@@ -52,7 +52,7 @@ pub fn run(a: CompressionArgs) -> Result<ExitCode> {
         None => Evolving::Simulation(SimWorkload::new(a.workload.parse::<Simulation>()?, size, a.seed)?),
     };
     let store = StoreOptions { chunk_size: a.chunk_size, method: Method::Tree, ..StoreOptions::default() };
-    let pb = crate::bench_cmd::bar(a.versions as usize, "versions");
+    let pb = crate::progress::bar(a.versions as usize, "versions");
     let s = bench_compress::run(&a.workload, source, a.versions, &store, &a.dir, |_| pb.inc(1))?;
     pb.finish_and_clear();
     let row = [s.zstd_bytes, s.dedup_bytes, s.dedup_zstd_bytes].map(|b| s.ratio(b));

@@ -5,6 +5,7 @@ mod bench_cmd;
 #[cfg(feature = "mpi")]
 mod collective_cmd;
 mod compress_cmd;
+mod progress;
 mod rtm_cmd;
 #[cfg(feature = "mpi")]
 mod runtime_cmd;
@@ -129,6 +130,7 @@ fn checkpoint(a: store_cmds::CheckpointArgs) -> dckpt::Result<ExitCode> {
 
 fn main() -> ExitCode {
     quiet_on_closed_stdout();
+    dckpt::log::init(None);
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Checkpoint(a) => checkpoint(a),

@@ -113,7 +113,7 @@ pub fn run(a: RtmArgs) -> Result<ExitCode> {
         seed: a.seed,
     };
     let steps = 2 * o.versions as usize * (1 + o.policies.len() * o.hints.len());
-    let pb = crate::bench_cmd::bar(steps, "steps");
+    let pb = crate::progress::bar(steps, "steps");
     let r = bench_rtm::run(&o, |_| pb.inc(1))?;
     pb.finish_and_clear();
     if let Some(path) = &a.json {

@@ -186,16 +186,18 @@ fn parse_range(s: &str) -> std::result::Result<std::ops::Range<u64>, String> {
 /// `dckpt checkpoint` of one rank's store (`a` with its configuration
 /// applied; `--collective` is `collective_cmd::checkpoint`).
 pub fn checkpoint(a: CheckpointArgs) -> Result<ExitCode> {
+    let busy = crate::progress::spinner(&format!("checkpointing {}", a.file.display()));
     let data = std::fs::read(&a.file).map_err(|e| Error::io(&a.file, e))?;
     let opts = a.store_options();
     if let Some(tiers) = a.tier_options(data.len() as u64) {
         let mut engine = dckpt::tiers::TieredEngine::open(a.rank, data.len() as u64, &opts, &tiers, a.backend)?;
         for w in &engine.open_report().warnings {
-            eprintln!("dckpt: warning: {w}");
+            busy.suspend(|| eprintln!("dckpt: warning: {w}"));
         }
         let r = engine.checkpoint(a.version, &data)?;
         engine.wait(a.version)?;
         engine.finalize()?;
+        busy.finish_and_clear();
         println!(
             "rank {} version {}: {} bytes, returned after {:.3} s, durable on {} after the wait{}",
             a.rank,
@@ -209,9 +211,10 @@ pub fn checkpoint(a: CheckpointArgs) -> Result<ExitCode> {
     }
     let mut engine = Engine::open_with_backend(&a.dir, a.rank, data.len() as u64, &opts, a.backend)?;
     for w in &engine.open_report().warnings {
-        eprintln!("dckpt: warning: {w}");
+        busy.suspend(|| eprintln!("dckpt: warning: {w}"));
     }
     let r = engine.checkpoint(a.version, &data)?;
+    busy.finish_and_clear();
     println!(
         "rank {} version {}: {} -> {} bytes ({:.1}x), {} FIRST / {} SHIFT / {} FIXED chunks in {} + {} regions{}",
         a.rank,
@@ -236,7 +239,9 @@ pub fn restore(a: RestoreArgs) -> Result<ExitCode> {
         println!("restored bytes {range:?} of rank {} version {}", a.rank, a.version);
         return Ok(ExitCode::SUCCESS);
     }
+    let busy = crate::progress::spinner(&format!("restoring rank {} version {}", a.rank, a.version));
     let stats = dckpt::restore::restore_to_file(&a.dir, a.rank, a.version, &a.output)?;
+    busy.finish_and_clear();
     println!(
         "restored rank {} version {}: {} bytes from {} files ({} bytes read)",
         a.rank, a.version, stats.data_len, stats.files_opened, stats.bytes_read
@@ -245,7 +250,9 @@ pub fn restore(a: RestoreArgs) -> Result<ExitCode> {
 }
 
 pub fn verify(dir: &Path) -> Result<ExitCode> {
+    let busy = crate::progress::spinner(&format!("verifying {}", dir.display()));
     let mut report = dckpt::verify::verify_store(dir)?;
+    busy.finish_and_clear();
     // A runtime checkpoint's region tables (`regions/`), where there are any.
     #[cfg(feature = "mpi")]
     for (path, message) in dckpt::runtime::table::check_tables(dir) {

@@ -501,14 +501,14 @@ impl GpuDedup {
                 let (vol, invol) = (w[1].3[0] - w[0].3[0], w[1].3[1] - w[0].3[1]);
                 host += &format!(" {} {:.3}/{vol}v{invol}i", w[1].0, (w[1].2 - w[0].2).as_secs_f64() * 1e3);
             }
-            eprintln!("{line} ms{host} pre-sync {pre_sync_ms:.3}");
+            tracing::info!(target: crate::profile::TARGET, "{line} ms{host} pre-sync {pre_sync_ms:.3}");
             if let Some(sampler) = sampler {
                 let samples = sampler.finish();
                 for w in marks.windows(2) {
                     let inside = samples.iter().filter(|b| b.at >= w[0].2 && b.at < w[1].2).count();
                     if inside > 0 {
                         let seen = crate::profile::threads::summary(&samples, w[0].2, w[1].2);
-                        eprintln!("gpu-threads v{version} {}: {seen}", w[1].0);
+                        tracing::info!(target: crate::profile::TARGET, "gpu-threads v{version} {}: {seen}", w[1].0);
                     }
                 }
             }
