@@ -9,7 +9,7 @@
 //! for a test in another process).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 /// Every crash point, in the order a checkpoint reaches them.
@@ -39,12 +39,12 @@ static FAILS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 /// failure (once). For tests of error paths that no input can reach, such
 /// as the collective step's background thread failing on one rank.
 pub fn fail_next(name: &str) {
-    FAILS.lock().unwrap_or_else(PoisonError::into_inner).push(name.to_string());
+    crate::sync::lock(&FAILS).push(name.to_string());
 }
 
 /// Whether point `name` was armed by [`fail_next`] (disarming it).
 pub fn failed(name: &str) -> bool {
-    let mut f = FAILS.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut f = crate::sync::lock(&FAILS);
     match f.iter().position(|n| n == name) {
         Some(i) => {
             f.remove(i);
@@ -57,7 +57,7 @@ pub fn failed(name: &str) -> bool {
 /// Makes every later hit of point `name` in this process sleep for `pause`
 /// (a zero `pause` removes the delay). For tests.
 pub fn delay(name: &str, pause: Duration) {
-    let mut d = DELAYS.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut d = crate::sync::lock(&DELAYS);
     d.retain(|(n, _)| n != name);
     if !pause.is_zero() {
         d.push((name.to_string(), pause));
@@ -82,7 +82,7 @@ pub fn hit(name: &str) {
         std::process::abort();
     }
     if DELAYED.load(Ordering::Relaxed) {
-        let pause = DELAYS.lock().unwrap_or_else(PoisonError::into_inner).iter().find(|(n, _)| n == name).map(|d| d.1);
+        let pause = crate::sync::lock(&DELAYS).iter().find(|(n, _)| n == name).map(|d| d.1);
         if let Some(p) = pause {
             std::thread::sleep(p);
         }

@@ -81,6 +81,7 @@ pub mod simulate;
 pub mod sizes;
 pub mod storage;
 pub mod store;
+pub mod sync;
 pub mod tiers;
 pub mod verify;
 

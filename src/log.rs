@@ -88,7 +88,7 @@ mod tests {
 
     impl std::io::Write for Buffer {
         fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend_from_slice(b);
+            crate::sync::lock(&self.0).extend_from_slice(b);
             Ok(b.len())
         }
         fn flush(&mut self) -> std::io::Result<()> {
@@ -105,7 +105,7 @@ mod tests {
             .event_format(Line { rank })
             .finish();
         tracing::subscriber::with_default(subscriber, events);
-        let bytes = buf.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let bytes = crate::sync::lock(&buf.0).clone();
         String::from_utf8(bytes).unwrap_or_default()
     }
 

@@ -177,7 +177,7 @@ pub fn drop_later<T: Send + 'static>(value: T) {
     let value: Dropped = Box::new(value);
     match later {
         Some(send) => {
-            let send = send.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let send = crate::sync::lock(send);
             // A send fails only if the thread is gone: the value comes back and drops here.
             let _ = send.send(value);
         }

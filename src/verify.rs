@@ -9,7 +9,7 @@ use crate::store::list_ranks;
 use std::path::{Path, PathBuf};
 
 /// One problem found, naming the file concerned.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Problem {
     /// The damaged or inconsistent file.
     pub path: PathBuf,
@@ -18,7 +18,7 @@ pub struct Problem {
 }
 
 /// The outcome of [`verify_store`].
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct VerifyReport {
     /// Ranks found.
     pub ranks: usize,

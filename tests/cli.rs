@@ -336,3 +336,34 @@ fn a_closed_stdout_ends_the_command_quietly() {
     // 141 where the print met the closed pipe (nearly always), else 0.
     assert!(matches!(out.status.code(), Some(141) | Some(0)), "{:?}: {stderr}", out.status);
 }
+
+/// Every command that reports takes `--json`: one object with `schema` and
+/// `command` beside the report's fields.
+#[test]
+fn reports_come_as_json_with_a_schema_version() {
+    let t = tempfile::tempdir().unwrap();
+    let (dir, input, out) = (t.path().join("store"), t.path().join("in.bin"), t.path().join("out.bin"));
+    let json = |args: &[&str]| -> serde_json::Value {
+        let v: serde_json::Value = serde_json::from_str(&ok(args)).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        assert_eq!(v["schema"], 1, "{v}");
+        assert_eq!(v["command"], args[0], "{v}");
+        v
+    };
+    for v in 1..=3u64 {
+        let mut data = noise(50_000, 7);
+        data[..100 * v as usize].fill(v as u8);
+        std::fs::write(&input, &data).unwrap();
+        let r = json(&["checkpoint", "--dir", s(&dir), "--version", &v.to_string(), "--json", s(&input)]);
+        assert_eq!(r["version"], v);
+        assert!(r["file_bytes"].as_u64().unwrap() > 0, "{r}");
+    }
+    let r = json(&["restore", "--dir", s(&dir), "--version", "3", "--output", s(&out), "--json"]);
+    assert_eq!(r["stats"]["data_len"], 50_000);
+    assert!(std::fs::read(&out).unwrap() == std::fs::read(&input).unwrap());
+    let r = json(&["verify", "--dir", s(&dir), "--json"]);
+    assert_eq!((r["versions"].as_u64(), r["problems"].as_array().map(Vec::len)), (Some(3), Some(0)), "{r}");
+    assert_eq!(json(&["inspect", "--dir", s(&dir), "--json"])["versions"].as_array().unwrap().len(), 3);
+    assert!(json(&["repair", "--dir", s(&dir), "--dry-run", "--json"])["actions"].is_array());
+    let r = json(&["prune", "--dir", s(&dir), "--keep", "1", "--dry-run", "--json"]);
+    assert!(r["deleted"].is_array() && r["kept"].is_array(), "{r}");
+}

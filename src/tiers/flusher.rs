@@ -30,7 +30,7 @@ use crate::store::{Store, rank_rel, versions_present};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 /// One version to flush.
@@ -245,7 +245,7 @@ impl Worker {
             self.shared.progress.set(version, self.tier, state);
             if self.tier == 0 {
                 // Listed here (or failed): restores no longer need the cached bytes.
-                self.shared.inflight.lock().unwrap_or_else(PoisonError::into_inner).remove(&version);
+                crate::sync::lock(&self.shared.inflight).remove(&version);
             }
             if let Some(next) = &self.next {
                 // A forwarded file is sealed and rewritten; cached bytes keep their state.
@@ -359,7 +359,7 @@ impl Worker {
                 let trailer = read_trailer(path, *len)?;
                 let src = Mutex::new(crate::storage::fsio::open_regular(path).map_err(|e| Error::io(path, e))?);
                 self.store.write_diff_with(job.version, job.baseline, *len, Some(&trailer), &mut |w| {
-                    let mut f = src.lock().unwrap_or_else(PoisonError::into_inner);
+                    let mut f = crate::sync::lock(&src);
                     let copied = std::io::copy(&mut *f, w)?;
                     if copied == *len {
                         Ok(())

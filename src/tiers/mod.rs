@@ -57,8 +57,8 @@ use reader::Reach;
 use serde::{Deserialize, Serialize};
 use state::{Progress, TierState};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 /// What one asynchronous checkpoint cost the application.
@@ -318,12 +318,12 @@ impl TieredEngine {
         let cached = Arc::new(cached);
         if !self.collective {
             let flying = writeback::InFlight { cached: Arc::clone(&cached), baseline, prev, sealed };
-            self.shared.inflight.lock().unwrap_or_else(PoisonError::into_inner).insert(version, flying);
+            crate::sync::lock(&self.shared.inflight).insert(version, flying);
         }
         if let Err(e) =
             self.flusher.submit(Job { version, baseline, prev, sealed, rewrite, source: Source::Cache(cached) })
         {
-            self.shared.inflight.lock().unwrap_or_else(PoisonError::into_inner).remove(&version);
+            crate::sync::lock(&self.shared.inflight).remove(&version);
             // The history has this version but no tier will: start over.
             self.force_baseline = true;
             for tier in 0..self.roots.len() {

@@ -37,7 +37,7 @@ use crate::store::rank_rel;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 /// A diff file: `(rank, version)`.
@@ -240,7 +240,7 @@ pub struct Prefetcher {
 }
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
+    crate::sync::lock(m)
 }
 
 impl Prefetcher {
@@ -342,7 +342,7 @@ impl Worker {
             }
             let step = if s.started { next_step(&s) } else { None };
             let Some(step) = step else {
-                s = cv.wait(s).unwrap_or_else(PoisonError::into_inner);
+                s = crate::sync::wait(cv, s);
                 continue;
             };
             match step {
@@ -367,7 +367,7 @@ impl Worker {
                     let Some(offset) = s.make_room(len, at) else {
                         // Full of files needed sooner: wait for a restore to consume some.
                         s.stats.stalls += 1;
-                        s = cv.wait(s).unwrap_or_else(PoisonError::into_inner);
+                        s = crate::sync::wait(cv, s);
                         continue;
                     };
                     if !s.arena.insert(id_of(key), offset, len, Evictable::Never) {

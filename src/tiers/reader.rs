@@ -19,7 +19,7 @@ use crate::storage::{Entry, Fill, LockGuard, Posix, ReadAt, Storage};
 use crate::store::parse_diff_name;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 /// How a restore may read the tiers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,7 +85,7 @@ pub(crate) fn restore_with<'o>(
         .and_then(|(_, res)| PendingMap::of(&mut catalog, res.sources));
     if let Some(cache) = cache {
         if result.is_err() {
-            cache.forget(&reader.touched.lock().unwrap_or_else(PoisonError::into_inner));
+            cache.forget(&crate::sync::lock(&reader.touched));
         }
         cache.restored(version);
     }
@@ -175,7 +175,7 @@ impl TierReader {
     }
 
     fn touched(&self, key: FileKey) {
-        self.touched.lock().unwrap_or_else(PoisonError::into_inner).push(key);
+        crate::sync::lock(&self.touched).push(key);
     }
 
     /// Opens a diff file from the fastest tier holding it (home last among

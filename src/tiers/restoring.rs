@@ -139,7 +139,7 @@ impl TieredEngine {
             ProtectedMut::Device(region) => {
                 // Through a reused host buffer (page-locked on the CUDA
                 // backend: no page faults, and the H2D at full speed).
-                let mut staging = self.restore_staging.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut staging = crate::sync::lock(&self.restore_staging);
                 // A new buffer is made (every page touched) on a thread of
                 // its own while the restore resolves the version.
                 let len = region.len();

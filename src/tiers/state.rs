@@ -6,7 +6,7 @@
 
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
-use std::sync::{Condvar, Mutex, PoisonError};
+use std::sync::{Condvar, Mutex};
 
 /// A version's state on one tier.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -56,7 +56,7 @@ impl Progress {
 
     /// Records a new version, queued on every tier.
     pub fn register(&self, version: u64) {
-        let mut s = self.states.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut s = crate::sync::lock(&self.states);
         s.insert(version, vec![TierState::Queued; self.tiers.len()]);
         // Forget the oldest versions durable everywhere; failures stay (so
         // that `wait` and `wait_all` keep reporting them).
@@ -75,7 +75,7 @@ impl Progress {
 
     /// Sets a version's state on tier `tier`.
     pub fn set(&self, version: u64, tier: usize, state: TierState) {
-        let mut s = self.states.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut s = crate::sync::lock(&self.states);
         if let Some(slot) = s.get_mut(&version).and_then(|v| v.get_mut(tier)) {
             *slot = state;
         }
@@ -86,7 +86,7 @@ impl Progress {
     /// Fails every version not yet settled on tier `tier` (its worker has
     /// stopped and will never settle them).
     pub fn fail_unsettled(&self, tier: usize, reason: &str) {
-        let mut s = self.states.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut s = crate::sync::lock(&self.states);
         for states in s.values_mut() {
             if let Some(state) = states.get_mut(tier).filter(|st| !st.settled()) {
                 *state = TierState::Failed(reason.to_string());
@@ -98,19 +98,19 @@ impl Progress {
 
     /// A version's state on each tier (`None` when it is not remembered).
     pub fn states(&self, version: u64) -> Option<Vec<TierState>> {
-        self.states.lock().unwrap_or_else(PoisonError::into_inner).get(&version).cloned()
+        crate::sync::lock(&self.states).get(&version).cloned()
     }
 
     /// Blocks until `version` is settled on every tier; `Ok(true)` when it
     /// is durable on all of them, `Ok(false)` when it is not tracked (the
     /// caller asks the tiers), otherwise the first tier's failure.
     pub fn wait(&self, version: u64) -> Result<bool> {
-        let mut s = self.states.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut s = crate::sync::lock(&self.states);
         loop {
             match s.get(&version) {
                 None => return Ok(false),
                 Some(v) if v.iter().all(TierState::settled) => break,
-                Some(_) => s = self.changed.wait(s).unwrap_or_else(PoisonError::into_inner),
+                Some(_) => s = crate::sync::wait(&self.changed, s),
             }
         }
         let states = s.get(&version).cloned().unwrap_or_default();
@@ -125,15 +125,15 @@ impl Progress {
 
     /// Blocks until `version` is settled on tier `tier` (or not tracked).
     pub fn wait_tier(&self, version: u64, tier: usize) {
-        let mut s = self.states.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut s = crate::sync::lock(&self.states);
         while s.get(&version).and_then(|v| v.get(tier)).is_some_and(|st| !st.settled()) {
-            s = self.changed.wait(s).unwrap_or_else(PoisonError::into_inner);
+            s = crate::sync::wait(&self.changed, s);
         }
     }
 
     /// Blocks until every registered version is settled on every tier.
     pub fn wait_all(&self) -> Result<()> {
-        let versions: Vec<u64> = self.states.lock().unwrap_or_else(PoisonError::into_inner).keys().copied().collect();
+        let versions: Vec<u64> = crate::sync::lock(&self.states).keys().copied().collect();
         let mut first = Ok(());
         for v in versions {
             if let Err(e) = self.wait(v).map(|_| ())

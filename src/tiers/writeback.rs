@@ -22,7 +22,7 @@ use crate::storage::{ReadAt, fsio::hex};
 use crate::store::{Store, diff_file_name, rank_rel};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 /// A version queued for the first tier, with its cached file.
 #[derive(Clone, Debug)]
@@ -60,7 +60,7 @@ impl Overlay {
         // others would keep their segments from the flusher.
         let mut chain = Vec::new();
         let landed = {
-            let map = inflight.lock().unwrap_or_else(PoisonError::into_inner);
+            let map = crate::sync::lock(inflight);
             if !map.contains_key(&version) {
                 return Ok(None);
             }

@@ -163,10 +163,10 @@ fn deferred(staged: Staged) -> crate::backend::Deferred {
     let kept = Arc::clone(&held);
     crate::backend::Deferred {
         fill: Box::new(move |bufs| {
-            let staged = held.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+            let staged = crate::sync::lock(&held).take();
             staged.ok_or_else(taken_twice)?.copy_out(bufs).map(Some)
         }),
-        peek: Box::new(move |buf| match kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref() {
+        peek: Box::new(move |buf| match crate::sync::lock(&kept).as_ref() {
             Some(staged) => staged.read_into(buf).map(|()| true),
             None => Ok(false),
         }),

@@ -24,7 +24,7 @@ use crate::backend::ring::Ring;
 use crate::error::{Error, Result};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 /// The arena and its stream.
 pub struct DeviceCache {
@@ -68,7 +68,7 @@ impl DeviceCache {
 
     /// Bytes of files it holds or is copying out now.
     pub fn in_use(&self) -> u64 {
-        self.ring.lock().unwrap_or_else(PoisonError::into_inner).in_use()
+        crate::sync::lock(&self.ring).in_use()
     }
 
     /// Copies `len` bytes at device address `src` into the arena, in
@@ -76,7 +76,7 @@ impl DeviceCache {
     /// overwrite `src`). `None` when the arena has no room.
     pub(crate) fn stage(self: &Arc<Self>, main: &Arc<CudaStream>, src: u64, len: usize) -> Result<Option<Staged>> {
         let reserved = {
-            let mut ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut ring = crate::sync::lock(&self.ring);
             ring.reserve(
                 len as u64,
                 |copied| copied.try_is_complete().map_err(cuda_err),
@@ -98,7 +98,7 @@ impl DeviceCache {
             Err(e) => {
                 // Nothing reads the span: give it back (the next device copy
                 // into it is ordered behind this one on `main`).
-                self.ring.lock().unwrap_or_else(PoisonError::into_inner).free(span.id);
+                crate::sync::lock(&self.ring).free(span.id);
                 Err(e)
             }
         }
@@ -124,7 +124,7 @@ impl std::fmt::Debug for Staged {
 impl Drop for Staged {
     fn drop(&mut self) {
         if !self.out {
-            self.cache.ring.lock().unwrap_or_else(PoisonError::into_inner).free(self.id);
+            crate::sync::lock(&self.cache.ring).free(self.id);
         }
     }
 }
@@ -147,7 +147,7 @@ impl Staged {
                 return Err(e);
             }
         };
-        self.cache.ring.lock().unwrap_or_else(PoisonError::into_inner).leave(self.id, Arc::clone(&done));
+        crate::sync::lock(&self.cache.ring).leave(self.id, Arc::clone(&done));
         self.out = true;
         Ok(Box::new(move || done.synchronize().map_err(cuda_err)))
     }

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::hash::Digest;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaStream, PinnedHostSlice};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 /// Words per node in `gather_digests`' output: the digest's two words, then
 /// 1 where the node is one of the version's FIRST subtrees (its digest is
@@ -42,7 +42,7 @@ impl DigestPool {
     pub(crate) fn take(&self, words: usize, gpu: &Gpu) -> Result<PinnedHostSlice<u64>> {
         let want = words.max(4096).next_power_of_two();
         {
-            let mut pool = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut pool = crate::sync::lock(&self.0);
             if let Some(i) = pool.iter().position(|p| p.len() >= want && p.len() <= 4 * want) {
                 return Ok(pool.swap_remove(i));
             }
@@ -59,7 +59,7 @@ impl DigestPool {
     /// (so buffers of a size no longer asked for go).
     fn give_back(&self, buffer: PinnedHostSlice<u64>) {
         let oldest = {
-            let mut pool = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut pool = crate::sync::lock(&self.0);
             pool.push(buffer);
             (pool.len() > POOLED).then(|| pool.remove(0))
         };

@@ -411,7 +411,7 @@ impl Gpu {
     pub(crate) fn upload_to(&self, stream: &CudaStream, bytes: &[u8], dst: u64) -> Result<()> {
         self.ctx.bind_to_thread().map_err(cuda_err)?;
         if bounce::Bounce::pays_for(bytes) {
-            let mut slot = self.bounce.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut slot = crate::sync::lock(&self.bounce);
             if slot.is_none() {
                 // Where page-locking fails, the driver's own path below.
                 *slot = bounce::Bounce::new(&self.ctx).ok();

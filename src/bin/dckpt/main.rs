@@ -6,6 +6,7 @@ mod bench_cmd;
 mod collective_cmd;
 mod compress_cmd;
 mod progress;
+mod report;
 mod rtm_cmd;
 #[cfg(feature = "mpi")]
 mod runtime_cmd;
@@ -33,6 +34,9 @@ enum Command {
         /// Store directory.
         #[arg(long)]
         dir: PathBuf,
+        /// Print the report as JSON (with a schema version).
+        #[arg(long)]
+        json: bool,
     },
     /// Remove what no committed version needs (temporary files, unfinished
     /// versions, old record segments), rebuild a missing manifest, and
@@ -44,6 +48,9 @@ enum Command {
         /// Only report what would be done.
         #[arg(long)]
         dry_run: bool,
+        /// Print the report as JSON (with a schema version).
+        #[arg(long)]
+        json: bool,
     },
     /// Delete every version that the last N versions of each rank do not
     /// need (their chains, the files they read, the owners they reference).
@@ -57,13 +64,16 @@ enum Command {
         /// Only report what would be deleted.
         #[arg(long)]
         dry_run: bool,
+        /// Print the report as JSON (with a schema version).
+        #[arg(long)]
+        json: bool,
     },
     /// Per-version statistics of every rank under D.
     Inspect {
         /// Store directory.
         #[arg(long)]
         dir: PathBuf,
-        /// Print JSON instead of a table.
+        /// Print JSON (with a schema version) instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -135,9 +145,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Checkpoint(a) => checkpoint(a),
         Command::Restore(a) => store_cmds::restore(a),
-        Command::Verify { dir } => store_cmds::verify(&dir),
-        Command::Repair { dir, dry_run } => store_cmds::repair(&dir, dry_run),
-        Command::Prune { dir, keep, dry_run } => store_cmds::prune(&dir, keep, dry_run),
+        Command::Verify { dir, json } => store_cmds::verify(&dir, json),
+        Command::Repair { dir, dry_run, json } => store_cmds::repair(&dir, dry_run, json),
+        Command::Prune { dir, keep, dry_run, json } => store_cmds::prune(&dir, keep, dry_run, json),
         Command::Inspect { dir, json } => store_cmds::inspect(&dir, json),
         Command::Bench(a) => bench_cmd::bench(a),
         Command::Gen(a) => bench_cmd::generate(a),

@@ -13,6 +13,9 @@ pub struct CheckpointArgs {
     /// Store directory.
     #[arg(long)]
     pub dir: PathBuf,
+    /// Print the report as JSON (with a schema version).
+    #[arg(long)]
+    pub json: bool,
     /// Version number (larger than every committed one).
     #[arg(long)]
     pub version: u64,
@@ -170,6 +173,9 @@ pub struct RestoreArgs {
     /// the chunks holding them.
     #[arg(long, value_parser = parse_range)]
     range: Option<std::ops::Range<u64>>,
+    /// Print the report as JSON (with a schema version).
+    #[arg(long)]
+    json: bool,
 }
 
 /// `START..END` (bytes, END exclusive).
@@ -198,6 +204,10 @@ pub fn checkpoint(a: CheckpointArgs) -> Result<ExitCode> {
         engine.wait(a.version)?;
         engine.finalize()?;
         busy.finish_and_clear();
+        if a.json {
+            crate::report::print_json("checkpoint", &r)?;
+            return Ok(ExitCode::SUCCESS);
+        }
         println!(
             "rank {} version {}: {} bytes, returned after {:.3} s, durable on {} after the wait{}",
             a.rank,
@@ -215,6 +225,10 @@ pub fn checkpoint(a: CheckpointArgs) -> Result<ExitCode> {
     }
     let r = engine.checkpoint(a.version, &data)?;
     busy.finish_and_clear();
+    if a.json {
+        crate::report::print_json("checkpoint", &r)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     println!(
         "rank {} version {}: {} -> {} bytes ({:.1}x), {} FIRST / {} SHIFT / {} FIXED chunks in {} + {} regions{}",
         a.rank,
@@ -236,12 +250,22 @@ pub fn restore(a: RestoreArgs) -> Result<ExitCode> {
     if let Some(range) = a.range {
         let bytes = dckpt::restore::restore_range(&a.dir, a.rank, a.version, range.clone())?;
         dckpt::store::write_output(&a.output, &bytes, &a.dir)?;
+        if a.json {
+            let r = serde_json::json!({"rank": a.rank, "version": a.version, "start": range.start, "end": range.end});
+            crate::report::print_json("restore", &r)?;
+            return Ok(ExitCode::SUCCESS);
+        }
         println!("restored bytes {range:?} of rank {} version {}", a.rank, a.version);
         return Ok(ExitCode::SUCCESS);
     }
     let busy = crate::progress::spinner(&format!("restoring rank {} version {}", a.rank, a.version));
     let stats = dckpt::restore::restore_to_file(&a.dir, a.rank, a.version, &a.output)?;
     busy.finish_and_clear();
+    if a.json {
+        let r = serde_json::json!({"rank": a.rank, "version": a.version, "stats": stats});
+        crate::report::print_json("restore", &r)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     println!(
         "restored rank {} version {}: {} bytes from {} files ({} bytes read)",
         a.rank, a.version, stats.data_len, stats.files_opened, stats.bytes_read
@@ -249,7 +273,7 @@ pub fn restore(a: RestoreArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn verify(dir: &Path) -> Result<ExitCode> {
+pub fn verify(dir: &Path, json: bool) -> Result<ExitCode> {
     let busy = crate::progress::spinner(&format!("verifying {}", dir.display()));
     let mut report = dckpt::verify::verify_store(dir)?;
     busy.finish_and_clear();
@@ -257,6 +281,10 @@ pub fn verify(dir: &Path) -> Result<ExitCode> {
     #[cfg(feature = "mpi")]
     for (path, message) in dckpt::runtime::table::check_tables(dir) {
         report.problems.push(dckpt::verify::Problem { path, message: format!("region table: {message}") });
+    }
+    if json {
+        crate::report::print_json("verify", &report)?;
+        return Ok(if report.problems.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE });
     }
     for p in &report.problems {
         eprintln!("dckpt: {}: {}", p.path.display(), p.message);
@@ -270,8 +298,12 @@ pub fn verify(dir: &Path) -> Result<ExitCode> {
     }
 }
 
-pub fn repair(dir: &Path, dry_run: bool) -> Result<ExitCode> {
+pub fn repair(dir: &Path, dry_run: bool, json: bool) -> Result<ExitCode> {
     let report = dckpt::repair::repair_store(dir, dry_run)?;
+    if json {
+        crate::report::print_json("repair", &report)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     for a in &report.actions {
         println!("{}: {}", a.path.display(), a.what);
     }
@@ -286,8 +318,12 @@ pub fn repair(dir: &Path, dry_run: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn prune(dir: &Path, keep: u64, dry_run: bool) -> Result<ExitCode> {
+pub fn prune(dir: &Path, keep: u64, dry_run: bool, json: bool) -> Result<ExitCode> {
     let report = dckpt::prune::prune_store(dir, keep, dry_run)?;
+    if json {
+        crate::report::print_json("prune", &report)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let verb = if dry_run { "would delete" } else { "deleted" };
     for (rank, version) in &report.deleted {
         println!("rank {rank}: {verb} version {version}");
@@ -322,8 +358,7 @@ pub fn inspect(dir: &Path, json: bool) -> Result<ExitCode> {
         Err(e) => return Err(e),
     };
     if json {
-        let text = serde_json::to_string_pretty(&all).map_err(|e| Error::InvalidOption(e.to_string()))?;
-        println!("{text}");
+        crate::report::print_json("inspect", &all)?;
         return Ok(ExitCode::SUCCESS);
     }
     let stats = &all.versions;

@@ -175,7 +175,7 @@ impl DiffReader {
     /// to take it: reads, and the parallel work on what they return, run
     /// without it.
     pub(super) fn handle(&self) -> Result<Arc<dyn ReadAt>> {
-        let mut guard = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut guard = crate::sync::lock(&self.file);
         if let Some(f) = guard.as_ref() {
             return Ok(Arc::clone(f));
         }
@@ -208,7 +208,7 @@ impl DiffReader {
 
     /// Closes the file handle (metadata stays; the next read reopens it).
     pub fn release_file(&self) {
-        *self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        *crate::sync::lock(&self.file) = None;
     }
 
     /// The file's path.

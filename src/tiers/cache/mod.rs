@@ -29,7 +29,7 @@ use pool::*;
 use crate::backend::{Deferred, DeferredFill, DeferredPeek, Fill, Ready};
 use crate::error::{Error, Result};
 use crate::memory::{HeapSegment, Segment, SegmentAlloc};
-use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Bytes per segment.
@@ -86,7 +86,7 @@ impl std::fmt::Debug for Cached {
 
 impl Drop for Cached {
     fn drop(&mut self) {
-        let gate = std::mem::replace(self.gate.get_mut().unwrap_or_else(PoisonError::into_inner), Gate::Open);
+        let gate = std::mem::replace(crate::sync::get_mut(&mut self.gate), Gate::Open);
         // A copy still running must end before the segments are lent again;
         // a deferred file never took any (dropping it frees its GPU copy).
         match gate {
@@ -149,7 +149,7 @@ impl Cached {
     /// segments now (waiting for room) and has its bytes copied in.
     pub fn ready(&self) -> Result<()> {
         // Held while waiting: a second reader waits for the same outcome.
-        let mut gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut gate = crate::sync::lock(&self.gate);
         match std::mem::replace(&mut *gate, Gate::Open) {
             Gate::Open => {}
             Gate::Copying(wait) => {
@@ -325,7 +325,7 @@ impl HostCache {
     pub fn wait_made(&self) {
         let mut st = self.pool.lock();
         while st.made < st.total {
-            st = self.pool.returned.wait(st).unwrap_or_else(PoisonError::into_inner);
+            st = crate::sync::wait(&self.pool.returned, st);
         }
     }
 
@@ -340,7 +340,7 @@ impl HostCache {
         let mut st = self.pool.lock();
         st.quiet += 1;
         while st.allocating && st.waiting == 0 {
-            st = self.pool.returned.wait(st).unwrap_or_else(PoisonError::into_inner);
+            st = crate::sync::wait(&self.pool.returned, st);
         }
         drop(st);
         Quiet { pool: Arc::clone(&self.pool), waited: t.elapsed() }

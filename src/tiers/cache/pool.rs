@@ -49,7 +49,7 @@ pub(super) enum Lent {
 
 impl Pool {
     pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.state)
     }
 
     /// Takes `need` segments, waiting until that many are free (and, for a
@@ -75,7 +75,7 @@ impl Pool {
                 self.returned.notify_all(); // the allocation may go on now
             }
             st.waiting += 1;
-            st = self.returned.wait(st).unwrap_or_else(PoisonError::into_inner);
+            st = crate::sync::wait(&self.returned, st);
             st.waiting -= 1;
         }
         if deferred {
@@ -99,7 +99,7 @@ impl Pool {
     pub(super) fn begin_allocation(&self) {
         let mut st = self.lock();
         while st.quiet > 0 && st.waiting == 0 {
-            st = self.returned.wait(st).unwrap_or_else(PoisonError::into_inner);
+            st = crate::sync::wait(&self.returned, st);
         }
         st.allocating = true;
     }
