@@ -138,15 +138,20 @@ impl Diff {
                 false
             }
         });
-        self.shift.dedup_by(|next, prev| {
-            if prev.extended_by(next) {
-                prev.count += next.count;
-                true
-            } else {
-                false
-            }
-        });
+        coalesce_shift(&mut self.shift);
     }
+}
+
+/// Merges each SHIFT run of `runs` (sorted) into the one before it where it
+/// continues it ([`ShiftRun::extended_by`]): [`Diff::coalesce`]'s SHIFT half.
+pub fn coalesce_shift(runs: &mut Vec<ShiftRun>) {
+    runs.dedup_by(|next, prev| {
+        let merge = prev.extended_by(next);
+        if merge {
+            prev.count += next.count;
+        }
+        merge
+    });
 }
 
 impl ShiftRun {

@@ -361,13 +361,7 @@ pub(super) fn decode_tables(h: &DiffHeader, meta: &[u8]) -> Result<Diff, String>
         // A Tree diff's runs are coalesced, but a device writes a repeat
         // node's entry without merging its first or last copy into a
         // neighbouring run: merged here, a no-op on the encoder's files.
-        shift.dedup_by(|next, prev| {
-            let merge = prev.extended_by(next);
-            if merge {
-                prev.count += next.count;
-            }
-            merge
-        });
+        crate::diff::coalesce_shift(&mut shift);
     }
     let encoding = if h.bitmap_len > 0 {
         if h.first_count != 0 || h.bitmap_len != n.div_ceil(8) {
