@@ -30,6 +30,18 @@ pub(crate) enum IntOrText {
     Text(String),
 }
 
+/// A setting written as an integer (bytes: `bytes(n)`) or as text (parsed
+/// by `T`'s `FromStr`): the deserializer of [`GpuMemory`] and [`GpuCache`].
+fn bytes_or_text<'de, D: Deserializer<'de>, T: FromStr<Err = Error>>(
+    d: D,
+    bytes: fn(u64) -> T,
+) -> std::result::Result<T, D::Error> {
+    match IntOrText::deserialize(d)? {
+        IntOrText::Int(n) => Ok(bytes(n)),
+        IntOrText::Text(s) => s.parse().map_err(serde::de::Error::custom),
+    }
+}
+
 /// The smallest budget a multiple of the buffer gives (small buffers).
 pub const MIN_BUDGET: u64 = 64 << 20;
 
@@ -100,10 +112,7 @@ impl Serialize for GpuMemory {
 
 impl<'de> Deserialize<'de> for GpuMemory {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        match IntOrText::deserialize(d)? {
-            IntOrText::Int(n) => Ok(GpuMemory::Bytes(n)),
-            IntOrText::Text(s) => s.parse().map_err(serde::de::Error::custom),
-        }
+        bytes_or_text(d, GpuMemory::Bytes)
     }
 }
 
@@ -159,10 +168,7 @@ impl Serialize for GpuCache {
 
 impl<'de> Deserialize<'de> for GpuCache {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        match IntOrText::deserialize(d)? {
-            IntOrText::Int(n) => Ok(GpuCache::Bytes(n)),
-            IntOrText::Text(s) => s.parse().map_err(serde::de::Error::custom),
-        }
+        bytes_or_text(d, GpuCache::Bytes)
     }
 }
 
