@@ -4,8 +4,11 @@
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use dckpt::HashAlgo;
 use dckpt::dedup::hash_leaves;
-use dckpt::generate::{Shape, Workload};
+#[path = "../src/bin/dckpt/bench/generate.rs"]
+#[allow(dead_code)]
+mod generate;
 use dckpt::layout::Layout;
+use generate::{Shape, Workload};
 use std::hint::black_box;
 use std::time::Duration;
 

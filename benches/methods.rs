@@ -5,9 +5,12 @@
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use dckpt::dedup::{DedupInput, DedupState};
 use dckpt::format::encode_diff;
-use dckpt::generate::{Shape, Workload};
+#[path = "../src/bin/dckpt/bench/generate.rs"]
+#[allow(dead_code)]
+mod generate;
 use dckpt::layout::Layout;
 use dckpt::{HashAlgo, Method};
+use generate::{Shape, Workload};
 use std::hint::black_box;
 use std::time::Duration;
 

@@ -85,7 +85,10 @@ pub fn runtime(w: &World, root: &Path) {
     // waiting in a collective call.
     if w.rank == 0 {
         rt.unprotect(1).expect("unprotect");
-        w.check(rt.unprotect(1).is_err(), "unprotecting twice");
+        w.check(
+            matches!(rt.unprotect(1), Err(e) if e.kind() == dckpt::ErrorKind::MissingRegion),
+            "unprotecting twice is a missing region",
+        );
     }
     let e = rt.checkpoint("sim", 5).expect_err("a changed set of regions");
     w.check(e.to_string().contains("regions"), &format!("refusal: {e}"));
@@ -103,8 +106,14 @@ pub fn runtime(w: &World, root: &Path) {
     w.check(reader.committed_versions("sim").expect("versions") == [1, 2, 3, 4], "committed versions");
     let got = reader.read_region("sim", other as u32, 1, 3, 1000..5000).expect("read a region range");
     w.check(got == content(other, 1, sizes_of(other)[1], 3)[1000..5000], "another rank's region range at version 3");
-    w.check(reader.read_region("sim", other as u32, 7, 3, 0..1).is_err(), "an unknown region");
-    w.check(reader.read_region("sim", other as u32, 0, 3, 0..1 << 30).is_err(), "a range past the region");
+    w.check(
+        matches!(reader.read_region("sim", other as u32, 7, 3, 0..1), Err(e) if e.kind() == dckpt::ErrorKind::MissingRegion),
+        "an unknown region is a missing region",
+    );
+    w.check(
+        matches!(reader.read_region("sim", other as u32, 0, 3, 0..1 << 30), Err(e) if e.kind() == dckpt::ErrorKind::SizeMismatch),
+        "a range past the region is a size mismatch",
+    );
     drop(reader);
 
     // A restart: a new runtime, the regions zeroed and protected again.

@@ -11,7 +11,9 @@
 # Environment (empty = skip that part): RANKS ("1 2 4 8 16 32 64"), KS (2^14..2^18), CASES ("unique shared"),
 # REPEAT (3), MIXED_RANKS ("1 2 4"), MIXED_SIZE (32M), MIXED_BACKEND (cpu; auto|cuda), MIXED_TIERED (a host cache
 # size per rank, e.g. 2G: the mixed workload also through the asynchronous tiers), DCKPT_BIN (target/release/dckpt;
-# set it on a machine without cargo), NO_PLOT=1 to skip the plot.
+# set it on a machine without cargo), NO_PLOT=1 to skip the plot; the plot's title: MACHINE (default this host,
+# its cores and GPUs), DATE (of the run, default today; set both with --plot for another machine's CSV) or
+# HOST_LABEL (both in one), REDUCTION (what was measured; default the binomial tree).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 plot_only=0
@@ -35,7 +37,14 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cores=$(nproc)
 # shellcheck source=scripts/placement.sh
 . scripts/placement.sh
-host=${HOST_LABEL:-"$(hostname) ($cores cores), $(date -u +%Y-%m-%d)"}
+# What the plot's title names (MACHINE, DATE or HOST_LABEL, REDUCTION: see the header).
+if [ -z "${MACHINE:-}" ]; then
+    gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c |
+        awk '{n = $1; $1 = ""; printf "%s%s ×%s", sep, n, $0; sep = ", "}' || true)
+    MACHINE="$(hostname) ($cores cores${gpus:+, $gpus})"
+fi
+host=${HOST_LABEL:-"$MACHINE, ${DATE:-$(date -u +%Y-%m-%d)}"}
+reduction=${REDUCTION:-"binomial-tree reduction (point-to-point merges) + MPI_Bcast"}
 reduce_csv="$out/reduce.csv"
 mixed_csv="$out/mixed.csv"
 if [ "$plot_only" = 0 ]; then
@@ -76,11 +85,17 @@ cat "$mixed_csv"
 fi
 
 [ "${NO_PLOT:-0}" = 1 ] && exit 0
+if [ ! -f "$reduce_csv" ] || [ "$(wc -l <"$reduce_csv")" -le 1 ]; then
+    echo "no reduction measured in $reduce_csv: no plot" >&2
+    exit 0
+fi
 command -v gnuplot >/dev/null 2>&1 || DCKPT_APT_PACKAGES="gnuplot-nox" scripts/install-deps.sh
-python3 - "$reduce_csv" "$out" <<'PY'
-import csv, sys, collections
-rows = list(csv.DictReader(open(sys.argv[1])))
-out = sys.argv[2]
+# The data files for gnuplot beside the CSV, and the gnuplot program: one panel a case (columns) and x axis
+# (rows: vs K, vs ranks) that the CSV has more than one value of.
+python3 - "$reduce_csv" "$out" "$reduction" "$host" <<'PY' | gnuplot
+import csv, sys, collections, textwrap
+path, out, reduction, host = sys.argv[1:5]
+rows = list(csv.DictReader(open(path)))
 by_k = collections.defaultdict(dict)   # case -> {(ranks, k): t}
 for r in rows:
     by_k[r["case"]][(int(r["ranks"]), int(r["threshold"]))] = float(r["median_seconds"])
@@ -94,24 +109,37 @@ for case, d in by_k.items():
         f.write("P " + " ".join(f"K{k}" for k in ks) + "\n")
         for p in ranks:
             f.write(f"{p} " + " ".join(f"{d.get((p, k), float('nan')):.6f}" for k in ks) + "\n")
+
+def q(s):
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+over = sorted(int(r["ranks"]) for r in rows if r.get("oversubscribed") == "1")
+sizes = (f"K = {', '.join(map(str, ks))} entries a rank; P = {', '.join(map(str, ranks))} ranks"
+         + (f" (more ranks than cores from P = {over[0]})" if over else "")
+         + "; median of the repetitions, the slowest rank's time")
+cases = sorted(by_k, key=lambda c: (c != "unique", c != "shared", c))
+label = {"unique": "worst case: all digests unique", "shared": "best case: all digests shared"}
+axes = [a for a, n in (("k", len(ks)), ("p", len(ranks))) if n > 1] or ["k"]
+width = max(700 * len(cases), 1000)
+print(f"set terminal pngcairo size {width},{500 * len(axes) + 100} font \",11\" noenhanced")
+print(f"set output {q(out + '/reduce.png')}")
+lines = [f"dckpt collective reduction: {reduction}, median seconds", host, sizes]
+title = "\n".join(w for line in lines for w in textwrap.wrap(line, width // 8))  # about 8 pixels a character
+print(f"set multiplot layout {len(axes)},{len(cases)} rowsfirst title {q(title)}")
+print("set key left top; set grid; set logscale x 2")
+for a in axes:
+    if a == "k":
+        print('set xlabel "K (entries per rank)"; set ylabel "seconds"; set logscale y; set yrange [*:*]')
+    else:
+        print('set xlabel "ranks"; set ylabel "seconds"; unset logscale y; set yrange [0:*]')
+    for c in cases:
+        what = label.get(c, f"case {c}")
+        if a == "p":
+            what = what.split(":")[0] + " vs ranks" + (" (log2 x, linear y: a straight line is logarithmic growth)"
+                                                        if c == cases[0] else "")
+        n = len(ranks) if a == "k" else len(ks)
+        print(f"set title {q(what)}")
+        print(f"plot for [i=2:{n + 1}] {q(f'{out}/reduce-{c}-vs-{a}.dat')} using 1:i with linespoints title columnhead(i)")
+print("unset multiplot")
 PY
-ncol=$(head -n 1 "$out/reduce-unique-vs-k.dat" | wc -w); ncol=$((ncol - 1))
-nk=$(head -n 1 "$out/reduce-unique-vs-p.dat" | wc -w); nk=$((nk - 1))
-gnuplot <<GP
-set terminal pngcairo size 1400,1000 font ",11" noenhanced
-set output "$out/reduce.png"
-set multiplot layout 2,2 title "dckpt collective reduction (MPI_Reduce top-K merger + MPI_Bcast), median; $host"
-set key left top; set grid; set logscale x 2; set logscale y
-set xlabel "K (entries per rank)"; set ylabel "seconds"
-set title "worst case: all digests unique"
-plot for [i=2:$((ncol + 1))] "$out/reduce-unique-vs-k.dat" using 1:i with linespoints title columnhead(i)
-set title "best case: all digests shared"
-plot for [i=2:$((ncol + 1))] "$out/reduce-shared-vs-k.dat" using 1:i with linespoints title columnhead(i)
-set xlabel "ranks"; unset logscale y; set yrange [0:*]
-set title "worst case vs ranks (log2 x, linear y: a straight line is logarithmic growth)"
-plot for [i=2:$((nk + 1))] "$out/reduce-unique-vs-p.dat" using 1:i with linespoints title columnhead(i)
-set title "best case vs ranks"
-plot for [i=2:$((nk + 1))] "$out/reduce-shared-vs-p.dat" using 1:i with linespoints title columnhead(i)
-unset multiplot
-GP
 echo "wrote $reduce_csv, $mixed_csv and $out/reduce.png"

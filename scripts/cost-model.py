@@ -40,6 +40,7 @@ import csv
 import json
 import math
 import sys
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -65,6 +66,16 @@ RUNS = {  # machine -> scaling CSV, reduction class, cores, GPUs, rank counts le
                      in_call=[16, 32, 64]),
     "h100": dict(csv="docs/bench/scaling/h100.csv", micro=GPU_NODE, cores=16, gpus=1, bad=[]),
     "h200x2": dict(csv="docs/bench/scaling/h200x2-placed.csv", micro=GPU_NODE, cores=32, gpus=2, bad=[]),
+}
+# Where and when each input was measured (BENCHMARKS.md): the figure's title names them.
+MEASURED = {
+    "h100-tree": "the H100's 16-core host (nvidia-h100-x1), 2026-11-24",
+    "dev2core": "the 2-core development VM, 2026-11-24",
+    "h200x4-mpi": "the 4 × H200 node's 64 cores (nvidia-h200-x4), 2026-11-22",
+    "devbox-cpu": "the 2-core development VM, CPU backend, 2026-11-23",
+    "h100-cpu": "the H100's 16-core host, CPU backend, 2026-11-24",
+    "h100": "one NVIDIA H100 80GB HBM3 (nvidia-h100-x1, 16 cores), 2026-11-24",
+    "h200x2": "2 × NVIDIA H200 (nvidia-h200-x2, 32 cores), ranks placed, 2026-11-24",
 }
 K_DEFAULT, CHUNK, ENTRY_BYTES = 1 << 17, 128, 40
 PER_NODE, A_NET, BW_NET = 8, 5e-6, 25e9
@@ -282,8 +293,30 @@ def lines(ax, cluster, node, color, label, node_to=64, ls="-"):
     ax.plot(P_LINE[P_LINE <= node_to], node(P_LINE[P_LINE <= node_to]), ":", color=color, lw=0.9)
 
 
+def span(vals):
+    v = sorted({int(x) for x in vals})
+    return f"{v[0]}" if len(v) == 1 else f"{v[0]}–{v[-1]}"
+
+
+def suptitle(fig, res):
+    """Machines, dates and sizes of every input, from the fitted points."""
+    red = [f"{m} P = {span(q['ranks'] for q in r['tree+node']['points'])}, K = "
+           f"{span(q['threshold'] for q in r['tree+node']['points'])}"
+           f"{' (one MPI_Reduce, before the tree)' if m == 'h200x4-mpi' else ''} on {MEASURED[m]}"
+           for m, r in res["reduction"].items()]
+    runs = [f"{m} P = {span(q['ranks'] for q in r['drain']['points'])} on {MEASURED[m]}"
+            for m, r in res["runs"].items()]
+    lines = ["dckpt cost model of the collective step and the flush: measured points (× left out of the fit), "
+             f"models; extrapolated: {PER_NODE} ranks a node, one a GPU, {A_NET * 1e6:g} µs + {ENTRY_BYTES} B × K / "
+             f"{BW_NET / 1e9:g} GB/s an inter-node level (assumed)",
+             "Reduction alone (median s; K entries a rank): " + "; ".join(red),
+             f"Whole runs (strong and weak, chunk {CHUNK} B, a checkpoint every 10 steps): " + "; ".join(runs)]
+    fig.suptitle("\n".join(w for line in lines for w in textwrap.wrap(line, 175)), fontsize=10)
+
+
 def plot(res, path):
-    fig, axs = plt.subplots(2, 2, figsize=(14, 11))
+    fig, axs = plt.subplots(2, 2, figsize=(14, 12), layout="constrained")
+    suptitle(fig, res)
     red, runs = res["reduction"], res["runs"]
     ax, par, old = axs[0, 0], red[GPU_NODE]["tree+node"]["params"], red["h200x4-mpi"]["tree+node"]["params"]
     for i, k in enumerate((1 << 14, 1 << 16, 1 << 18)):
@@ -330,7 +363,6 @@ def plot(res, path):
     ax.set_ylim(1e-3, 1e3)
     decorate(ax, "heat weak, collective: steady call (●) and drain of 6 checkpoints (■)", "seconds",
              loc="upper left")
-    fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 

@@ -152,6 +152,36 @@ pub enum Error {
         /// Ranks of this job.
         now: u32,
     },
+    /// Bytes of one size given where another is needed: a buffer that is
+    /// not the store's data length, restored bytes that do not fit the
+    /// destination, a host buffer for a device buffer of another length.
+    #[error("{what}: {actual} bytes where {expected} are needed")]
+    SizeMismatch {
+        /// What was measured.
+        what: String,
+        /// The size needed.
+        expected: u64,
+        /// The size given.
+        actual: u64,
+    },
+    /// A region asked for is not there: never protected on this rank, or
+    /// absent from the region table a checkpoint recorded.
+    #[error("rank {rank}: {what}")]
+    MissingRegion {
+        /// The rank whose region was asked for.
+        rank: u32,
+        /// Which region, and where it was looked for.
+        what: String,
+    },
+    /// The machine refused a resource dckpt needs: a thread, memory, an
+    /// address range larger than this process can hold.
+    #[error("{what}: resources exhausted: {reason}")]
+    ResourcesExhausted {
+        /// What was being made.
+        what: String,
+        /// What the system said.
+        reason: String,
+    },
     /// An internal invariant failed (a bug: please report it).
     #[error("internal error: {0}")]
     Internal(String),
@@ -196,6 +226,12 @@ pub enum ErrorKind {
     NotDurable = 16,
     /// [`Error::RankCount`].
     RankCount = 17,
+    /// [`Error::SizeMismatch`].
+    SizeMismatch = 18,
+    /// [`Error::MissingRegion`].
+    MissingRegion = 19,
+    /// [`Error::ResourcesExhausted`].
+    ResourcesExhausted = 20,
     /// [`Error::Internal`].
     Internal = 99,
 }
@@ -230,6 +266,9 @@ impl Error {
             Error::NoSpace { .. } => ErrorKind::NoSpace,
             Error::NotDurable { .. } => ErrorKind::NotDurable,
             Error::RankCount { .. } => ErrorKind::RankCount,
+            Error::SizeMismatch { .. } => ErrorKind::SizeMismatch,
+            Error::MissingRegion { .. } => ErrorKind::MissingRegion,
+            Error::ResourcesExhausted { .. } => ErrorKind::ResourcesExhausted,
             Error::Internal(_) => ErrorKind::Internal,
         }
     }
@@ -237,6 +276,24 @@ impl Error {
     /// The stable numeric code of [`Error::kind`].
     pub fn code(&self) -> i32 {
         self.kind() as i32
+    }
+
+    /// A [`Error::SizeMismatch`].
+    pub fn size_mismatch(what: impl Into<String>, expected: u64, actual: u64) -> Self {
+        Error::SizeMismatch { what: what.into(), expected, actual }
+    }
+
+    /// A thread the system would not start ([`Error::ResourcesExhausted`]).
+    pub fn no_thread(what: impl Into<String>, source: std::io::Error) -> Self {
+        Error::ResourcesExhausted { what: format!("starting {}", what.into()), reason: source.to_string() }
+    }
+
+    /// A size this process cannot address ([`Error::ResourcesExhausted`]).
+    pub fn too_large(what: impl Into<String>, bytes: u64) -> Self {
+        Error::ResourcesExhausted {
+            what: what.into(),
+            reason: format!("{bytes} bytes exceed this process's address space"),
+        }
     }
 
     /// A corrupt-file error.

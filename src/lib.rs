@@ -28,11 +28,11 @@
 //! | [`restore`] | chain resolution and byte-exact reconstruction |
 //! | [`verify`] | whole-store integrity and reference checks |
 //! | [`inspect`] | per-version statistics |
-//! | [`bench`](mod@bench) | the in-memory method benchmark behind `dckpt bench` |
-//! | [`bench_e2e`] | `dckpt bench --e2e`: what the application waits for, through the store |
-//! | [`bench_compress`] | `dckpt bench-compression`: de-duplication vs compression vs both |
-//! | [`generate`] | synthetic evolving workloads (clustered / scattered edits) |
-//! | [`simulate`] | simulation-like evolving buffers (heat stencil, label propagation) |
+//! | [`collective`] | collective de-duplication across ranks (feature `mpi`) |
+//! | [`runtime`] | the application runtime, `Runtime` (feature `mpi`), and the C ABI in [`ffi`] |
+//!
+//! The benchmarks and workload generators (`dckpt bench*`, `dckpt gen`) are
+//! modules of the `dckpt` binary, not of this library.
 //!
 //! ```
 //! use dckpt::{Engine, StoreOptions, Method, HashAlgo};
@@ -48,10 +48,6 @@
 //! ```
 
 pub mod backend;
-pub mod bench;
-pub mod bench_compress;
-pub mod bench_e2e;
-pub mod bench_rtm;
 pub mod collective;
 pub mod config;
 pub mod cpus;
@@ -63,7 +59,6 @@ pub mod failpoint;
 #[cfg(feature = "mpi")]
 pub mod ffi;
 pub mod format;
-pub mod generate;
 pub mod hash;
 pub mod inspect;
 pub mod layout;
@@ -77,7 +72,6 @@ pub mod regions;
 pub mod repair;
 pub mod restore;
 pub mod runtime;
-pub mod simulate;
 pub mod sizes;
 pub mod storage;
 pub mod store;

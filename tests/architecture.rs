@@ -2,15 +2,12 @@
 //! the library is in it once, each row says exactly which modules its
 //! files use (`crate::` paths outside comments), and the rows run from the
 //! core up, so that no module uses one listed after it (no import runs back
-//! up). The benchmarks (their modules and every `bench.rs` file) are one row
-//! on top. Two sibling files never use each other.
+//! up). The benchmarks live in the binary, over the public API: no library
+//! module is one. Two sibling files never use each other.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failure is the message
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-
-/// The modules whose row is the benchmarks' (with every `bench.rs` file).
-const BENCHMARKS: &str = "bench";
 
 /// Names the crate root re-exports, and the module that defines each.
 const ROOT_NAMES: [(&str, &str); 8] = [
@@ -63,8 +60,7 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) {
 
 /// The code of a file without its comments (line comments and doc comments).
 fn code(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap();
-    text.lines().map(|l| if l.trim_start().starts_with("//") { "" } else { l }).collect::<Vec<_>>().join("\n")
+    code_of(&std::fs::read_to_string(path).unwrap())
 }
 
 /// The identifiers that follow each `prefix` in `code` (`crate::x` gives `x`).
@@ -79,8 +75,8 @@ fn after<'c>(code: &'c str, prefix: &str) -> Vec<&'c str> {
 }
 
 /// The library's files (not the binary's, not the crate root) with their
-/// row's module: the top module, or the benchmarks'.
-fn library(src: &Path, bench_modules: &BTreeSet<String>) -> Vec<(PathBuf, String)> {
+/// top module.
+fn library(src: &Path) -> Vec<(PathBuf, String)> {
     let mut all = Vec::new();
     files(src, &mut all);
     all.sort();
@@ -91,8 +87,7 @@ fn library(src: &Path, bench_modules: &BTreeSet<String>) -> Vec<(PathBuf, String
             if first == "bin" || first == "lib" {
                 return None;
             }
-            let bench = rel.file_name().is_some_and(|n| n == "bench.rs") || bench_modules.contains(&first);
-            Some((p, if bench { BENCHMARKS.to_string() } else { first }))
+            Some((p, first))
         })
         .collect()
 }
@@ -101,21 +96,13 @@ fn library(src: &Path, bench_modules: &BTreeSet<String>) -> Vec<(PathBuf, String
 fn the_module_table_is_the_code_and_runs_one_way() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let rows = rows();
-    let bench_row = rows.iter().find(|r| r.modules.first().is_some_and(|m| m == BENCHMARKS)).expect("a benchmarks row");
-    let bench_modules: BTreeSet<String> = bench_row.modules.iter().cloned().collect();
-    let benches = &bench_modules;
-    let row_of: BTreeMap<String, usize> = rows
-        .iter()
-        .enumerate()
-        .flat_map(|(i, r)| {
-            r.modules.iter().map(move |m| (if benches.contains(m) { BENCHMARKS.into() } else { m.clone() }, i))
-        })
-        .collect();
+    let row_of: BTreeMap<String, usize> =
+        rows.iter().enumerate().flat_map(|(i, r)| r.modules.iter().map(move |m| (m.clone(), i))).collect();
     let roots: BTreeMap<&str, &str> = ROOT_NAMES.into_iter().collect();
     // What each row's files use.
     let mut used: Vec<BTreeMap<String, BTreeSet<String>>> = vec![BTreeMap::new(); rows.len()];
     let mut problems = Vec::new();
-    for (path, module) in library(&src, &bench_modules) {
+    for (path, module) in library(&src) {
         let Some(&row) = row_of.get(&module) else {
             problems.push(format!("{}: module `{module}` has no row in the table", path.display()));
             continue;
@@ -128,9 +115,8 @@ fn the_module_table_is_the_code_and_runs_one_way() {
         }
         for name in names {
             let target = roots.get(name).map_or(name, |m| *m).to_string();
-            let target_row = if bench_modules.contains(&target) { BENCHMARKS.to_string() } else { target };
-            if target_row != module && row_of.contains_key(&target_row) {
-                used[row].entry(target_row).or_default().insert(path.strip_prefix(&src).unwrap().display().to_string());
+            if target != module && row_of.contains_key(&target) {
+                used[row].entry(target).or_default().insert(path.strip_prefix(&src).unwrap().display().to_string());
             }
         }
     }
@@ -154,6 +140,29 @@ fn the_module_table_is_the_code_and_runs_one_way() {
         }
     }
     assert!(problems.is_empty(), "ARCHITECTURE.md's module table and the code disagree:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn the_benchmarks_and_workload_generators_live_in_the_binary() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let in_library: Vec<String> = library(&src)
+        .into_iter()
+        .filter(|(p, _)| {
+            let stem = p.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+            stem.starts_with("bench") || stem == "generate" || stem == "simulate"
+        })
+        .map(|(p, _)| p.display().to_string())
+        .collect();
+    assert!(in_library.is_empty(), "benchmark code in the library's public API: {in_library:?}");
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    let lib = code_of(&lib);
+    let exported: Vec<&str> = after(&lib, "pub mod ").into_iter().filter(|m| m.starts_with("bench")).collect();
+    assert!(exported.is_empty(), "the library exports benchmark modules: {exported:?}");
+}
+
+/// `code` for text already read.
+fn code_of(text: &str) -> String {
+    text.lines().map(|l| if l.trim_start().starts_with("//") { "" } else { l }).collect::<Vec<_>>().join("\n")
 }
 
 #[test]

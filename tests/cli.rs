@@ -151,8 +151,8 @@ fn gen_and_bench_run_end_to_end() {
     for name in ["full", "basic", "list", "tree", "zstd-1", "lz4", "memcpy", "hash-murmur3"] {
         assert!(out.contains(name), "bench output lacks {name}: {out}");
     }
-    let rows: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    let tree = rows.as_array().unwrap().iter().find(|r| r["name"] == "tree").unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let tree = doc["rows"].as_array().unwrap().iter().find(|r| r["name"] == "tree").unwrap();
     assert!(tree["ratio"].as_f64().unwrap() > 1.5, "{tree}");
     fails(&["gen", "--size", "12Q", "--out", s(&w)], "12Q");
 }
@@ -366,4 +366,16 @@ fn reports_come_as_json_with_a_schema_version() {
     assert!(json(&["repair", "--dir", s(&dir), "--dry-run", "--json"])["actions"].is_array());
     let r = json(&["prune", "--dir", s(&dir), "--keep", "1", "--dry-run", "--json"]);
     assert!(r["deleted"].is_array() && r["kept"].is_array(), "{r}");
+    // The configuration, and where each value came from.
+    let conf = t.path().join("dckpt.toml");
+    std::fs::write(&conf, format!("scratch = \"{}\"\nchunk_size = 256\n", s(&dir))).unwrap();
+    let r = json(&["config", "--check", s(&conf), "--json"]);
+    assert_eq!((r["config"]["chunk_size"].as_u64(), r["config"]["method"].as_str()), (Some(256), Some("tree")), "{r}");
+    assert!(r["origins"]["chunk_size"].as_str().unwrap().contains("dckpt.toml"), "{r}");
+    // A benchmark writes the same kind of document to the file --json names.
+    let report = t.path().join("bench.json");
+    ok(&["bench", "--synthetic", "scattered:0.01", "--size", "256K", "--versions", "2", "--json", s(&report)]);
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!((r["schema"].as_u64(), r["command"].as_str()), (Some(1), Some("bench")), "{r}");
+    assert!(!r["rows"].as_array().unwrap().is_empty(), "{r}");
 }

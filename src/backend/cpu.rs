@@ -199,7 +199,7 @@ impl Backend for CpuBackend {
                 };
                 super::rebuild::rebuilt_from(&copy, &map, layout, method, hash).into_state(layout, hash, rank)
             })
-            .map_err(|e| Error::Internal(format!("starting the rebuild thread: {e}")))?;
+            .map_err(|e| Error::no_thread("the rebuild thread", e))?;
         self.rebuilding = Some(thread);
         Ok(())
     }
@@ -210,11 +210,9 @@ impl Backend for CpuBackend {
                 out.copy_from_slice(bytes);
                 Ok(())
             }
-            ProtectedMut::Host(out) => Err(Error::InvalidOption(format!(
-                "{} restored bytes do not fit a {}-byte buffer",
-                bytes.len(),
-                out.len()
-            ))),
+            ProtectedMut::Host(out) => {
+                Err(Error::size_mismatch("restored bytes for their buffer", out.len() as u64, bytes.len() as u64))
+            }
             ProtectedMut::Device(_) => Err(Error::InvalidOption("device memory needs the CUDA backend".into())),
         }
     }

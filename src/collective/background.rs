@@ -79,7 +79,7 @@ impl StepWorker {
                 }
                 // `comm` is freed here, on the thread that used it.
             })
-            .map_err(|e| Error::Internal(format!("starting the collective step's thread: {e}")))?;
+            .map_err(|e| Error::no_thread("the collective step's thread", e))?;
         Ok(StepWorker { tasks: Some(tasks), done, thread: Some(thread) })
     }
 

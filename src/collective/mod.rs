@@ -18,8 +18,6 @@
 
 #[cfg(feature = "mpi")]
 mod background;
-#[cfg(feature = "mpi")]
-pub mod bench;
 pub mod merge;
 #[cfg(feature = "mpi")]
 pub mod mpi;
@@ -33,6 +31,8 @@ pub mod tiered;
 pub use merge::{DEFAULT_THRESHOLD, HashFreq, local_set, merge, reduce_all};
 #[cfg(feature = "mpi")]
 pub use mpi::{Collective, CollectiveReport};
+#[cfg(feature = "mpi")]
+pub use reduce::Reduction;
 #[cfg(feature = "mpi")]
 pub use tiered::TieredCollective;
 

@@ -177,11 +177,11 @@ pub trait Deduplicate: Sync {
 /// Checks the input length and the version range; returns the version as the record stores it.
 fn check_input(state: &DedupState, input: &DedupInput<'_>) -> Result<u32> {
     if input.data.len() as u64 != state.layout.data_len() {
-        return Err(Error::InvalidOption(format!(
-            "buffer is {} bytes but the store's layout is {} bytes",
-            input.data.len(),
-            state.layout.data_len()
-        )));
+        return Err(Error::size_mismatch(
+            "the buffer to checkpoint (the store's data length)",
+            state.layout.data_len(),
+            input.data.len() as u64,
+        ));
     }
     u32::try_from(input.version).map_err(|_| {
         Error::InvalidOption(format!("version {} exceeds the supported maximum {}", input.version, u32::MAX))

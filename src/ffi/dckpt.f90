@@ -22,13 +22,16 @@ module dckpt
     public :: dckpt_init, dckpt_protect, dckpt_unprotect, dckpt_checkpoint, dckpt_latest, dckpt_restart, &
               dckpt_restart_latest, dckpt_versions, dckpt_wait, dckpt_finalize, dckpt_error_message
     public :: DCKPT_OK, DCKPT_HOST, DCKPT_DEVICE, DCKPT_ERR_INVALID_OPTION, DCKPT_ERR_MISSING_VERSION, &
-              DCKPT_ERR_MISMATCH, DCKPT_ERR_RANK_COUNT, DCKPT_ERR_INTERNAL
+              DCKPT_ERR_MISMATCH, DCKPT_ERR_RANK_COUNT, DCKPT_ERR_SIZE_MISMATCH, DCKPT_ERR_MISSING_REGION, &
+              DCKPT_ERR_RESOURCES_EXHAUSTED, DCKPT_ERR_INTERNAL
     ! What a program needs of iso_c_binding to call these (`use dckpt` alone).
     public :: c_ptr, c_null_ptr, c_loc, c_int, c_int64_t, c_size_t, c_double, c_float
 
     integer(c_int), parameter :: DCKPT_OK = 0, DCKPT_HOST = 0, DCKPT_DEVICE = 1
     integer(c_int), parameter :: DCKPT_ERR_MISSING_VERSION = 3, DCKPT_ERR_MISMATCH = 5, DCKPT_ERR_INVALID_OPTION = 7, &
-                                 DCKPT_ERR_RANK_COUNT = 17, DCKPT_ERR_INTERNAL = 99
+                                 DCKPT_ERR_RANK_COUNT = 17, DCKPT_ERR_SIZE_MISMATCH = 18, &
+                                 DCKPT_ERR_MISSING_REGION = 19, DCKPT_ERR_RESOURCES_EXHAUSTED = 20, &
+                                 DCKPT_ERR_INTERNAL = 99
 
     interface
         integer(c_int) function c_init_f(comm, config, out) bind(C, name="dckpt_init_f")

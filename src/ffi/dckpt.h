@@ -101,6 +101,22 @@
 #define DCKPT_ERR_RANK_COUNT 17
 
 /**
+ * Bytes of the wrong size (a restored region longer than its buffer, a
+ * buffer that is not the store's length).
+ */
+#define DCKPT_ERR_SIZE_MISMATCH 18
+
+/**
+ * A region that is not protected, or not in the checkpoint's region table.
+ */
+#define DCKPT_ERR_MISSING_REGION 19
+
+/**
+ * The machine refused a thread or memory dckpt needs.
+ */
+#define DCKPT_ERR_RESOURCES_EXHAUSTED 20
+
+/**
  * A bug, or a panic caught at the boundary.
  */
 #define DCKPT_ERR_INTERNAL 99

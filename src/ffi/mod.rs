@@ -71,6 +71,13 @@ pub const DCKPT_ERR_NOT_DURABLE: c_int = 16;
 /// A checkpoint written by a job of another rank count (read its ranks'
 /// regions instead; see `dckpt_latest`).
 pub const DCKPT_ERR_RANK_COUNT: c_int = 17;
+/// Bytes of the wrong size (a restored region longer than its buffer, a
+/// buffer that is not the store's length).
+pub const DCKPT_ERR_SIZE_MISMATCH: c_int = 18;
+/// A region that is not protected, or not in the checkpoint's region table.
+pub const DCKPT_ERR_MISSING_REGION: c_int = 19;
+/// The machine refused a thread or memory dckpt needs.
+pub const DCKPT_ERR_RESOURCES_EXHAUSTED: c_int = 20;
 /// A bug, or a panic caught at the boundary.
 pub const DCKPT_ERR_INTERNAL: c_int = 99;
 
@@ -420,6 +427,9 @@ mod tests {
             (DCKPT_ERR_NO_SPACE, ErrorKind::NoSpace),
             (DCKPT_ERR_NOT_DURABLE, ErrorKind::NotDurable),
             (DCKPT_ERR_RANK_COUNT, ErrorKind::RankCount),
+            (DCKPT_ERR_SIZE_MISMATCH, ErrorKind::SizeMismatch),
+            (DCKPT_ERR_MISSING_REGION, ErrorKind::MissingRegion),
+            (DCKPT_ERR_RESOURCES_EXHAUSTED, ErrorKind::ResourcesExhausted),
             (DCKPT_ERR_INTERNAL, ErrorKind::Internal),
         ];
         for (code, kind) in pairs {

@@ -203,7 +203,8 @@ pub fn restore_range(root: &Path, rank: u32, version: u64, bytes: Range<u64>) ->
     let chunks = bytes.start / cs..(bytes.end - 1) / cs + 1;
     let span = layout.chunk_bytes(chunks.clone());
     let sources: Vec<Source> = res.sources.iter().filter_map(|s| clip_source(s, &chunks)).collect();
-    let len = usize::try_from(span.end - span.start).map_err(|_| Error::Internal("range too large".into()))?;
+    let len = usize::try_from(span.end - span.start)
+        .map_err(|_| Error::too_large("a restored range", span.end - span.start))?;
     let mut out = vec![0u8; len];
     let plan = plan_copies(&mut catalog, rank, &layout, &sources, span.start)?;
     fill(&mut catalog, plan, &mut out)?;
@@ -283,7 +284,8 @@ pub fn restore_with<'o>(
     };
     let resolve_seconds = t0.elapsed().as_secs_f64();
     let layout = res.layout;
-    let len = usize::try_from(layout.data_len()).map_err(|_| Error::Internal("version too large".into()))?;
+    let len =
+        usize::try_from(layout.data_len()).map_err(|_| Error::too_large("a restored version", layout.data_len()))?;
     let out = output(len)?;
     let t1 = std::time::Instant::now();
     let plan = {

@@ -102,7 +102,7 @@ impl Runtime {
         self.regions
             .remove(&id)
             .map(|_| ())
-            .ok_or_else(|| Error::InvalidOption(format!("region {id} is not protected")))
+            .ok_or_else(|| Error::MissingRegion { rank: self.rank(), what: format!("region {id} is not protected") })
     }
 
     /// The regions protected now, in id order, as a layout.

@@ -31,8 +31,6 @@
 #[cfg(feature = "mpi")]
 mod agreement;
 #[cfg(feature = "mpi")]
-pub mod bench;
-#[cfg(feature = "mpi")]
 mod handle;
 pub mod placement;
 #[cfg(feature = "mpi")]

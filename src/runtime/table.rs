@@ -196,13 +196,16 @@ pub fn read_region(root: &Path, rank: u32, id: u32, version: u64, range: Range<u
     let table = tables(root)?
         .into_iter()
         .find(|t| t.rank == rank)
-        .ok_or_else(|| Error::InvalidOption(format!("rank {rank} left no region table ({})", path.display())))?;
-    let entry = table.get(id).ok_or_else(|| Error::InvalidOption(format!("rank {rank} protected no region {id}")))?;
+        .ok_or_else(|| Error::MissingRegion { rank, what: format!("no region table in {}", path.display()) })?;
+    let entry = table
+        .get(id)
+        .ok_or_else(|| Error::MissingRegion { rank, what: format!("no region {id} in {}", path.display()) })?;
     if range.start > range.end || range.end > entry.len {
-        return Err(Error::InvalidOption(format!(
-            "bytes {range:?} of region {id} of rank {rank}: the region holds {} bytes",
-            entry.len
-        )));
+        return Err(Error::size_mismatch(
+            format!("bytes {range:?} of region {id} of rank {rank} (the region's length)"),
+            entry.len,
+            range.end.max(range.start),
+        ));
     }
     let (from, to) = (entry.offset + range.start, entry.offset + range.end);
     check_total(root, &table, &path)?;

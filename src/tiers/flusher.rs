@@ -140,7 +140,7 @@ impl Flusher {
             let handle = std::thread::Builder::new()
                 .name(format!("dckpt-flush-{i}"))
                 .spawn(move || worker.run(rx))
-                .map_err(|e| Error::Internal(format!("starting a flush thread: {e}")))?;
+                .map_err(|e| Error::no_thread("a flush thread", e))?;
             workers.push(handle);
             next = Some(tx);
         }

@@ -150,7 +150,20 @@ impl TieredEngine {
         tiers: &TierOptions,
         backend: BackendKind,
     ) -> Result<Self> {
-        Self::open_for(rank, data_len, opts, tiers, backend, 0, Listing::Manifest)
+        Self::open_on(rank, data_len, opts, tiers, backend, 0)
+    }
+
+    /// As [`TieredEngine::open`], on CUDA device `device` (the CUDA
+    /// backend; the others ignore it).
+    pub fn open_on(
+        rank: u32,
+        data_len: u64,
+        opts: &StoreOptions,
+        tiers: &TierOptions,
+        backend: BackendKind,
+        device: usize,
+    ) -> Result<Self> {
+        Self::open_for(rank, data_len, opts, tiers, backend, device, Listing::Manifest)
     }
 
     /// As [`TieredEngine::open`], on CUDA device `device`, listing versions

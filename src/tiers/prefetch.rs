@@ -264,7 +264,7 @@ impl Prefetcher {
         let thread = std::thread::Builder::new()
             .name("dckpt-prefetch".into())
             .spawn(move || worker.run())
-            .map_err(|e| Error::Internal(format!("starting the prefetch thread: {e}")))?;
+            .map_err(|e| Error::no_thread("the prefetch thread", e))?;
         Ok(Prefetcher { cache: RestoreCache { shared, read: Arc::default() }, thread: Some(thread) })
     }
 

@@ -160,9 +160,7 @@ impl TieredEngine {
                     let buf = slot.as_mut().ok_or_else(|| Error::Internal("restore staging".into()))?.bytes_mut();
                     match buf.len() == want {
                         true => Ok(buf),
-                        false => {
-                            Err(Error::InvalidOption(format!("{want} restored bytes do not fit a {len}-byte region")))
-                        }
+                        false => Err(Error::size_mismatch("restored bytes for their region", len as u64, want as u64)),
                     }
                 })?;
                 let buf = staging.as_ref().ok_or_else(|| Error::Internal("restore staging".into()))?.bytes();

@@ -486,11 +486,7 @@ impl Backend for CudaBackend {
 
     fn place(&self, bytes: &[u8], dst: ProtectedMut<'_>) -> Result<()> {
         if bytes.len() != dst.len() {
-            return Err(Error::InvalidOption(format!(
-                "{} restored bytes do not fit a {}-byte buffer",
-                bytes.len(),
-                dst.len()
-            )));
+            return Err(Error::size_mismatch("restored bytes for their buffer", dst.len() as u64, bytes.len() as u64));
         }
         match dst {
             ProtectedMut::Host(out) => {

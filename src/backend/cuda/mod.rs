@@ -10,7 +10,6 @@
 #![allow(unsafe_code)]
 
 mod backend;
-pub mod bench;
 mod bounce;
 mod device_cache;
 mod gathered;
@@ -176,11 +175,7 @@ pub fn upload(gpu: &Gpu, bytes: &[u8]) -> Result<cudarc::driver::CudaSlice<u8>> 
 /// Copies `bytes` into the device buffer `dst` of the same length (synchronous).
 pub fn upload_into(gpu: &Gpu, bytes: &[u8], dst: &mut cudarc::driver::CudaSlice<u8>) -> Result<()> {
     if dst.len() != bytes.len() {
-        return Err(Error::InvalidOption(format!(
-            "{} bytes do not fit a {}-byte device buffer",
-            bytes.len(),
-            dst.len()
-        )));
+        return Err(Error::size_mismatch("host bytes for a device buffer", dst.len() as u64, bytes.len() as u64));
     }
     gpu.stream.memcpy_htod(bytes, dst).map_err(cuda_err)?;
     gpu.stream.synchronize().map_err(cuda_err)
@@ -321,6 +316,31 @@ impl std::fmt::Debug for Gpu {
 }
 
 impl Gpu {
+    /// The device's copy ceilings, the figures a benchmark compares its
+    /// pipeline with: a device-to-device copy of `bytes` (read + write) and
+    /// a device-to-host copy into page-locked memory, in GB/s, the best of
+    /// three, timed with CUDA events.
+    pub fn copy_ceilings(&self, bytes: usize) -> Result<(f64, f64)> {
+        let st = &self.stream;
+        let src = st.alloc_zeros::<u8>(bytes).map_err(cuda_err)?;
+        let mut dst = st.alloc_zeros::<u8>(bytes).map_err(cuda_err)?;
+        // SAFETY: page-locked memory the copies below write before anything reads it.
+        let mut pinned = unsafe { self.ctx.alloc_pinned_with_flags::<u8>(bytes, 0) }.map_err(cuda_err)?;
+        let ev = || st.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda_err);
+        let (mut d2d, mut d2h) = (f64::MAX, f64::MAX);
+        for _ in 0..3 {
+            let a = ev()?;
+            st.memcpy_dtod(&src, &mut dst).map_err(cuda_err)?;
+            let b = ev()?;
+            st.memcpy_dtoh(&src, &mut pinned).map_err(cuda_err)?;
+            let c = ev()?;
+            st.synchronize().map_err(cuda_err)?;
+            d2d = d2d.min(f64::from(a.elapsed_ms(&b).map_err(cuda_err)?));
+            d2h = d2h.min(f64::from(b.elapsed_ms(&c).map_err(cuda_err)?));
+        }
+        Ok((2.0 * bytes as f64 / d2d / 1e6, bytes as f64 / d2h / 1e6))
+    }
+
     /// Opens device `ordinal`, compiling (or loading cached) kernels.
     pub fn open(ordinal: usize) -> Result<Arc<Gpu>> {
         // SAFETY: probes whether the shared libraries can be opened.

@@ -1,9 +1,9 @@
 //! bench and gen.
 
+use crate::bench::generate::{Shape, Workload};
+use crate::bench::methods::{self as bench, BenchResult};
 use clap::Args;
 use dckpt::backend::BackendKind;
-use dckpt::bench::{self, BenchResult};
-use dckpt::generate::{Shape, Workload};
 use dckpt::sizes::parse_size;
 use dckpt::{Error, HashAlgo, Method, Result};
 use std::path::PathBuf;
@@ -52,7 +52,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 42)]
     seed: u64,
     /// Bytes rewritten by each scattered edit.
-    #[arg(long, default_value_t = dckpt::generate::GRANULE)]
+    #[arg(long, default_value_t = crate::bench::generate::GRANULE)]
     granule: usize,
     /// CUDA backend: also checkpoint every version with Tree into a store in
     /// this directory and time a GPU restore of the last one.
@@ -103,7 +103,7 @@ pub struct GenArgs {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Bytes rewritten by each scattered edit.
-    #[arg(long, default_value_t = dckpt::generate::GRANULE)]
+    #[arg(long, default_value_t = crate::bench::generate::GRANULE)]
     granule: usize,
     /// Output directory (files v001.bin, v002.bin, ...).
     #[arg(long)]
@@ -143,14 +143,12 @@ fn load_versions(a: &BenchArgs) -> Result<Vec<Vec<u8>>> {
 
 fn bench_cuda(a: &BenchArgs, methods: &[Method], versions: &[&[u8]]) -> Result<ExitCode> {
     let gpu = dckpt::backend::cuda::Gpu::open(0)?;
-    let (d2d, d2h) = dckpt::backend::cuda::bench::ceilings(&gpu, versions[0].len())?;
+    let (d2d, d2h) = gpu.copy_ceilings(versions[0].len())?;
     let sizes = if a.chunk_sizes.is_empty() { vec![a.chunk_size] } else { a.chunk_sizes.clone() };
     let pb = crate::progress::bar(versions.len() * methods.len() * sizes.len(), "gpu");
     let mut rows = Vec::new();
     for &cs in &sizes {
-        rows.extend(dckpt::backend::cuda::bench::run(&gpu, methods, cs, a.hash, versions, a.gpu_memory, |_, _| {
-            pb.inc(1)
-        })?);
+        rows.extend(crate::bench::kernels::run(&gpu, methods, cs, a.hash, versions, a.gpu_memory, |_, _| pb.inc(1))?);
     }
     pb.finish_and_clear();
     println!(
@@ -206,8 +204,7 @@ fn bench_cuda(a: &BenchArgs, methods: &[Method], versions: &[&[u8]]) -> Result<E
             "device": gpu.name(), "arch": gpu.arch(), "d2d_gbs": d2d, "d2h_gbs": d2h,
             "synthetic": a.synthetic, "hash": a.hash.name(), "rows": rows, "restore": restore,
         });
-        let text = serde_json::to_string_pretty(&doc).map_err(|e| Error::InvalidOption(e.to_string()))?;
-        std::fs::write(path, text).map_err(|e| Error::io(path, e))?;
+        crate::report::write_json(path, "bench --backend cuda", &doc)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -316,8 +313,7 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
                 })
             })
             .collect();
-        let text = serde_json::to_string_pretty(&rows).map_err(|e| Error::InvalidOption(e.to_string()))?;
-        std::fs::write(&path, text).map_err(|e| Error::io(&path, e))?;
+        crate::report::write_json(&path, "bench", &serde_json::json!({ "rows": rows }))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -348,7 +344,7 @@ fn bench_e2e(a: &BenchArgs, dir: &std::path::Path) -> Result<ExitCode> {
         .split_once(':')
         .ok_or_else(|| Error::InvalidOption(format!("--synthetic '{spec}': expected SHAPE:CHANGE")))?;
     let method: Method = if a.method == "all" { Method::Tree } else { a.method.parse()? };
-    let opts = dckpt::bench_e2e::E2eOptions {
+    let opts = crate::bench::e2e::E2eOptions {
         size: usize::try_from(parse_size(&a.size)?).map_err(|_| Error::InvalidOption("size too large".into()))?,
         versions: a.versions.max(2),
         shape: shape.parse()?,
@@ -370,7 +366,7 @@ fn bench_e2e(a: &BenchArgs, dir: &std::path::Path) -> Result<ExitCode> {
     };
     let tiered_steps = if opts.tiered_cache_bytes.is_some() { opts.versions as usize } else { 0 };
     let pb = crate::progress::bar(opts.versions as usize + 2 + tiered_steps, "e2e");
-    let r = dckpt::bench_e2e::run(&opts, |_| pb.inc(1))?;
+    let r = crate::bench::e2e::run(&opts, |_| pb.inc(1))?;
     pb.finish_and_clear();
     println!(
         "end to end: {} ({}), {} bytes, {} {spec}, chunk {} B, {} versions",
@@ -447,8 +443,7 @@ fn bench_e2e(a: &BenchArgs, dir: &std::path::Path) -> Result<ExitCode> {
         );
     }
     if let Some(path) = &a.json {
-        let text = serde_json::to_string_pretty(&r).map_err(|e| Error::Internal(e.to_string()))?;
-        std::fs::write(path, text).map_err(|e| Error::io(path, e))?;
+        crate::report::write_json(path, "bench --e2e", &r)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,9 +1,9 @@
 //! `checkpoint --collective` and `bench-collective`: the commands that run
 //! under `mpirun` (feature `mpi`).
 
+use crate::bench::collective::{MixedParams, SetCase, mixed_workload, reduce_timing};
 use crate::store_cmds::CheckpointArgs;
 use clap::Args;
-use dckpt::collective::bench::{MixedParams, SetCase, mixed_workload, reduce_timing};
 use dckpt::collective::mpi::all_agree;
 use dckpt::collective::{Collective, CollectiveOptions, Overlap};
 use dckpt::sizes::parse_size;
@@ -208,7 +208,7 @@ pub fn bench(a: BenchCollectiveArgs) -> Result<ExitCode> {
                 .map_err(|e| Error::InvalidOption(e.to_string()))?,
         };
         if world.rank() == 0 {
-            println!("{line}");
+            crate::report::print_json("bench-collective", &line)?;
         }
         Ok(())
     })

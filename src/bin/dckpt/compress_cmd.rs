@@ -1,10 +1,10 @@
 //! `dckpt bench-compression`: de-duplication vs compression vs both, on the
 //! same versions.
 
+use crate::bench::compression::{self as bench_compress, Evolving};
+use crate::bench::generate::Workload;
+use crate::bench::simulate::{SimWorkload, Simulation};
 use clap::Args;
-use dckpt::bench_compress::{self, Evolving};
-use dckpt::generate::Workload;
-use dckpt::simulate::{SimWorkload, Simulation};
 use dckpt::sizes::parse_size;
 use dckpt::{Error, Method, Result, StoreOptions};
 use std::path::PathBuf;
@@ -35,6 +35,9 @@ pub struct CompressionArgs {
     /// Print one CSV line (with a header line first when this is "header").
     #[arg(long)]
     csv: Option<String>,
+    /// Print the study as JSON (with a schema version) instead of a table.
+    #[arg(long, conflicts_with = "csv")]
+    json: bool,
 }
 
 /// The CSV columns, in order.
@@ -57,6 +60,10 @@ pub fn run(a: CompressionArgs) -> Result<ExitCode> {
     pb.finish_and_clear();
     let row = [s.zstd_bytes, s.dedup_bytes, s.dedup_zstd_bytes].map(|b| s.ratio(b));
     let gbps = s.dedup_bytes as f64 / 1e9 / s.dedup_zstd_seconds.max(1e-9);
+    if a.json {
+        crate::report::print_json("bench-compression", &s)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if let Some(mode) = &a.csv {
         if mode == "header" {
             println!("{HEADER}");

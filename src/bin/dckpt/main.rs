@@ -1,6 +1,7 @@
 //! `dckpt`: checkpoint, restore, verify, inspect, benchmark and generate.
 //! A thin layer over the library: argument parsing, progress, printing.
 
+mod bench;
 mod bench_cmd;
 #[cfg(feature = "mpi")]
 mod collective_cmd;
@@ -94,6 +95,10 @@ enum Command {
         /// The configuration file (without it: the defaults and the environment).
         #[arg(long)]
         check: Option<PathBuf>,
+        /// Print the configuration and each value's origin as JSON (with a
+        /// schema version) instead of TOML.
+        #[arg(long)]
+        json: bool,
     },
     /// Measure the collective step under mpirun (rank 0 prints JSON).
     #[cfg(feature = "mpi")]
@@ -153,10 +158,17 @@ fn main() -> ExitCode {
         Command::Gen(a) => bench_cmd::generate(a),
         Command::BenchCompression(a) => compress_cmd::run(a),
         Command::BenchRtm(a) => rtm_cmd::run(a),
-        Command::Config { check } => dckpt::config::Config::load(check.as_deref()).and_then(|c| {
+        Command::Config { check, json } => dckpt::config::Config::load(check.as_deref()).and_then(|c| {
+            let sources = dckpt::config::Config::sources(check.as_deref(), |v| std::env::var(v).ok())?;
+            if json {
+                let origins: serde_json::Map<String, serde_json::Value> =
+                    sources.into_iter().map(|(key, from)| (key.to_string(), from.to_string().into())).collect();
+                let report = serde_json::json!({ "config": c, "origins": origins });
+                crate::report::print_json("config", &report)?;
+                return Ok(ExitCode::SUCCESS);
+            }
             print!("{}", c.to_toml()?);
             // Where each value came from, as TOML comments.
-            let sources = dckpt::config::Config::sources(check.as_deref(), |v| std::env::var(v).ok())?;
             println!("\n# where each value comes from:");
             for (key, from) in sources {
                 println!("#   {key:20} {from}");

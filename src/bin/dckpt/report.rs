@@ -1,6 +1,8 @@
-//! Reports as JSON: every command that reports takes `--json` and prints
-//! one object on standard output, its fields beside `schema` (the version
-//! of these documents, [`SCHEMA`]) and `command`.
+//! Reports as JSON: every command that reports takes `--json` and gives
+//! one object, its fields beside `schema` (the version of these documents,
+//! [`SCHEMA`]) and `command`: the store commands and `config` print it on
+//! standard output, the benchmarks write it to the file `--json` names
+//! (`bench-collective` prints it from rank 0).
 
 use dckpt::error::{Error, Result};
 use serde::Serialize;
@@ -9,9 +11,10 @@ use serde::Serialize;
 /// goes away (new fields do not raise it).
 pub const SCHEMA: u32 = 1;
 
-/// Prints `report` of `command` as one JSON object: its fields (or, for a
-/// report that is no object, `report`) beside `schema` and `command`.
-pub fn print_json(command: &str, report: &impl Serialize) -> Result<()> {
+/// `report` of `command` as one JSON document: its fields (or, for a
+/// report that is no object, `report`: a list of rows, say) beside `schema`
+/// and `command`.
+pub fn document(command: &str, report: &impl Serialize) -> Result<String> {
     let value =
         serde_json::to_value(report).map_err(|e| Error::Internal(format!("the {command} report as JSON: {e}")))?;
     let mut doc = serde_json::Map::new();
@@ -23,8 +26,17 @@ pub fn print_json(command: &str, report: &impl Serialize) -> Result<()> {
             doc.insert("report".into(), other);
         }
     }
-    let text = serde_json::to_string_pretty(&serde_json::Value::Object(doc))
-        .map_err(|e| Error::Internal(format!("the {command} report as JSON: {e}")))?;
-    println!("{text}");
+    serde_json::to_string_pretty(&serde_json::Value::Object(doc))
+        .map_err(|e| Error::Internal(format!("the {command} report as JSON: {e}")))
+}
+
+/// Prints `report` of `command` on standard output ([`document`]).
+pub fn print_json(command: &str, report: &impl Serialize) -> Result<()> {
+    println!("{}", document(command, report)?);
     Ok(())
+}
+
+/// Writes `report` of `command` to `path` ([`document`]).
+pub fn write_json(path: &std::path::Path, command: &str, report: &impl Serialize) -> Result<()> {
+    std::fs::write(path, document(command, report)? + "\n").map_err(|e| Error::io(path, e))
 }

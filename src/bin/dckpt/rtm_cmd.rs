@@ -2,9 +2,9 @@
 //! synchronous store and the asynchronous tiers (every eviction policy ×
 //! hint mode), as HPDC'23 measures them.
 
+use crate::bench::rtm::{self as bench_rtm, Hints, Order, RtmOptions, RtmReport, Sizes};
 use clap::Args;
 use dckpt::backend::BackendKind;
-use dckpt::bench_rtm::{self, Hints, Order, RtmOptions, RtmReport, Sizes};
 use dckpt::sizes::parse_size;
 use dckpt::tiers::arena::Policy;
 use dckpt::{Error, Method, Result, StoreOptions};
@@ -117,8 +117,7 @@ pub fn run(a: RtmArgs) -> Result<ExitCode> {
     let r = bench_rtm::run(&o, |_| pb.inc(1))?;
     pb.finish_and_clear();
     if let Some(path) = &a.json {
-        let text = serde_json::to_string_pretty(&r).map_err(|e| Error::Internal(e.to_string()))?;
-        std::fs::write(path, text).map_err(|e| Error::io(path, e))?;
+        crate::report::write_json(path, "bench-rtm", &r)?;
     }
     match a.csv.as_deref() {
         Some(mode) => print_csv(&r, mode == "header"),

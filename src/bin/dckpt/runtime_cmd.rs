@@ -1,9 +1,9 @@
 //! `bench-runtime` (under `mpirun`) and `kernels`: thin layers over
-//! `dckpt::runtime::bench` and `dckpt::backend::cuda::kernels`.
+//! `crate::bench::runtime` and `dckpt::backend::cuda::kernels`.
 
+use crate::bench::generate::Shape;
+use crate::bench::runtime::{BenchRuntimeOptions, BenchRuntimeReport, RegionMemory};
 use clap::Args;
-use dckpt::generate::Shape;
-use dckpt::runtime::bench::{BenchRuntimeOptions, BenchRuntimeReport, RegionMemory};
 use dckpt::sizes::parse_size;
 use dckpt::{Error, Result};
 use std::path::PathBuf;
@@ -86,7 +86,7 @@ pub fn bench(a: BenchRuntimeArgs) -> Result<ExitCode> {
         if !shown {
             bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
         }
-        let report = dckpt::runtime::bench::run(world, &o, |step| {
+        let report = crate::bench::runtime::run(world, &o, |step| {
             bar.set_message(step.to_string());
             bar.inc(1);
         })?;
@@ -94,8 +94,7 @@ pub fn bench(a: BenchRuntimeArgs) -> Result<ExitCode> {
         if let Some(r) = report {
             print!("{}", table(&r));
             if let Some(path) = &json {
-                let text = serde_json::to_string_pretty(&r).map_err(|e| Error::Internal(e.to_string()))?;
-                std::fs::write(path, text).map_err(|e| Error::io(path, e))?;
+                crate::report::write_json(path, "bench-runtime", &r)?;
             }
         }
         Ok(())

@@ -316,7 +316,7 @@ impl HostCache {
         std::thread::Builder::new()
             .name("dckpt-cache-alloc".into())
             .spawn(move || make_segments(&weak, segments, alloc))
-            .map_err(|e| Error::Internal(format!("starting the host cache's allocation thread: {e}")))?;
+            .map_err(|e| Error::no_thread("the host cache's allocation thread", e))?;
         Ok(HostCache { pool, segments })
     }
 

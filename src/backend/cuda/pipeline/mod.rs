@@ -366,7 +366,7 @@ pub struct GpuDedup {
 }
 
 fn length_error(len: usize, layout: Layout) -> Error {
-    Error::InvalidOption(format!("buffer is {len} bytes but the store's layout is {} bytes", layout.data_len()))
+    Error::size_mismatch("the buffer to checkpoint (the store's data length)", layout.data_len(), len as u64)
 }
 
 #[cfg(test)]

@@ -10,19 +10,19 @@
 //! - `latest` + `restart` of the last version, checked byte for byte;
 //! - the naive alternative: copy the buffer to host memory, write it to a
 //!   file, fsync;
-//! - [`TieredEngine::checkpoint`](crate::tiers::TieredEngine::checkpoint) on
+//! - [`TieredEngine::checkpoint`](dckpt::tiers::TieredEngine::checkpoint) on
 //!   the same versions (the layer beneath; each rank its own, no
 //!   collective step).
 
-use super::{Region, Runtime};
-use crate::backend::BackendKind;
-use crate::bench_e2e::{Buffer, median, ms};
-use crate::config::Config;
-use crate::error::{Error, Result};
-use crate::generate::{Shape, Workload};
-use crate::tiers::{Listing, TieredEngine};
+use crate::bench::e2e::{Buffer, median, ms};
+use crate::bench::generate::{Shape, Workload};
 use ::mpi::topology::SimpleCommunicator;
 use ::mpi::traits::*;
+use dckpt::backend::BackendKind;
+use dckpt::config::Config;
+use dckpt::error::{Error, Result};
+use dckpt::runtime::{Region, Runtime};
+use dckpt::tiers::TieredEngine;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -165,7 +165,7 @@ pub fn run(
     std::fs::create_dir_all(&o.dir).map_err(|e| Error::io(&o.dir, e))?;
     // The defaults and DCKPT_<KEY>; the run's directory where none is named.
     let named = ["DCKPT_SCRATCH", "DCKPT_PERSISTENT"].iter().any(|k| std::env::var_os(k).is_some());
-    crate::config::check_variable_names(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()))?;
+    dckpt::config::check_variable_names(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()))?;
     let here = o.dir.join("persistent").display().to_string();
     let mut config = Config::load_with(None, |key| match key {
         "DCKPT_PERSISTENT" if !named => Some(here.clone()),
@@ -186,7 +186,7 @@ pub fn run(
     let seed = if o.shared_base { o.seed } else { o.seed + u64::from(rank) };
     let workload = || Workload::new(o.size, o.change, o.shape, seed);
     let w = workload()?;
-    let ordinal = local_rank(world) % crate::backend::cuda::device_count().max(1);
+    let ordinal = local_rank(world) % dckpt::backend::cuda::device_count().max(1);
     let (mut buf, device) =
         Buffer::on(if on_device { BackendKind::Cuda } else { BackendKind::Cpu }, w.current(), ordinal)?;
 
@@ -242,7 +242,7 @@ pub fn run(
     let root = tiers_of(&config).into_iter().map(|(_, d)| d).next();
     let t = Instant::now();
     if let Some(root) = root {
-        crate::restore::restore_version(&root, rank, latest)?;
+        dckpt::restore::restore_version(&root, rank, latest)?;
     }
     let restore_only_ms = ms(t);
     if rank == 0 {
@@ -378,7 +378,7 @@ fn engine_calls(
     config: &Config,
     backend: BackendKind,
     ordinal: usize,
-    store: &crate::store::StoreOptions,
+    store: &dckpt::store::StoreOptions,
     buf: &mut Buffer,
     seed: u64,
 ) -> Result<Vec<f64>> {
@@ -386,7 +386,7 @@ fn engine_calls(
     let mut tiers = config.tier_options(NAME);
     tiers.local = tiers.local.map(|d| d.with_file_name(format!("{NAME}-engine-{rank}")));
     tiers.shared = tiers.shared.map(|d| d.with_file_name(format!("{NAME}-engine-{rank}")));
-    let mut engine = TieredEngine::open_for(rank, o.size as u64, store, &tiers, backend, ordinal, Listing::Manifest)?;
+    let mut engine = TieredEngine::open_on(rank, o.size as u64, store, &tiers, backend, ordinal)?;
     let mut w = Workload::new(o.size, o.change, o.shape, seed)?;
     buf.load(w.current())?;
     let calls = timed_versions(world, o, &mut w, buf, |v, buf| engine.checkpoint(v, buf.protected()?).map(|_| ()))?;
@@ -434,8 +434,8 @@ fn region_of(buf: &mut Buffer) -> Result<Region> {
     Ok(match buf {
         Buffer::Host(v) => Region::host(v),
         Buffer::Device(..) => match buf.protected()? {
-            crate::memory::Protected::Device(d) => Region::Device { ptr: d.ptr(), len: d.len() },
-            crate::memory::Protected::Host(_) => return Err(Error::Internal("a device buffer in host memory".into())),
+            dckpt::memory::Protected::Device(d) => Region::Device { ptr: d.ptr(), len: d.len() },
+            dckpt::memory::Protected::Host(_) => return Err(Error::Internal("a device buffer in host memory".into())),
         },
     })
 }

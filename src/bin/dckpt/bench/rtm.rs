@@ -19,14 +19,14 @@
 //! tier directories is dropped before each restore (untimed), so disk reads
 //! come from the device, as on a node whose checkpoints exceed its memory.
 
-use crate::backend::BackendKind;
-use crate::bench_e2e::Buffer;
-use crate::engine::Engine;
-use crate::error::{Error, Result};
-use crate::generate::{Shape, Workload};
-use crate::store::StoreOptions;
-use crate::tiers::arena::Policy;
-use crate::tiers::{TierOptions, TieredEngine};
+use crate::bench::e2e::Buffer;
+use crate::bench::generate::{Shape, Workload};
+use dckpt::backend::BackendKind;
+use dckpt::engine::Engine;
+use dckpt::error::{Error, Result};
+use dckpt::store::StoreOptions;
+use dckpt::tiers::arena::Policy;
+use dckpt::tiers::{TierOptions, TieredEngine};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -139,7 +139,7 @@ pub struct RtmOptions {
     /// Store parameters.
     pub store: StoreOptions,
     /// The tiers' GPU cache tier (CUDA).
-    pub gpu_cache: crate::backend::budget::GpuCache,
+    pub gpu_cache: dckpt::backend::budget::GpuCache,
     /// Backend.
     pub backend: BackendKind,
     /// Scratch directory (emptied first, removed after).
@@ -169,7 +169,7 @@ pub struct RtmRun {
     pub wall_seconds: f64,
     /// What the restore cache did (all zero for the baseline).
     #[serde(flatten)]
-    pub cache: crate::tiers::prefetch::PrefetchStats,
+    pub cache: dckpt::tiers::prefetch::PrefetchStats,
 }
 
 /// The whole comparison.
@@ -333,7 +333,7 @@ fn passes(
         c.backward_iteration(k);
         std::thread::sleep(o.compute);
         if o.cold {
-            crate::storage::fsio::drop_cached_pages(&o.dir);
+            dckpt::storage::fsio::drop_cached_pages(&o.dir);
         }
         let t = Instant::now();
         c.restore(v, buf)?;
@@ -352,7 +352,7 @@ impl RtmOptions {
         engine: String,
         hints: String,
         p: &Passes,
-        stats: crate::tiers::prefetch::PrefetchStats,
+        stats: dckpt::tiers::prefetch::PrefetchStats,
     ) -> RtmRun {
         let bytes = self.size as f64 * f64::from(self.versions) / 1e9;
         RtmRun {
@@ -393,7 +393,7 @@ pub fn run(o: &RtmOptions, mut progress: impl FnMut(&str)) -> Result<RtmReport> 
     let mut engine = Engine::open_with_backend(&store_dir, 0, len, &o.store, backend)?;
     let p = passes(o, &mut engine, &mut buf, &mut digests, &mut progress)?;
     drop(engine);
-    let diff_bytes = crate::inspect::store_stats(&store_dir)?.total_stored_bytes;
+    let diff_bytes = dckpt::inspect::store_stats(&store_dir)?.total_stored_bytes;
     runs.push(o.run_of("sync".into(), "-".into(), &p, Default::default()));
 
     let order = backward_order(o);

@@ -7,21 +7,21 @@
 //! - [`mixed_workload`]: whole checkpoints of buffers whose first part is
 //!   replicated on every rank, collective vs local-only vs Full.
 
-use super::merge::{HashFreq, local_set};
-use super::mpi::{CollectiveReport, all_agree};
-use super::reduce::Reduction;
-use super::{Collective, CollectiveOptions, TieredCollective};
-use crate::engine::Engine;
-use crate::error::{Error, Result};
-use crate::generate::{Shape, Workload};
-use crate::hash::Digest;
-use crate::layout::NodeId;
-use crate::memory::Protected;
-use crate::method::Method;
-use crate::store::StoreOptions;
-use crate::tiers::{TierOptions, TieredEngine};
+use crate::bench::generate::{Shape, Workload};
 use ::mpi::collective::SystemOperation;
 use ::mpi::traits::*;
+use dckpt::collective::Reduction;
+use dckpt::collective::merge::{HashFreq, local_set};
+use dckpt::collective::mpi::{CollectiveReport, all_agree};
+use dckpt::collective::{Collective, CollectiveOptions, TieredCollective};
+use dckpt::engine::Engine;
+use dckpt::error::{Error, Result};
+use dckpt::hash::Digest;
+use dckpt::layout::NodeId;
+use dckpt::memory::Protected;
+use dckpt::method::Method;
+use dckpt::store::StoreOptions;
+use dckpt::tiers::{TierOptions, TieredEngine};
 use serde::Serialize;
 use std::path::Path;
 use std::str::FromStr;
@@ -112,7 +112,7 @@ pub fn reduce_timing<C: Communicator>(comm: &C, threshold: usize, case: SetCase,
         min_seconds: times.first().copied().unwrap_or(0.0),
         median_seconds: times.get(times.len() / 2).copied().unwrap_or(0.0),
         merged_entries: merged,
-        wire_bytes: super::merge::wire_words(threshold) * 8,
+        wire_bytes: dckpt::collective::merge::wire_words(threshold) * 8,
     }
 }
 
@@ -137,11 +137,11 @@ pub struct MixedParams {
     /// synchronous writes.
     pub tiered_cache_bytes: Option<u64>,
     /// With the tiers: compress each file on its way to the first tier.
-    pub compression: Option<crate::format::Compression>,
+    pub compression: Option<dckpt::format::Compression>,
     /// CUDA: device memory per rank.
-    pub gpu_memory: crate::sizes::GpuMemory,
+    pub gpu_memory: dckpt::sizes::GpuMemory,
     /// CUDA, with the tiers: the GPU cache tier's share of it.
-    pub gpu_cache: crate::backend::budget::GpuCache,
+    pub gpu_cache: dckpt::backend::budget::GpuCache,
     /// CUDA: the buffer lives in device memory, as a GPU simulation's does
     /// (each version is uploaded before its checkpoint is timed); otherwise
     /// it is host memory, which the checkpoint uploads.
@@ -220,7 +220,7 @@ impl<C: Communicator> Runner<'_, C> {
         })
     }
 
-    fn backend(&self) -> crate::backend::BackendKind {
+    fn backend(&self) -> dckpt::backend::BackendKind {
         match self {
             Runner::Collective(c) => c.engine().backend(),
             Runner::Local(e) => e.backend(),
@@ -334,7 +334,7 @@ pub fn mixed_workload<C: Communicator>(
         let (mut bytes, mut seconds, mut split, mut version_seconds) = (0u64, 0.0, [0.0f64; 3], Vec::new());
         let mut background_reduce = 0.0;
         // The same backend and GPU in every mode.
-        let device = comm.split_shared(0).rank().max(0) as usize % crate::backend::cuda::device_count().max(1);
+        let device = comm.split_shared(0).rank().max(0) as usize % dckpt::backend::cuda::device_count().max(1);
         let len = p.size as u64;
         let tiers = p.tiered_cache_bytes.map(|cache| TierOptions {
             local: None,
@@ -352,21 +352,13 @@ pub fn mixed_workload<C: Communicator>(
                 Runner::Local(all_agree(comm, "open", 0, opened)?)
             }
             (Some(t), false) => {
-                let opened = TieredEngine::open_for(
-                    rank,
-                    len,
-                    &store,
-                    t,
-                    copts.backend,
-                    device,
-                    crate::tiers::Listing::Manifest,
-                );
+                let opened = TieredEngine::open_on(rank, len, &store, t, copts.backend, device);
                 Runner::TieredLocal(all_agree(comm, "open", 0, opened)?)
             }
         };
         let mut resident = match p.resident {
             true => {
-                Some(all_agree(comm, "device buffer", 0, crate::backend::cuda::DeviceStaging::new(device, p.size))?)
+                Some(all_agree(comm, "device buffer", 0, dckpt::backend::cuda::DeviceStaging::new(device, p.size))?)
             }
             false => None,
         };

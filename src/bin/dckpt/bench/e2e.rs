@@ -6,14 +6,14 @@
 //! alternative in the same run (copy the whole buffer to the host, write it,
 //! fsync).
 
-use crate::backend::BackendKind;
-use crate::backend::cuda::{self, Gpu};
-use crate::engine::{CheckpointReport, Engine};
-use crate::error::{Error, Result};
-use crate::generate::{Shape, Workload};
-use crate::memory::{DeviceRegion, Protected};
-use crate::store::StoreOptions;
-use crate::tiers::{TierOptions, TieredEngine};
+use crate::bench::generate::{Shape, Workload};
+use dckpt::backend::BackendKind;
+use dckpt::backend::cuda::{self, Gpu};
+use dckpt::engine::{CheckpointReport, Engine};
+use dckpt::error::{Error, Result};
+use dckpt::memory::{DeviceRegion, Protected};
+use dckpt::store::StoreOptions;
+use dckpt::tiers::{TierOptions, TieredEngine};
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -45,12 +45,12 @@ pub struct E2eOptions {
     /// in the same process.
     pub tiered_cache_bytes: Option<u64>,
     /// With the tiers: compress each file on its way to the first tier.
-    pub compression: Option<crate::format::Compression>,
+    pub compression: Option<dckpt::format::Compression>,
     /// With the tiers (CUDA): the GPU cache tier's share of the budget.
-    pub gpu_cache: crate::backend::budget::GpuCache,
+    pub gpu_cache: dckpt::backend::budget::GpuCache,
 }
 
-/// The same versions through the asynchronous tiers ([`crate::tiers`]).
+/// The same versions through the asynchronous tiers ([`dckpt::tiers`]).
 #[derive(Clone, Debug, Serialize)]
 pub struct E2eTiered {
     /// Host cache bytes.
@@ -144,7 +144,7 @@ pub struct E2eReport {
     /// Its rate.
     pub restore_gbps: f64,
     /// Where the restore's time went (host side).
-    pub restore_stats: crate::restore::RestoreStats,
+    pub restore_stats: dckpt::restore::RestoreStats,
     /// The GPU restore's device side (H2D, scatter), CUDA backend.
     pub gpu_restore: Option<cuda::GpuRestoreTimings>,
     /// Sum of the diff files.
@@ -221,10 +221,10 @@ impl Buffer {
     }
 
     /// The buffer as a restore's destination.
-    pub(crate) fn protected_mut(&mut self) -> Result<crate::memory::ProtectedMut<'_>> {
+    pub(crate) fn protected_mut(&mut self) -> Result<dckpt::memory::ProtectedMut<'_>> {
         Ok(match self {
-            Buffer::Host(v) => crate::memory::ProtectedMut::Host(v),
-            Buffer::Device(_, d) => crate::memory::ProtectedMut::Device(DeviceRegion::of_mut(d)?),
+            Buffer::Host(v) => dckpt::memory::ProtectedMut::Host(v),
+            Buffer::Device(_, d) => dckpt::memory::ProtectedMut::Device(DeviceRegion::of_mut(d)?),
         })
     }
 
@@ -306,7 +306,7 @@ pub fn run(o: &E2eOptions, mut progress: impl FnMut(&str)) -> Result<E2eReport> 
     let t = Instant::now();
     match &buf {
         Buffer::Host(want) => {
-            let (got, stats) = crate::restore::restore_with_stats(&o.dir, 0, last)?;
+            let (got, stats) = dckpt::restore::restore_with_stats(&o.dir, 0, last)?;
             let restore = (ms(t), stats, None);
             if got != *want {
                 return Err(Error::Internal("the restored bytes differ from the last version".into()));
@@ -371,11 +371,11 @@ fn run_tiered(
     let total_ms = ms(start);
     e.finalize()?;
     let shared = base.join("shared");
-    let last = crate::restore::restore_version(&shared, 0, u64::from(o.versions))?;
+    let last = dckpt::restore::restore_version(&shared, 0, u64::from(o.versions))?;
     if last != w.current() {
         return Err(Error::Internal("the shared tier's last version differs".into()));
     }
-    let shared_bytes = crate::inspect::bytes_on_disk(&shared);
+    let shared_bytes = dckpt::inspect::bytes_on_disk(&shared);
     std::fs::remove_dir_all(&base).map_err(|e| Error::io(&base, e))?;
     let inc = || reports.iter().skip(1);
     let median_checkpoint_ms = median(inc().map(|r| r.total_seconds * 1e3).collect());
@@ -403,14 +403,14 @@ fn finish(
     device: String,
     versions: Vec<E2eVersion>,
     (copies, writes): (Vec<f64>, Vec<f64>),
-    (reopen_ms, opened): (f64, &crate::engine::OpenReport),
-    (restore_ms, restore_stats, gpu_restore): (f64, crate::restore::RestoreStats, Option<cuda::GpuRestoreTimings>),
+    (reopen_ms, opened): (f64, &dckpt::engine::OpenReport),
+    (restore_ms, restore_stats, gpu_restore): (f64, dckpt::restore::RestoreStats, Option<cuda::GpuRestoreTimings>),
 ) -> E2eReport {
     let inc: Vec<&E2eVersion> = versions.iter().skip(1).collect();
     let med = |f: fn(&E2eVersion) -> f64| median(inc.iter().map(|v| f(v)).collect());
     let median_checkpoint_ms = med(|v| v.checkpoint_ms);
     let diff_bytes: u64 = versions.iter().map(|v| v.file_bytes).sum();
-    let bytes_on_disk = crate::inspect::bytes_on_disk(&o.dir);
+    let bytes_on_disk = dckpt::inspect::bytes_on_disk(&o.dir);
     let naive_copy_ms = median(copies);
     let naive_write_ms = median(writes);
     let gb = o.size as f64 / 1e9;

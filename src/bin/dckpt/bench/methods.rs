@@ -2,12 +2,12 @@
 //! successive versions, with zstd-1, lz4, hashing alone and memcpy measured
 //! in the same process as baselines.
 
-use crate::dedup::{DedupInput, DedupState};
-use crate::error::Result;
-use crate::format::encode_diff;
-use crate::hash::HashAlgo;
-use crate::layout::Layout;
-use crate::method::Method;
+use dckpt::dedup::{DedupInput, DedupState};
+use dckpt::error::Result;
+use dckpt::format::encode_diff;
+use dckpt::hash::HashAlgo;
+use dckpt::layout::Layout;
+use dckpt::method::Method;
 use rayon::prelude::*;
 use serde::Serialize;
 use std::time::Instant;

@@ -1,16 +1,15 @@
 //! The GPU benchmark behind `dckpt bench --backend cuda`: every method over
 //! the same versions held in device memory, timed with CUDA events, with the
 //! device-to-device copy and the pinned D2H bandwidth measured in the same
-//! process as ceilings.
+//! process as ceilings ([`Gpu::copy_ceilings`]).
 
-use super::{Gpu, GpuDedup, cuda_err};
-use crate::backend::budget::GpuCache;
-use crate::error::Result;
-use crate::hash::HashAlgo;
-use crate::layout::Layout;
-use crate::memory::{DeviceRegion, Protected};
-use crate::method::Method;
-use cudarc::driver::CudaSlice;
+use dckpt::backend::budget::GpuCache;
+use dckpt::backend::cuda::{self, Gpu, GpuDedup};
+use dckpt::error::Result;
+use dckpt::hash::HashAlgo;
+use dckpt::layout::Layout;
+use dckpt::memory::{DeviceRegion, Protected};
+use dckpt::method::Method;
 use serde::Serialize;
 use std::sync::Arc;
 
@@ -51,29 +50,6 @@ pub struct GpuBenchRow {
     pub record_restarts: u64,
 }
 
-/// Measured ceilings: device-to-device copy (read + write) and pinned D2H, GB/s.
-pub fn ceilings(gpu: &Arc<Gpu>, bytes: usize) -> Result<(f64, f64)> {
-    let st = gpu.stream.clone();
-    let src = st.alloc_zeros::<u8>(bytes).map_err(cuda_err)?;
-    let mut dst = st.alloc_zeros::<u8>(bytes).map_err(cuda_err)?;
-    // SAFETY: written by the copies below before being read.
-    let mut pinned = unsafe { gpu.ctx.alloc_pinned_with_flags::<u8>(bytes, 0) }.map_err(cuda_err)?;
-    let ev = || st.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda_err);
-    let mut d2d = f64::MAX;
-    let mut d2h = f64::MAX;
-    for _ in 0..3 {
-        let a = ev()?;
-        st.memcpy_dtod(&src, &mut dst).map_err(cuda_err)?;
-        let b = ev()?;
-        st.memcpy_dtoh(&src, &mut pinned).map_err(cuda_err)?;
-        let c = ev()?;
-        st.synchronize().map_err(cuda_err)?;
-        d2d = d2d.min(f64::from(a.elapsed_ms(&b).map_err(cuda_err)?));
-        d2h = d2h.min(f64::from(b.elapsed_ms(&c).map_err(cuda_err)?));
-    }
-    Ok((2.0 * bytes as f64 / d2d / 1e6, bytes as f64 / d2h / 1e6))
-}
-
 /// Runs `methods` over `versions` (host copies; each is uploaded to one device
 /// buffer before it is checkpointed, untimed) at `chunk_size`.
 pub fn run(
@@ -82,13 +58,12 @@ pub fn run(
     chunk_size: u32,
     hash: HashAlgo,
     versions: &[&[u8]],
-    budget: crate::sizes::GpuMemory,
+    budget: dckpt::sizes::GpuMemory,
     mut progress: impl FnMut(&str, usize),
 ) -> Result<Vec<GpuBenchRow>> {
     let len = versions.first().map_or(0, |v| v.len());
     let layout = Layout::new(len as u64, chunk_size)?;
-    let st = gpu.stream.clone();
-    let mut data: CudaSlice<u8> = st.alloc_zeros(len).map_err(cuda_err)?;
+    let mut data = cuda::upload(gpu, &vec![0u8; len])?;
     let mut dev = GpuDedup::with_budget(gpu.clone(), layout, hash, Method::Tree, 0, budget, GpuCache::NONE)?;
     let mut rows = Vec::new();
     for &method in methods {
@@ -96,7 +71,7 @@ pub fn run(
         let mut bounds = dev.bounds_hit();
         let (mut first_s, mut incr_s, mut stored, mut meta, mut dedup, mut d2h) = (0.0, 0.0, 0u64, 0u64, 0.0, 0.0);
         for (i, v) in versions.iter().enumerate() {
-            st.memcpy_htod(*v, &mut data).map_err(cuda_err)?;
+            cuda::upload_into(gpu, v, &mut data)?;
             let c = dev.compute(i as u64 + 1, Protected::Device(DeviceRegion::of(&data)?), i == 0)?;
             let (body, data_start, t) = (c.data_start + c.data_len, c.data_start, c.timings);
             dev.commit()?;

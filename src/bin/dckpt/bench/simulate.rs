@@ -1,7 +1,7 @@
 //! Simulation-like evolving buffers, for measurements on data shaped like
 //! what the applications checkpoint (the compression study of
 //! `dckpt study-compression`), next to the synthetic edits of
-//! [`crate::generate`]. Deterministic from the seed.
+//! [`crate::bench::generate`]. Deterministic from the seed.
 //!
 //! - [`Simulation::Heat`]: a 2-D explicit heat stencil (f32, 5 points) with a
 //!   few fixed hot sources on a cold plate: the warm regions grow version by
@@ -12,7 +12,7 @@
 //!   iteration, so only the frontier's vertices change. Each vertex holds
 //!   `(label u32, hops u32)`.
 
-use crate::error::{Error, Result};
+use dckpt::error::{Error, Result};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;

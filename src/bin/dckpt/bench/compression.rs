@@ -1,6 +1,6 @@
 //! `dckpt bench-compression`: what de-duplication, compression and both
 //! store for the same versions (issue #9's comparison), on the synthetic
-//! edits of [`crate::generate`] and the simulations of [`crate::simulate`].
+//! edits of [`crate::bench::generate`] and the simulations of [`crate::bench::simulate`].
 //!
 //! For each version, in one process:
 //! - **full**: the buffer's bytes;
@@ -9,16 +9,16 @@
 //!   de-duplication stores;
 //! - **de-dup**: the diff file a Tree engine writes (every byte of it);
 //! - **de-dup + zstd / + lz4**: the same file compressed as the flush path
-//!   compresses it ([`crate::format::compress_file`]).
+//!   compresses it ([`dckpt::format::compress_file`]).
 //!
 //! Sums over the versions; ratios are full bytes over stored bytes.
 
-use crate::engine::Engine;
-use crate::error::{Error, Result};
-use crate::format::{Compression, compress_file};
-use crate::generate::Workload;
-use crate::simulate::SimWorkload;
-use crate::store::StoreOptions;
+use crate::bench::generate::Workload;
+use crate::bench::simulate::SimWorkload;
+use dckpt::engine::Engine;
+use dckpt::error::{Error, Result};
+use dckpt::format::{Compression, compress_file};
+use dckpt::store::StoreOptions;
 use serde::Serialize;
 use std::path::Path;
 use std::time::Instant;
@@ -133,7 +133,7 @@ pub fn run(
         let path = engine.store().diff_path(v);
         let file = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
         s.dedup_bytes += file.len() as u64;
-        s.dedup_meta_bytes += crate::format::DiffReader::open(&path)?.metadata_bytes();
+        s.dedup_meta_bytes += dckpt::format::DiffReader::open(&path)?.metadata_bytes();
         let len = file.len() as u64;
         let compress = |how| compress_file(&[&file], len, how).map_err(|e| Error::corrupt(&path, e));
         let t = Instant::now();
