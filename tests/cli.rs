@@ -295,11 +295,29 @@ fn checkpoint_takes_its_options_from_a_config_file() {
     let out = t.path().join("out.bin");
     ok(&["restore", "--dir", s(&dir), "--version", "4", "--output", s(&out)]);
     assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&files[3]).unwrap());
-    // A flag the file sets conflicts; a bad key names the key and the file.
+    // The layers: a flag goes over the environment, which goes over the
+    // file (here the store's 64 refuses the 128 a layer above asks for).
     fails(
         &["checkpoint", "--dir", s(&dir), "--version", "5", "--config", s(&cfg), "--chunk-size", "128", s(&files[0])],
-        "cannot be used with",
+        "has 64, but 128 was requested",
     );
+    let layered = |env: &[(&str, &str)], flags: &[&str]| {
+        let mut args = vec!["checkpoint", "--dir", s(&dir), "--version", "5", "--config", s(&cfg)];
+        args.extend_from_slice(flags);
+        args.push(s(&files[0]));
+        Command::new(env!("CARGO_BIN_EXE_dckpt")).args(&args).envs(env.iter().copied()).output().expect("run dckpt")
+    };
+    let err = |o: Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    let e = err(layered(&[("DCKPT_CHUNK_SIZE", "256")], &[]));
+    assert!(e.contains("has 64, but 256 was requested"), "the environment over the file: {e}");
+    let e = err(layered(&[("DCKPT_CHUNK_SIZE", "256")], &["--chunk-size", "512"]));
+    assert!(e.contains("has 64, but 512 was requested"), "the flag over the environment: {e}");
+    // A bad flag value is named by its flag, through the configuration's parser.
+    let e = err(layered(&[], &["--chunk-size", "7"]));
+    assert!(e.contains("configuration (--chunk-size)") && e.contains("chunk_size"), "{e}");
+    let e = err(layered(&[], &["--method", "fastest"]));
+    assert!(e.contains("configuration (--method)"), "{e}");
+    // A bad key names the key and the file.
     std::fs::write(&cfg, "chunk_sise = 64\n").unwrap();
     fails(&["checkpoint", "--dir", s(&dir), "--version", "5", "--config", s(&cfg), s(&files[0])], "chunk_sise");
 }

@@ -18,7 +18,7 @@ use crate::dedup::DedupState;
 use crate::diff::{ChunkCounts, Diff};
 use crate::error::{Error, Result};
 use crate::memory::{Protected, ProtectedMut};
-use crate::store::{OpenNotes, Store, StoreOptions};
+use crate::store::{OpenNotes, StoreOptions, StoreWriter};
 use std::path::Path;
 use std::time::Instant;
 
@@ -77,7 +77,7 @@ pub struct OpenReport {
 /// A rank's checkpointing engine over a [`Store`]: the one writer of the
 /// rank's directory (it holds the store's lock while it lives).
 pub struct Engine {
-    store: Store,
+    store: StoreWriter,
     backend: Box<dyn Backend>,
     opts: StoreOptions,
     record_len: u64,
@@ -145,7 +145,7 @@ impl Engine {
     ) -> Result<Self> {
         let OpenWith { device, gpu_cache, rebuild } = with;
         let t0 = Instant::now();
-        let (store, notes) = Store::open_writer(root, rank, data_len, opts)?;
+        let (store, notes) = StoreWriter::open(root, rank, data_len, opts)?;
         let OpenNotes { removed, rolled_forward, damaged_records, .. } = notes;
         let layout = store.layout()?;
         let latest = store.manifest().latest().map(|v| v.version);
@@ -203,7 +203,7 @@ impl Engine {
     }
 
     /// The underlying store.
-    pub fn store(&self) -> &Store {
+    pub fn store(&self) -> &StoreWriter {
         &self.store
     }
 
@@ -273,7 +273,7 @@ impl Engine {
 
 /// An engine's parts ([`Engine::into_parts`]).
 pub(crate) struct EngineParts {
-    pub store: Store,
+    pub store: StoreWriter,
     pub backend: Box<dyn Backend>,
     pub opts: StoreOptions,
     pub force_baseline: bool,

@@ -17,16 +17,18 @@
 //! opens the store removes what unfinished versions left behind.
 
 pub mod commits;
+mod writer;
 
 pub use crate::storage::fsio;
 pub use fsio::{hex, sync_dir, write_atomic, write_output};
+pub use writer::StoreWriter;
 
 use crate::error::{Error, Result};
 use crate::format::manifest::{Manifest, VersionEntry};
 use crate::hash::HashAlgo;
 use crate::layout::Layout;
 use crate::method::Method;
-use crate::storage::{self, Fill, LockGuard, Posix, Storage};
+use crate::storage::{LockGuard, Posix, Storage};
 use commits::CommitLog;
 use serde::{Deserialize, Serialize};
 use std::fs;
@@ -65,9 +67,20 @@ impl Default for StoreOptions {
     }
 }
 
-/// One rank's directory: a read-only view ([`Store::open`]) or the one
-/// writer's handle ([`Store::open_writer`], which holds the lock). Every
-/// access goes through its [`Storage`].
+/// One rank's directory, read-only ([`Store::open`]): its manifest and
+/// where its files are. The one writer's handle is a [`StoreWriter`] (it
+/// holds the lock and reads through this view). Every access goes through
+/// its [`Storage`].
+///
+/// A view cannot write: the commit protocol is [`StoreWriter`]'s alone.
+///
+/// ```compile_fail
+/// # fn main() -> dckpt::Result<()> {
+/// let mut view = dckpt::store::Store::open("ckpt".as_ref(), 0)?;
+/// let entry = view.manifest().versions[0].clone();
+/// view.publish(entry)?; // no such method on a read-only view
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct Store {
     storage: Arc<dyn Storage>,
@@ -76,10 +89,9 @@ pub struct Store {
     rel: PathBuf,
     dir: PathBuf,
     manifest: Manifest,
-    lock: Option<Box<dyn LockGuard>>,
 }
 
-/// What [`Store::open_writer`] found and did.
+/// What [`StoreWriter::open`] found and did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OpenNotes {
     /// The store was created by this open.
@@ -199,164 +211,7 @@ impl Store {
         };
         roll_forward(&mut manifest, log);
         let dir = storage.locate(&rel);
-        Ok(Store { storage, root, rel, dir, manifest, lock: None })
-    }
-
-    /// Opens the store of `rank` for writing, creating it (with an empty
-    /// manifest, durably) when the rank has no directory or an empty one.
-    /// Takes the writer lock (a second writer gets [`Error::Locked`] at
-    /// once), checks the parameters, rolls the manifest forward from the
-    /// collective commit records, and removes temporary files and diff files
-    /// of versions that were never committed. A rank directory holding diff
-    /// files but no manifest is refused ([`Error::NeedsRepair`]): dckpt never
-    /// silently starts a new history where one exists.
-    pub fn open_writer(root: &Path, rank: u32, data_len: u64, opts: &StoreOptions) -> Result<(Self, OpenNotes)> {
-        Layout::new(data_len, opts.chunk_size)?;
-        // One spelling of the root from here on (`a/../b` through a missing
-        // `a` is created, and then resolves to the real `b`).
-        Self::open_writer_in(Arc::new(Posix::create(root)?), rank, data_len, opts)
-    }
-
-    /// As [`Store::open_writer`], on any storage.
-    pub fn open_writer_in(
-        storage: Arc<dyn Storage>,
-        rank: u32,
-        data_len: u64,
-        opts: &StoreOptions,
-    ) -> Result<(Self, OpenNotes)> {
-        Layout::new(data_len, opts.chunk_size)?;
-        let root = storage.locate(Path::new(""));
-        let rel = rank_rel(rank);
-        let dir = storage.locate(&rel);
-        storage.create_dir(&rel)?;
-        let lock = storage.lock(&rel.join("LOCK"))?;
-        let log = CommitLog::load_from(storage.as_ref())?;
-        let mut notes = OpenNotes::default();
-        let read = read_manifest(storage.as_ref(), &rel, rank).map_err(|e| match e {
-            Error::Corrupt { path, reason } => Error::NeedsRepair {
-                dir: dir.clone(),
-                reason: format!(
-                    "{}: corrupt: {reason}; `dckpt repair --dir {}` rebuilds it from the diff files",
-                    path.display(),
-                    root.display()
-                ),
-            },
-            other => other,
-        })?;
-        let manifest = match read {
-            Some(mut m) => {
-                notes.rolled_forward = roll_forward(&mut m, &log);
-                m
-            }
-            None => {
-                let present = versions_present(storage.as_ref(), &rel)?;
-                let committed = log.entries_of(rank).count();
-                if !present.is_empty() || committed > 0 {
-                    return Err(Error::NeedsRepair {
-                        dir: dir.clone(),
-                        reason: format!(
-                            "MANIFEST is missing but {} diff file(s) and {committed} committed collective version(s) \
-                             are here; `dckpt repair --dir {}` rebuilds it from the files, or move them away to \
-                             start a new store",
-                            present.len(),
-                            root.display()
-                        ),
-                    });
-                }
-                notes.created = true;
-                Manifest {
-                    rank,
-                    data_len,
-                    chunk_size: opts.chunk_size,
-                    method: opts.method,
-                    hash: opts.hash,
-                    versions: Vec::new(),
-                }
-            }
-        };
-        let mut store = Store { storage, root, rel, dir, manifest, lock: Some(lock) };
-        if store.manifest.versions.is_empty() {
-            // Parameters are fixed by the first committed version, not by an
-            // open: an empty store takes the ones asked for.
-            let fresh = (data_len, opts.chunk_size, opts.method, opts.hash);
-            let m = &mut store.manifest;
-            if (m.data_len, m.chunk_size, m.method, m.hash) != fresh {
-                (m.data_len, m.chunk_size, m.method, m.hash) = fresh;
-                notes.created = true;
-            }
-        }
-        store.check_params(data_len, opts)?;
-        if notes.created || !notes.rolled_forward.is_empty() {
-            store.write_manifest(&store.manifest.clone())?;
-        }
-        notes.removed = store.remove_unfinished(rank == 0, &log.damaged_versions())?;
-        // This rank's commit parts of versions that never committed (an
-        // asynchronous collective run that stopped before every rank had
-        // flushed): a later run may take those version numbers again.
-        let stray: Vec<PathBuf> = log.stray_parts(rank).map(|(_, rel)| rel.to_path_buf()).collect();
-        for rel in &stray {
-            store.storage.remove(rel)?;
-            notes.removed.push(store.storage.locate(rel));
-        }
-        if !stray.is_empty() {
-            store.storage.barrier(Path::new(commits::COMMITS_DIR))?;
-        }
-        notes.damaged_records = log.damaged().to_vec();
-        Ok((store, notes))
-    }
-
-    fn check_params(&self, data_len: u64, opts: &StoreOptions) -> Result<()> {
-        let m = &self.manifest;
-        let mismatch = |what, existing: String, requested: String| {
-            Err(Error::Mismatch { what, dir: self.dir.clone(), existing, requested })
-        };
-        if m.data_len != data_len {
-            return mismatch("data length", format!("{} bytes", m.data_len), format!("{data_len} bytes"));
-        }
-        if m.chunk_size != opts.chunk_size {
-            return mismatch("chunk size", m.chunk_size.to_string(), opts.chunk_size.to_string());
-        }
-        if m.method != opts.method {
-            return mismatch("method", m.method.to_string(), opts.method.to_string());
-        }
-        if m.hash != opts.hash {
-            return mismatch("hash", m.hash.to_string(), opts.hash.to_string());
-        }
-        Ok(())
-    }
-
-    /// Removes temporary files, and diff files of versions not committed
-    /// (with `commits`, temporary files of commit records too). Only the
-    /// writer (holding the lock) calls it.
-    fn remove_unfinished(&self, commits: bool, damaged: &[u64]) -> Result<Vec<PathBuf>> {
-        let mut removed = Vec::new();
-        let mut dirs = vec![self.rel.clone()];
-        if commits {
-            dirs.push(PathBuf::from(commits::COMMITS_DIR));
-        }
-        for dir in &dirs {
-            let Ok(entries) = self.storage.list(dir) else { continue };
-            let before = removed.len();
-            for entry in entries {
-                // Files and links only; a version whose commit record is
-                // damaged keeps its files for `dckpt repair` to judge.
-                let name = &entry.name;
-                let stale = !entry.is_dir
-                    && (storage::is_temp_name(name)
-                        || (dir == &self.rel
-                            && parse_diff_name(name)
-                                .is_some_and(|v| self.manifest.get(v).is_none() && !damaged.contains(&v))));
-                if stale {
-                    let rel = dir.join(name);
-                    self.storage.remove(&rel)?;
-                    removed.push(self.storage.locate(&rel));
-                }
-            }
-            if removed.len() > before {
-                self.storage.barrier(dir)?;
-            }
-        }
-        Ok(removed)
+        Ok(Store { storage, root, rel, dir, manifest })
     }
 
     /// The storage the store lives on.
@@ -392,127 +247,6 @@ impl Store {
     /// Path of a version's diff file.
     pub fn diff_path(&self, version: u64) -> PathBuf {
         self.dir.join(diff_file_name(version))
-    }
-
-    fn check_newer(&self, version: u64) -> Result<()> {
-        match self.manifest.latest() {
-            Some(latest) if latest.version >= version => {
-                Err(Error::VersionNotNewer { latest: latest.version, requested: version })
-            }
-            _ => Ok(()),
-        }
-    }
-
-    fn check_writer(&self) -> Result<()> {
-        if self.lock.is_none() {
-            return Err(Error::Internal("a read-only store view cannot write".into()));
-        }
-        Ok(())
-    }
-
-    /// Durably writes a version's diff file and lists it in the manifest.
-    pub fn commit(&mut self, version: u64, baseline: bool, diff: &[u8]) -> Result<()> {
-        let entry = self.write_files(version, baseline, diff)?;
-        self.publish(entry)
-    }
-
-    /// Step 1 of a commit: durably writes a version's diff file. It stays
-    /// invisible (restore, reopen and `verify` ignore it; the next writer to
-    /// open the store removes it) until [`Store::publish`] lists the returned
-    /// entry, or a collective commit record names it.
-    pub fn write_files(&self, version: u64, baseline: bool, diff: &[u8]) -> Result<VersionEntry> {
-        self.write_diff_with(
-            version,
-            baseline,
-            diff.len() as u64,
-            diff.get(diff.len().saturating_sub(32)..),
-            &mut |f| f.write_all(diff),
-        )
-    }
-
-    /// As [`Store::write_files`], with the file's bytes written by `fill`
-    /// (for example in pieces from pinned memory) and its trailer given.
-    pub fn write_diff_with(
-        &self,
-        version: u64,
-        baseline: bool,
-        file_len: u64,
-        trailer: Option<&[u8]>,
-        fill: Fill<'_>,
-    ) -> Result<VersionEntry> {
-        self.check_writer()?;
-        self.check_newer(version)?;
-        let trailer = trailer
-            .filter(|t| t.len() == 32 && file_len >= 32)
-            .ok_or_else(|| Error::Internal("a diff file too short to hold a trailer".into()))?;
-        self.storage.write_atomic(&self.diff_rel(version), fill)?;
-        self.storage.barrier(&self.rel)?;
-        crate::failpoint::hit("store.file_durable");
-        Ok(VersionEntry { version, baseline, file_len, trailer: hex(trailer) })
-    }
-
-    /// Step 2 of a single-rank commit: lists a written version in the
-    /// manifest (atomic). This is the commit point.
-    pub fn publish(&mut self, entry: VersionEntry) -> Result<()> {
-        self.check_writer()?;
-        self.check_newer(entry.version)?;
-        let mut next = self.manifest.clone();
-        next.versions.push(entry);
-        self.write_manifest(&next)?;
-        self.manifest = next;
-        Ok(())
-    }
-
-    /// Lists a version that a collective commit record already committed:
-    /// the manifest is only a cache of the record, so the version counts as
-    /// committed even when writing the manifest fails (the error is
-    /// returned; the next writer to open the store rolls it forward).
-    pub fn adopt(&mut self, entry: VersionEntry) -> Result<()> {
-        self.check_writer()?;
-        self.check_newer(entry.version)?;
-        let mut next = self.manifest.clone();
-        next.versions.push(entry);
-        let written = self.write_manifest(&next);
-        self.manifest = next;
-        written
-    }
-
-    /// Deletes committed `versions` of this rank (retention): first they
-    /// leave the manifest (no longer committed), then this rank's commit
-    /// parts of them (`part_of`, collective), then their diff files. A crash
-    /// in between leaves files of uncommitted versions, which the next
-    /// writer removes. The caller makes sure no kept version needs them.
-    pub fn retire(&mut self, versions: &[u64], part_of: Option<u32>) -> Result<()> {
-        self.check_writer()?;
-        if versions.is_empty() {
-            return Ok(());
-        }
-        if self.manifest.versions.iter().any(|e| versions.contains(&e.version)) {
-            let mut next = self.manifest.clone();
-            next.versions.retain(|e| !versions.contains(&e.version));
-            self.write_manifest(&next)?;
-            self.manifest = next;
-        }
-        let remove = |rel: &Path| match self.storage.remove(rel) {
-            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            other => other,
-        };
-        if let Some(rank) = part_of {
-            for &v in versions {
-                remove(&commits::part_rel(v, rank))?;
-            }
-            self.storage.barrier(Path::new(commits::COMMITS_DIR))?;
-        }
-        for &v in versions {
-            remove(&self.diff_rel(v))?;
-        }
-        self.storage.barrier(&self.rel)
-    }
-
-    fn write_manifest(&self, m: &Manifest) -> Result<()> {
-        storage::write_bytes(self.storage.as_ref(), &self.rel.join("MANIFEST"), &m.encode())?;
-        crate::failpoint::hit("store.manifest_written");
-        self.storage.barrier(&self.rel)
     }
 }
 

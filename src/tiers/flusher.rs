@@ -26,7 +26,7 @@ use crate::format::Compression;
 use crate::format::manifest::VersionEntry;
 use crate::regions::Rewrite;
 use crate::store::commits::{CommitLog, CommitPart, RankEntry, parse_part_name};
-use crate::store::{Store, rank_rel, versions_present};
+use crate::store::{StoreWriter, rank_rel, versions_present};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
@@ -114,7 +114,7 @@ impl Flusher {
     /// with `compression`, if any.
     pub fn start(
         rank: u32,
-        stores: Vec<(Option<u64>, String, Store)>,
+        stores: Vec<(Option<u64>, String, StoreWriter)>,
         shared: Arc<Shared>,
         listing: Listing,
         compression: Option<Compression>,
@@ -184,7 +184,7 @@ struct Worker {
     rank: u32,
     tier: usize,
     name: String,
-    store: Store,
+    store: StoreWriter,
     /// The newest version durable here, and whether it ends an intact chain.
     last: Option<u64>,
     shared: Arc<Shared>,

@@ -48,7 +48,7 @@ use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
 use crate::regions::{Conversion, Region, Rewrite};
 use crate::restore::PendingMap;
-use crate::store::{Store, StoreOptions};
+use crate::store::{Store, StoreOptions, StoreWriter};
 use cache::Cached;
 use cache::HostCache;
 pub(crate) use flusher::Listing;
@@ -200,12 +200,12 @@ impl TieredEngine {
             OpenWith { device, gpu_cache: tiers.gpu_cache, rebuild: RebuildAt::Later },
         )?;
         let parts = engine.into_parts();
-        let mut stores: Vec<(String, Store)> = Vec::with_capacity(disks.len());
+        let mut stores: Vec<(String, StoreWriter)> = Vec::with_capacity(disks.len());
         let mut base = Some(parts.store);
         for (i, (name, root)) in disks.iter().enumerate() {
             let store = match base.take_if(|_| i == newest) {
                 Some(s) => s,
-                None => Store::open_writer(root, rank, data_len, opts)?.0,
+                None => StoreWriter::open(root, rank, data_len, opts)?.0,
             };
             stores.push((name.clone(), store));
         }

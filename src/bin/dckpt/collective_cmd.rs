@@ -111,23 +111,16 @@ pub fn with_mpi(body: impl FnOnce(&mpi::topology::SimpleCommunicator) -> Result<
 
 /// `mpirun -np P dckpt checkpoint --collective ... FILE` (`{rank}` in FILE is
 /// each rank's number).
-pub fn checkpoint(a: CheckpointArgs) -> Result<ExitCode> {
-    let store = a.store_options();
-    let copts = CollectiveOptions {
-        threshold: a.threshold,
-        region_bytes: a.region_bytes,
-        backend: a.backend,
-        local_only: a.local_only,
-        min_region_bytes: a.min_region_bytes,
-        ..CollectiveOptions::default()
-    };
+pub fn checkpoint(a: CheckpointArgs, config: &dckpt::config::Config) -> Result<ExitCode> {
+    let store = config.store_options();
+    let copts = config.collective_options();
     with_mpi(|world| {
         let rank = world.rank();
         let file = PathBuf::from(a.file.to_string_lossy().replace("{rank}", &rank.to_string()));
         let data = std::fs::read(&file).map_err(|e| Error::io(&file, e));
         // Every rank learns whether every rank could read its input.
         let data = all_agree(world, "reading the input", 0, data)?;
-        if let Some(tiers) = a.tier_options(data.len() as u64) {
+        if let Some(tiers) = a.tier_options(config, data.len() as u64) {
             let mut ckpt = dckpt::collective::TieredCollective::open(world, &tiers, data.len() as u64, &store, &copts)?;
             for w in &ckpt.engine().open_report().warnings {
                 eprintln!("dckpt: warning: {w}");

@@ -133,14 +133,14 @@ fn quiet_on_closed_stdout() {
 /// `dckpt checkpoint`: one rank's store, or with `--collective` every
 /// rank's under `mpirun`.
 fn checkpoint(a: store_cmds::CheckpointArgs) -> dckpt::Result<ExitCode> {
-    let a = a.with_config()?;
+    let config = a.config()?;
     if a.collective {
         #[cfg(feature = "mpi")]
-        return collective_cmd::checkpoint(a);
+        return collective_cmd::checkpoint(a, &config);
         #[cfg(not(feature = "mpi"))]
         return Err(dckpt::Error::InvalidOption("--collective needs dckpt built with the `mpi` feature".into()));
     }
-    store_cmds::checkpoint(a)
+    store_cmds::checkpoint(a, &config)
 }
 
 fn main() -> ExitCode {

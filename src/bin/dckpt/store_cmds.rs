@@ -1,16 +1,18 @@
 //! checkpoint, restore, verify, inspect.
 
 use clap::Args;
-use dckpt::backend::BackendKind;
-use dckpt::store::StoreOptions;
-use dckpt::{Engine, Error, HashAlgo, Method, Result};
+use dckpt::config::Config;
+use dckpt::{Engine, Error, Result};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-/// Arguments of `dckpt checkpoint`.
+/// Arguments of `dckpt checkpoint`. The options are the configuration's
+/// keys: the defaults, then `--config`'s file, then `DCKPT_<KEY>`, then the
+/// flags given here, each over the one before ([`Config::builder`]).
 #[derive(Args)]
 pub struct CheckpointArgs {
-    /// Store directory.
+    /// Store directory (the configuration's `persistent`; with a local tier,
+    /// the shared one).
     #[arg(long)]
     pub dir: PathBuf,
     /// Print the report as JSON (with a schema version).
@@ -22,135 +24,141 @@ pub struct CheckpointArgs {
     /// Rank (with --collective, the MPI rank is used instead).
     #[arg(long, default_value_t = 0, conflicts_with = "collective")]
     rank: u32,
-    /// tree, list, basic or full.
-    #[arg(long, default_value = "tree")]
-    method: Method,
-    /// Chunk size in bytes (32..=65536).
-    #[arg(long, default_value_t = 128)]
-    chunk_size: u32,
-    /// murmur3, xxh3, blake3 or sha1.
-    #[arg(long, default_value = "murmur3")]
-    hash: HashAlgo,
+    /// tree, list, basic or full [default: tree].
+    #[arg(long)]
+    method: Option<String>,
+    /// Chunk size in bytes, 32..=65536 [default: 128].
+    #[arg(long)]
+    chunk_size: Option<String>,
+    /// murmur3, xxh3, blake3 or sha1 [default: murmur3].
+    #[arg(long)]
+    hash: Option<String>,
     /// Re-baseline once a chain holds this many versions.
     #[arg(long)]
-    max_chain: Option<u64>,
-    /// auto, cpu or cuda (auto = CUDA when a device is found).
-    #[arg(long, default_value = "auto")]
-    pub backend: BackendKind,
+    max_chain: Option<String>,
+    /// auto, cpu or cuda (auto = CUDA when a device is found) [default: auto].
+    #[arg(long)]
+    backend: Option<String>,
     /// CUDA backend: device memory it may hold, as a multiple of the buffer
     /// (1.5x) or a size (6G); a version over a bound of it restarts the
-    /// record or is stored whole.
-    #[arg(long, default_value = "1.5x")]
-    gpu_memory: dckpt::sizes::GpuMemory,
+    /// record or is stored whole [default: 1.5x].
+    #[arg(long)]
+    gpu_memory: Option<String>,
     /// Collective checkpoint of every rank of an `mpirun` job (CPU backend;
     /// the rank is the MPI rank, `{rank}` in FILE is replaced by it).
     #[arg(long)]
     pub collective: bool,
-    /// Collective: K, the most entries a partial result of the reduction keeps.
-    #[arg(long, default_value_t = dckpt::collective::DEFAULT_THRESHOLD, requires = "collective")]
-    pub threshold: usize,
-    /// Collective: largest region offered to the reduction, in bytes (0 = automatic).
-    #[arg(long, default_value_t = 0, requires = "collective")]
-    pub region_bytes: u64,
+    /// Collective: K, the most entries a partial result of the reduction keeps [default: 131072].
+    #[arg(long, requires = "collective")]
+    threshold: Option<String>,
+    /// Collective: largest region offered to the reduction, in bytes (0 = automatic) [default: 0].
+    #[arg(long, requires = "collective")]
+    region_bytes: Option<String>,
     /// Collective: smallest region offered, in bytes (0 = every region;
-    /// smaller ones stay this rank's: a shorter reduction, more bytes).
-    #[arg(long, default_value_t = 0, requires = "collective")]
-    pub min_region_bytes: u64,
+    /// smaller ones stay this rank's: a shorter reduction, more bytes) [default: 0].
+    #[arg(long, requires = "collective")]
+    min_region_bytes: Option<String>,
     /// Through the asynchronous tiers: the version goes to a host cache,
-    /// then this node-local directory, then --dir (the shared tier); the
-    /// command returns once it is durable on both (checkpoint, then wait).
+    /// then this node-local directory (the configuration's `scratch`), then
+    /// --dir (the shared tier); the command returns once it is durable on
+    /// both (checkpoint, then wait).
     #[arg(long)]
-    pub local: Option<PathBuf>,
-    /// With --local: compress each file's data on its way to the tiers
+    local: Option<PathBuf>,
+    /// Through the tiers: compress each file's data on its way to them
     /// (lz4, zstd or zstd:LEVEL); restores decompress.
-    #[arg(long, requires = "local")]
-    pub compress: Option<dckpt::format::Compression>,
-    /// With --local: keep the newest N versions on the local tier (and what
-    /// their chains need); older ones are deleted as new ones become durable.
-    #[arg(long, requires = "local")]
-    pub keep_local: Option<u64>,
-    /// With --local: the same retention on the shared tier (--dir).
-    #[arg(long, requires = "local")]
-    pub keep_shared: Option<u64>,
-    /// Take the options from this configuration file instead of the flags
-    /// (TOML with the runtime's keys and `DCKPT_<KEY>` overrides; `dckpt
-    /// config --check FILE` prints what it sets): method, chunk_size, hash,
-    /// max_chain, backend, gpu_memory; collective, threshold, region_bytes;
-    /// `scratch` as the local tier (then --dir is the shared one: --dir
-    /// stands for the file's `persistent`) with host_cache_size,
-    /// gpu_cache_size, compression and max_versions, which apply only
-    /// through the tiers. `collective = false` makes a --collective run
-    /// local-only (and allows method "full"); it does not imply
-    /// --collective. `mode` is ignored: the command always waits.
-    #[arg(long, conflicts_with_all = [
-        "method", "chunk_size", "hash", "max_chain", "backend", "gpu_memory", "threshold",
-        "region_bytes", "min_region_bytes", "local", "compress", "keep_local", "keep_shared",
-    ])]
+    #[arg(long)]
+    compress: Option<String>,
+    /// Through the tiers: keep the newest N versions on the local tier (and
+    /// what their chains need) [default: the configuration's max_versions].
+    #[arg(long)]
+    keep_local: Option<u64>,
+    /// Through the tiers: the same retention on the shared tier (--dir).
+    #[arg(long)]
+    keep_shared: Option<u64>,
+    /// A configuration file (TOML with the runtime's keys; `dckpt config
+    /// --check FILE` prints what it sets) under the environment's
+    /// `DCKPT_<KEY>` and the flags: method, chunk_size, hash, max_chain,
+    /// backend, gpu_memory; collective, threshold, region_bytes; `scratch`
+    /// as the local tier (then --dir is the shared one: --dir stands for the
+    /// file's `persistent`) with host_cache_size, gpu_cache_size,
+    /// compression and max_versions, which apply only through the tiers.
+    /// `collective = false` makes a --collective run local-only (and allows
+    /// method "full"); it does not imply --collective. `mode` is ignored:
+    /// the command always waits.
+    #[arg(long)]
     pub config: Option<PathBuf>,
-    /// From --config: the host cache (at least what one diff needs).
-    #[arg(skip)]
-    host_cache_bytes: u64,
-    /// From --config: the GPU cache tier's share of the device memory.
-    #[arg(skip)]
-    gpu_cache: dckpt::backend::budget::GpuCache,
-    /// From --config: local-only collective checkpoints (`collective = false`).
-    #[arg(skip)]
-    pub local_only: bool,
     /// The buffer to checkpoint.
     pub file: PathBuf,
 }
 
+/// A path as a TOML string, so that a name like 2024-06-01 stays a name.
+fn toml_text(path: &Path) -> String {
+    toml::Value::String(path.to_string_lossy().into_owned()).to_string()
+}
+
 impl CheckpointArgs {
-    /// The arguments with `--config`'s file (and the environment's
-    /// overrides) applied, if it was given.
-    pub fn with_config(mut self) -> Result<Self> {
-        let Some(file) = &self.config else { return Ok(self) };
-        // --dir stands for the file's `persistent` directory (a TOML string,
-        // so that a name like 2024-06-01 stays a name).
-        let dir = toml::Value::String(self.dir.to_string_lossy().into_owned()).to_string();
-        let env = |name: &str| match name {
-            "DCKPT_PERSISTENT" => Some(dir.clone()),
-            _ => std::env::var(name).ok(),
-        };
-        let c = dckpt::config::Config::load_with(Some(file), env)?;
-        (self.method, self.chunk_size, self.hash, self.max_chain) = (c.method, c.chunk_size, c.hash, c.max_chain);
-        (self.backend, self.gpu_memory) = (c.backend, c.gpu_memory);
-        (self.threshold, self.region_bytes, self.local_only) = (c.threshold, c.region_bytes.0, !c.collective);
-        self.min_region_bytes = c.min_region_bytes.0;
-        (self.local, self.compress) = (c.scratch.clone(), c.compression);
-        (self.keep_local, self.keep_shared) = (c.max_versions, c.max_versions);
-        // The file's host cache where it sets one; else what one diff needs.
-        let default_cache = dckpt::config::Config::default().host_cache_size.0;
-        self.host_cache_bytes = if c.host_cache_size.0 == default_cache { 0 } else { c.host_cache_size.0 };
-        self.gpu_cache = c.gpu_cache_size;
-        Ok(self)
+    /// The one configuration this command runs with: the defaults,
+    /// `--config`'s file, `DCKPT_<KEY>`, then the flags.
+    pub fn config(&self) -> Result<Config> {
+        let mut b = Config::builder().file(self.config.as_deref()).environment().set(
+            "persistent",
+            toml_text(&self.dir),
+            "--dir",
+        );
+        if let Some(local) = &self.local {
+            b = b.set("scratch", toml_text(local), "--local");
+        }
+        let flags = [
+            ("method", "--method", &self.method),
+            ("chunk_size", "--chunk-size", &self.chunk_size),
+            ("hash", "--hash", &self.hash),
+            ("max_chain", "--max-chain", &self.max_chain),
+            ("backend", "--backend", &self.backend),
+            ("gpu_memory", "--gpu-memory", &self.gpu_memory),
+            ("threshold", "--threshold", &self.threshold),
+            ("region_bytes", "--region-bytes", &self.region_bytes),
+            ("min_region_bytes", "--min-region-bytes", &self.min_region_bytes),
+            ("compression", "--compress", &self.compress),
+        ];
+        for (key, flag, value) in flags {
+            if let Some(v) = value {
+                b = b.set(key, v, flag);
+            }
+        }
+        let config = b.build()?;
+        let tier_flags = [
+            (self.compress.is_some(), "--compress"),
+            (self.keep_local.is_some(), "--keep-local"),
+            (self.keep_shared.is_some(), "--keep-shared"),
+        ];
+        if config.scratch.is_none()
+            && let Some((_, flag)) = tier_flags.iter().find(|(given, _)| *given)
+        {
+            return Err(Error::InvalidOption(format!("{flag} applies through the tiers: give --local (or scratch)")));
+        }
+        Ok(config)
     }
 
-    /// The tiers --local asks for (`None` without it), with a host cache
-    /// that holds one diff of a `len`-byte buffer.
-    pub fn tier_options(&self, len: u64) -> Option<dckpt::tiers::TierOptions> {
-        self.local.as_ref().map(|local| dckpt::tiers::TierOptions {
+    /// The tiers `config` asks for (a local tier: --local or `scratch`;
+    /// `None` without one), with a host cache that holds one diff of a
+    /// `len`-byte buffer at least.
+    pub fn tier_options(&self, config: &Config, len: u64) -> Option<dckpt::tiers::TierOptions> {
+        let local = config.scratch.as_ref()?;
+        // The configuration's host cache where it sets one; else what one diff needs.
+        let asked = match config.host_cache_size == Config::default().host_cache_size {
+            true => 0,
+            false => config.host_cache_size.0,
+        };
+        Some(dckpt::tiers::TierOptions {
             local: Some(local.clone()),
             shared: Some(self.dir.clone()),
-            host_cache_bytes: self.host_cache_bytes.max(len + len / 4 + (8 << 20)),
-            compression: self.compress,
-            keep_local: self.keep_local,
-            keep_shared: self.keep_shared,
-            gpu_cache: self.gpu_cache,
+            host_cache_bytes: asked.max(len + len / 4 + (8 << 20)),
+            compression: config.compression,
+            keep_local: self.keep_local.or(config.max_versions),
+            keep_shared: self.keep_shared.or(config.max_versions),
+            gpu_cache: config.gpu_cache_size,
             ..Default::default()
         })
-    }
-
-    /// The store options the flags ask for.
-    pub fn store_options(&self) -> StoreOptions {
-        StoreOptions {
-            chunk_size: self.chunk_size,
-            method: self.method,
-            hash: self.hash,
-            max_chain: self.max_chain,
-            max_record_entries: None,
-            gpu_memory: self.gpu_memory,
-        }
     }
 }
 
@@ -191,12 +199,12 @@ fn parse_range(s: &str) -> std::result::Result<std::ops::Range<u64>, String> {
 
 /// `dckpt checkpoint` of one rank's store (`a` with its configuration
 /// applied; `--collective` is `collective_cmd::checkpoint`).
-pub fn checkpoint(a: CheckpointArgs) -> Result<ExitCode> {
+pub fn checkpoint(a: CheckpointArgs, config: &Config) -> Result<ExitCode> {
     let busy = crate::progress::spinner(&format!("checkpointing {}", a.file.display()));
     let data = std::fs::read(&a.file).map_err(|e| Error::io(&a.file, e))?;
-    let opts = a.store_options();
-    if let Some(tiers) = a.tier_options(data.len() as u64) {
-        let mut engine = dckpt::tiers::TieredEngine::open(a.rank, data.len() as u64, &opts, &tiers, a.backend)?;
+    let opts = config.store_options();
+    if let Some(tiers) = a.tier_options(config, data.len() as u64) {
+        let mut engine = dckpt::tiers::TieredEngine::open(a.rank, data.len() as u64, &opts, &tiers, config.backend)?;
         for w in &engine.open_report().warnings {
             busy.suspend(|| eprintln!("dckpt: warning: {w}"));
         }
@@ -219,7 +227,7 @@ pub fn checkpoint(a: CheckpointArgs) -> Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let mut engine = Engine::open_with_backend(&a.dir, a.rank, data.len() as u64, &opts, a.backend)?;
+    let mut engine = Engine::open_with_backend(&a.dir, a.rank, data.len() as u64, &opts, config.backend)?;
     for w in &engine.open_report().warnings {
         busy.suspend(|| eprintln!("dckpt: warning: {w}"));
     }
