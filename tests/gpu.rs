@@ -77,7 +77,7 @@ fn a_full_device_record_restarts_like_the_cpu_record() {
     for (i, v, keep) in [(1u64, &v1, true), (2, &v2, true), (3, &v3, false), (3, &v3, true), (4, &v4, true)] {
         let baseline = i == 1;
         let mut d = cpu.deduplicate(i, Protected::Host(v), baseline).unwrap();
-        let want = cpu.serialize(&mut d, v).unwrap().parts().concat();
+        let want = cpu.serialize(d.as_mut(), v).unwrap().parts().concat();
         let cp = dev.checkpoint(i, Protected::Host(v), baseline).unwrap();
         assert_eq!(dev.file_vec(&cp).unwrap(), want, "version {i}: the GPU file differs");
         let shifts = d.diff.shift.len();

@@ -1,7 +1,7 @@
 //! The CPU backend: the methods of [`crate::dedup`] over a [`DedupState`],
 //! the FIRST bytes read from the protected host buffer.
 
-use super::{Backend, BackendKind, Deduplicated, DiffBytes, PendingVersion, foreign};
+use super::{Backend, BackendKind, Deduplicated, DiffBytes, PendingVersion, VersionMut};
 use crate::dedup::{DedupInput, DedupState, Pending};
 use crate::diff::Diff;
 use crate::error::{Error, Result};
@@ -10,7 +10,6 @@ use crate::memory::{Protected, ProtectedMut};
 use crate::method::Method;
 use crate::regions::Rewrite;
 use crate::regions::{self, Conversion, FirstBytes};
-use std::any::Any;
 
 /// De-duplication on the CPU (rayon).
 #[derive(Debug)]
@@ -62,7 +61,7 @@ impl CpuBackend {
 /// rewritten: at once by `serialize`, in the flush worker by the tiers);
 /// and where the FIRST data of the file handed over begin.
 #[derive(Debug)]
-struct CpuPending(Pending, Option<Diff>, usize);
+pub struct CpuPending(Pending, Option<Diff>, usize);
 
 impl PendingVersion for CpuPending {
     fn first_bytes<'a>(&'a self, diff: &'a Diff, data: &'a [u8]) -> Result<FirstBytes<'a>> {
@@ -79,21 +78,11 @@ impl PendingVersion for CpuPending {
         self.0.remap_entries(|e| regions::relocate(e, me, &layout, conv, layouts));
         Ok(())
     }
-
-    fn into_any(self: Box<Self>) -> Box<dyn Any> {
-        self
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
 }
 
 impl Backend for CpuBackend {
+    type Pending = CpuPending;
+
     fn kind(&self) -> BackendKind {
         BackendKind::Cpu
     }
@@ -106,7 +95,7 @@ impl Backend for CpuBackend {
         self.state.bounds_hit
     }
 
-    fn deduplicate(&mut self, version: u64, input: Protected<'_>, baseline: bool) -> Result<Deduplicated> {
+    fn deduplicate(&mut self, version: u64, input: Protected<'_>, baseline: bool) -> Result<Deduplicated<CpuPending>> {
         self.settle_rebuild();
         let Protected::Host(data) = input else {
             return Err(Error::InvalidOption("device memory needs the CUDA backend".into()));
@@ -114,29 +103,28 @@ impl Backend for CpuBackend {
         self.forget_restarted();
         let outcome = self.method.deduplicator().deduplicate(&self.state, &DedupInput { data, version, baseline })?;
         self.restart_pending = outcome.pending.bounds().record_restarts > 0;
-        Ok(Deduplicated { diff: outcome.diff, pending: Box::new(CpuPending(outcome.pending, None, 0)), gpu: None })
+        Ok(Deduplicated { diff: outcome.diff, pending: CpuPending(outcome.pending, None, 0), gpu: None })
     }
 
     /// The rewritten diff encoded from the buffer at once (the same bytes
     /// as applying the deferred rewrite, with less copying); before any
     /// give-away, the file as made, its data's place kept for a give-away
     /// decided later (the collective step's thread).
-    fn serialize<'a>(&'a mut self, version: &mut Deduplicated, data: &[u8]) -> Result<DiffBytes<'a>> {
-        let p = version.pending.as_any_mut().downcast_mut::<CpuPending>().ok_or_else(foreign)?;
-        if p.1.take().is_none() {
+    fn serialize<'a>(&'a mut self, version: VersionMut<'_, CpuPending>, data: &[u8]) -> Result<DiffBytes<'a>> {
+        if version.pending.1.take().is_none() {
             return self.serialize_deferred(version, data).map(|(file, _)| file);
         }
-        Ok(DiffBytes::Owned(crate::format::encode_diff(&version.diff, data)))
+        Ok(DiffBytes::Owned(crate::format::encode_diff(version.diff, data)))
     }
 
     /// The diff encoded from the buffer; after a give-away, the body as
     /// de-duplicated and its rewrite.
     fn serialize_deferred<'a>(
         &'a mut self,
-        version: &mut Deduplicated,
+        version: VersionMut<'_, CpuPending>,
         data: &[u8],
     ) -> Result<(DiffBytes<'a>, Option<Rewrite>)> {
-        let p = version.pending.as_any_mut().downcast_mut::<CpuPending>().ok_or_else(foreign)?;
+        let p = version.pending;
         if let Some(before) = p.1.take() {
             // Only the bytes leave the buffer now (tables and FIRST data, no
             // block digests): the rewrite hashes what it keeps.
@@ -144,21 +132,20 @@ impl Backend for CpuBackend {
             let data_start = body.len() - before.data_bytes() as usize;
             return Ok((DiffBytes::Owned(body), Some(Rewrite::new(before, version.diff.clone(), data_start))));
         }
-        let body = crate::format::encode_body(&version.diff, data);
+        let body = crate::format::encode_body(version.diff, data);
         p.2 = body.len() - version.diff.data_bytes() as usize;
         Ok((DiffBytes::Owned(crate::format::finish_body(body, p.2)), None))
     }
 
-    fn settle_given_away(&mut self, version: &mut Deduplicated) -> Result<Option<Rewrite>> {
+    fn settle_given_away(&mut self, version: VersionMut<'_, CpuPending>) -> Result<Option<Rewrite>> {
         // The record already moved with the give-away (`remap_entries`).
-        let p = version.pending.as_any_mut().downcast_mut::<CpuPending>().ok_or_else(foreign)?;
+        let p = version.pending;
         Ok(p.1.take().map(|before| Rewrite::new(before, version.diff.clone(), p.2)))
     }
 
-    fn commit(&mut self, version: Deduplicated) -> Result<()> {
+    fn commit(&mut self, version: Deduplicated<CpuPending>) -> Result<()> {
         self.settle_rebuild();
         let Deduplicated { diff, pending, .. } = version;
-        let pending = pending.into_any().downcast::<CpuPending>().map_err(|_| foreign())?;
         // The diff's lists are freed off the call.
         crate::memory::drop_later(diff);
         self.state.commit(pending.0);

@@ -4,7 +4,7 @@
 //!
 //! Both implement [`Backend`], the one contract the engine drives:
 //! de-duplicate a version into a [`Deduplicated`] (the diff plus the
-//! backend's pending state, [`PendingVersion`]), let the collective layer
+//! backend's pending state: its own type, [`Backend::Pending`]), let the collective layer
 //! give regions away, serialize it, then [`Backend::commit`] it once its
 //! files are durable or [`Backend::rollback`] it. Both take the same inputs
 //! ([`Protected`]), keep the same record and write byte-identical files
@@ -13,6 +13,7 @@
 //! `crate::dedup::Limits`, and the two differ only where a bound binds);
 //! the GPU test program (`tests/gpu.rs`) checks it.
 
+mod any;
 pub mod budget;
 pub mod cpu;
 pub mod cuda;
@@ -24,23 +25,52 @@ use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
 use crate::regions::{self, Conversion, FirstBytes, Region, Rewrite};
+pub use any::{AnyBackend, AnyPending};
 use serde::{Deserialize, Serialize};
-use std::any::Any;
 use std::fmt;
 use std::str::FromStr;
 
-/// A de-duplicated version that is neither committed nor rolled back.
+/// A de-duplicated version that is neither committed nor rolled back:
+/// `P` is the pending state of the backend that made it
+/// ([`Backend::Pending`]; for the engine's [`AnyBackend`], [`AnyPending`]).
 #[derive(Debug)]
-pub struct Deduplicated {
+pub struct Deduplicated<P = AnyPending> {
     /// The diff as it stands (regions given away are references).
     pub diff: Diff,
     /// What the backend needs to serialize and commit it.
-    pub pending: Box<dyn PendingVersion>,
+    pub pending: P,
     /// Device-side times (CUDA backend).
     pub gpu: Option<cuda::GpuTimings>,
 }
 
-impl Deduplicated {
+impl<P> Deduplicated<P> {
+    /// The same version with its pending state turned by `f` (into the
+    /// engine's [`AnyPending`], say).
+    pub fn map_pending<Q>(self, f: impl FnOnce(P) -> Q) -> Deduplicated<Q> {
+        Deduplicated { diff: self.diff, pending: f(self.pending), gpu: self.gpu }
+    }
+
+    /// The version as a backend's method takes it: the diff and the
+    /// pending state, borrowed apart.
+    pub fn as_mut(&mut self) -> VersionMut<'_, P> {
+        VersionMut { diff: &mut self.diff, pending: &mut self.pending, gpu: &mut self.gpu }
+    }
+}
+
+/// A pending version as a backend's methods take it: its diff and the
+/// backend's own pending state, borrowed apart (so that [`AnyBackend`] can
+/// hand each backend its own type).
+#[derive(Debug)]
+pub struct VersionMut<'v, P> {
+    /// The diff as it stands.
+    pub diff: &'v mut Diff,
+    /// The backend's pending state.
+    pub pending: &'v mut P,
+    /// Device-side times (CUDA backend).
+    pub gpu: &'v mut Option<cuda::GpuTimings>,
+}
+
+impl<P: PendingVersion> Deduplicated<P> {
     /// Turns the converted regions into references to their owners
     /// (`layouts[r]` is rank r's layout); the pending record follows
     /// ([`PendingVersion::give_away`]).
@@ -53,7 +83,7 @@ impl Deduplicated {
 }
 
 /// The backend-specific part of a [`Deduplicated`] version.
-pub trait PendingVersion: fmt::Debug + Send {
+pub trait PendingVersion: fmt::Debug + Send + 'static {
     /// Where the diff's FIRST bytes are: `data` (the protected host buffer,
     /// CPU) or the backend's own copy (GPU; `data` is not read).
     fn first_bytes<'a>(&'a self, diff: &'a Diff, data: &'a [u8]) -> Result<FirstBytes<'a>>;
@@ -62,15 +92,6 @@ pub trait PendingVersion: fmt::Debug + Send {
     /// owners (`layouts[r]` is rank r's layout); the record entries this
     /// version adds move to the owners' copies.
     fn give_away(&mut self, diff: &mut Diff, conv: &[Conversion], layouts: &[Layout]) -> Result<()>;
-
-    /// For the backend that made it: the concrete type.
-    fn into_any(self: Box<Self>) -> Box<dyn Any>;
-
-    /// For the backend that made it: the concrete type.
-    fn as_any(&self) -> &dyn Any;
-
-    /// For the backend that made it: the concrete type, mutably.
-    fn as_any_mut(&mut self) -> &mut dyn Any;
 }
 
 /// A serialized diff file, ready for the store.
@@ -136,6 +157,11 @@ impl DiffBytes<'_> {
 /// failure. Until `commit` the backend's history is unchanged; a new
 /// `deduplicate` rolls back a version left pending.
 pub trait Backend: Send {
+    /// The pending state of a version it de-duplicated, until commit or
+    /// rollback: its own type, so that no method checks at run time which
+    /// backend made a version.
+    type Pending: PendingVersion;
+
     /// Which backend this is.
     fn kind(&self) -> BackendKind;
 
@@ -154,21 +180,26 @@ pub trait Backend: Send {
     /// De-duplicates `input` as `version` (a `baseline` ignores history).
     /// The diff's bytes stay where [`Backend::regions`] and
     /// [`Backend::hand_over`] or [`Backend::serialize`] read them.
-    fn deduplicate(&mut self, version: u64, input: Protected<'_>, baseline: bool) -> Result<Deduplicated>;
+    fn deduplicate(
+        &mut self,
+        version: u64,
+        input: Protected<'_>,
+        baseline: bool,
+    ) -> Result<Deduplicated<Self::Pending>>;
 
     /// The regions of `version`'s FIRST runs a collective step offers
     /// (nodes of at most `2^max_level` chunks) with their digests. By
     /// default hashed on the host from [`PendingVersion::first_bytes`]; the
     /// CUDA backend reads them off the tree it just built, where it has one.
-    fn regions(&mut self, version: &Deduplicated, data: &[u8], max_level: u32) -> Result<Vec<Region>> {
-        let bytes = version.pending.first_bytes(&version.diff, data)?;
-        Ok(regions::first_regions(&version.diff, &bytes, max_level))
+    fn regions(&mut self, diff: &Diff, pending: &Self::Pending, data: &[u8], max_level: u32) -> Result<Vec<Region>> {
+        let bytes = pending.first_bytes(diff, data)?;
+        Ok(regions::first_regions(diff, &bytes, max_level))
     }
 
     /// The diff file of `version` (after regions were given away); applies
     /// the record moves that giving away implies. `data` is the protected
     /// host buffer (CPU).
-    fn serialize<'a>(&'a mut self, version: &mut Deduplicated, data: &[u8]) -> Result<DiffBytes<'a>> {
+    fn serialize<'a>(&'a mut self, version: VersionMut<'_, Self::Pending>, data: &[u8]) -> Result<DiffBytes<'a>> {
         match self.serialize_deferred(version, data)? {
             (file, None) => Ok(file),
             (file, Some(rewrite)) => {
@@ -186,7 +217,7 @@ pub trait Backend: Send {
     /// bytes as `serialize`.
     fn serialize_deferred<'a>(
         &'a mut self,
-        version: &mut Deduplicated,
+        version: VersionMut<'_, Self::Pending>,
         data: &[u8],
     ) -> Result<(DiffBytes<'a>, Option<Rewrite>)>;
 
@@ -196,7 +227,12 @@ pub trait Backend: Send {
     /// it). By default the bytes of [`Backend::serialize_deferred`]; the
     /// CUDA backend copies a file from its GPU cache tier straight into the
     /// sink's buffers, or defers the copy while the sink is full.
-    fn hand_over(&mut self, version: &mut Deduplicated, data: &[u8], sink: Sink<'_>) -> Result<Option<Rewrite>> {
+    fn hand_over(
+        &mut self,
+        version: VersionMut<'_, Self::Pending>,
+        data: &[u8],
+        sink: Sink<'_>,
+    ) -> Result<Option<Rewrite>> {
         hand_over_bytes(self, version, data, sink)
     }
 
@@ -205,10 +241,10 @@ pub trait Backend: Send {
     /// the record entries of the regions given away since (the device table
     /// on the CUDA backend) and returns the rewrite the handed-over file
     /// now needs, if any.
-    fn settle_given_away(&mut self, version: &mut Deduplicated) -> Result<Option<Rewrite>>;
+    fn settle_given_away(&mut self, version: VersionMut<'_, Self::Pending>) -> Result<Option<Rewrite>>;
 
     /// Makes a serialized version's state permanent (its files are durable).
-    fn commit(&mut self, version: Deduplicated) -> Result<()>;
+    fn commit(&mut self, version: Deduplicated<Self::Pending>) -> Result<()>;
 
     /// Forgets the pending version, if any.
     fn rollback(&mut self) -> Result<()>;
@@ -262,7 +298,13 @@ pub trait Backend: Send {
     /// no decoding of a device-made diff's tables (what a checkpoint with
     /// no regions to offer, local-only or on one rank, takes). On any error,
     /// the sink's included, the version is rolled back.
-    fn hand_over_new(&mut self, version: u64, input: Protected<'_>, baseline: bool, sink: Sink<'_>) -> Result<Handed> {
+    fn hand_over_new(
+        &mut self,
+        version: u64,
+        input: Protected<'_>,
+        baseline: bool,
+        sink: Sink<'_>,
+    ) -> Result<Handed<Self::Pending>> {
         let mut d = {
             let _span = crate::profile::Span::new("dedup", version);
             self.deduplicate(version, input, baseline)?
@@ -270,7 +312,7 @@ pub trait Backend: Send {
         let gpu = d.gpu;
         let handed = {
             let _span = crate::profile::Span::new("serialize-cache", version);
-            self.serialize(&mut d, input.host_bytes()).and_then(|file| sink.put(&file.parts(), true))
+            self.serialize(d.as_mut(), input.host_bytes()).and_then(|file| sink.put(&file.parts(), true))
         };
         if let Err(e) = handed {
             self.rollback()?;
@@ -281,7 +323,7 @@ pub trait Backend: Send {
 
     /// Makes a version [`Backend::hand_over_new`] handed over permanent
     /// (its file is taken everywhere).
-    fn commit_handed(&mut self, handed: Handed) -> Result<()> {
+    fn commit_handed(&mut self, handed: Handed<Self::Pending>) -> Result<()> {
         match handed.pending {
             Some(d) => self.commit(d),
             None => Err(Error::Internal("a handed-over version without its pending state".into())),
@@ -294,21 +336,21 @@ pub trait Backend: Send {
 /// (`read(offset, buf)` fills `buf` from the file at `offset`), decodes its
 /// metadata into the pending version the backend commits or gives regions
 /// away from, and says where its FIRST data starts in the file.
-pub type Describe =
-    Box<dyn FnOnce(&mut dyn FnMut(u64, &mut [u8]) -> Result<()>) -> Result<(Deduplicated, usize)> + Send>;
+pub type Describe<P = AnyPending> =
+    Box<dyn FnOnce(&mut dyn FnMut(u64, &mut [u8]) -> Result<()>) -> Result<(Deduplicated<P>, usize)> + Send>;
 
 /// A version [`Backend::hand_over_new`] gave to its sink, not committed yet.
-pub struct Handed {
+pub struct Handed<P = AnyPending> {
     /// The backend's pending state, where it keeps one outside itself (the
     /// CPU's); `None` where the backend holds it (the device's record).
-    pub pending: Option<Deduplicated>,
+    pub pending: Option<Deduplicated<P>>,
     /// Whether the version is a baseline: asked for, or stored whole
     /// because nearly every chunk changed.
     pub baseline: bool,
     /// Where `pending` is `None`: how to describe the version later, from
     /// its handed-over file (the collective step's thread does, off the
     /// application's path).
-    pub describe: Option<Describe>,
+    pub describe: Option<Describe<P>>,
     /// Device-side times (CUDA backend).
     pub gpu: Option<cuda::GpuTimings>,
 }
@@ -317,7 +359,7 @@ pub struct Handed {
 /// file, put into `sink` (sealed when it has its trailer).
 pub(crate) fn hand_over_bytes<B: Backend + ?Sized>(
     backend: &mut B,
-    version: &mut Deduplicated,
+    version: VersionMut<'_, B::Pending>,
     data: &[u8],
     sink: Sink<'_>,
 ) -> Result<Option<Rewrite>> {
@@ -326,7 +368,7 @@ pub(crate) fn hand_over_bytes<B: Backend + ?Sized>(
     Ok(rewrite)
 }
 
-impl fmt::Debug for Handed {
+impl<P: fmt::Debug> fmt::Debug for Handed<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Handed")
             .field("pending", &self.pending)
@@ -405,7 +447,8 @@ pub type Fill<'a> = dyn FnMut(&mut [&mut [u8]]) -> Result<Option<Ready>> + 'a;
 /// The sink of [`Backend::checkpoint_into`].
 pub type Sink<'a> = &'a mut dyn FileSink;
 
-/// A pending version made by another backend (an internal error).
+/// A pending version made by another backend: [`AnyBackend`] given
+/// another backend's [`AnyPending`] (an internal error).
 pub(crate) fn foreign() -> Error {
     Error::Internal("a pending version went to another backend".into())
 }

@@ -161,7 +161,8 @@ fn the_builder_layers_file_environment_and_set_values_in_that_order() {
     let env = |name: &str| (name == "DCKPT_CHUNK_SIZE").then(|| "256".to_string());
     let c = Config::builder().file(Some(&f)).environment_from(env).build().unwrap();
     assert_eq!((c.chunk_size, c.threshold), (256, 1000), "the environment over the file");
-    let c = Config::builder().file(Some(&f)).environment_from(env).set("chunk_size", 512, "--chunk-size").build().unwrap();
+    let c =
+        Config::builder().file(Some(&f)).environment_from(env).set("chunk_size", 512, "--chunk-size").build().unwrap();
     assert_eq!(c.chunk_size, 512, "a set value over the environment");
     // Errors name the layer that set the value at fault.
     let e = Config::builder().file(Some(&f)).set("chunk_size", 7, "--chunk-size").build().unwrap_err().to_string();

@@ -13,7 +13,7 @@ pub use staged::{LocalCheckpoint, StagedCheckpoint};
 use crate::backend::budget::GpuCache;
 use crate::backend::cpu::CpuBackend;
 use crate::backend::cuda::{CudaBackend, Gpu, GpuDedup, GpuTimings};
-use crate::backend::{Backend, BackendKind};
+use crate::backend::{AnyBackend, Backend, BackendKind};
 use crate::dedup::DedupState;
 use crate::diff::{ChunkCounts, Diff};
 use crate::error::{Error, Result};
@@ -74,11 +74,11 @@ pub struct OpenReport {
     pub warnings: Vec<String>,
 }
 
-/// A rank's checkpointing engine over a [`Store`]: the one writer of the
+/// A rank's checkpointing engine over a [`StoreWriter`]: the one writer of the
 /// rank's directory (it holds the store's lock while it lives).
 pub struct Engine {
     store: StoreWriter,
-    backend: Box<dyn Backend>,
+    backend: AnyBackend,
     opts: StoreOptions,
     record_len: u64,
     /// The next version must be a baseline (no history could be rebuilt).
@@ -162,13 +162,13 @@ impl Engine {
             BackendKind::Auto if opts.hash == crate::hash::HashAlgo::Sha1 => BackendKind::Cpu,
             other => other.resolve(),
         };
-        let mut backend: Box<dyn Backend> = match resolved {
+        let mut backend: AnyBackend = match resolved {
             BackendKind::Cuda => {
                 let gpu = Gpu::open(device)?;
                 let dev = GpuDedup::with_budget(gpu, layout, opts.hash, opts.method, rank, opts.gpu_memory, gpu_cache)?;
-                Box::new(CudaBackend::new(dev))
+                CudaBackend::new(dev).into()
             }
-            _ => Box::new(CpuBackend::new(DedupState::new(layout, opts.hash, rank), opts.method)),
+            _ => CpuBackend::new(DedupState::new(layout, opts.hash, rank), opts.method).into(),
         };
         // Full keeps no state: nothing to restore.
         let mut rebuild_pending = latest.filter(|_| opts.method.uses_previous());
@@ -176,7 +176,7 @@ impl Engine {
         if rebuild == RebuildAt::Open
             && let Some(v) = rebuild_pending.take()
         {
-            force_baseline = !rebuild_from_disk(backend.as_mut(), store.root(), rank, v, &mut opened);
+            force_baseline = !rebuild_from_disk(&mut backend, store.root(), rank, v, &mut opened);
         }
         let record_len = backend.record_entries();
         opened.record_entries = record_len;
@@ -274,7 +274,7 @@ impl Engine {
 /// An engine's parts ([`Engine::into_parts`]).
 pub(crate) struct EngineParts {
     pub store: StoreWriter,
-    pub backend: Box<dyn Backend>,
+    pub backend: AnyBackend,
     pub opts: StoreOptions,
     pub force_baseline: bool,
     pub rebuild_pending: Option<u64>,
@@ -307,7 +307,7 @@ pub(crate) enum RebuildAt {
 /// leaves a warning in `opened` and `false` (the next checkpoint must be a
 /// baseline; older versions stay restorable).
 pub(crate) fn rebuild_from_disk(
-    backend: &mut dyn Backend,
+    backend: &mut AnyBackend,
     root: &Path,
     rank: u32,
     version: u64,

@@ -5,7 +5,7 @@
 //! ([`Engine::publish`]) — or give up ([`Engine::abandon`]). Both backends.
 
 use super::{CheckpointReport, Engine, report_of};
-use crate::backend::Deduplicated;
+use crate::backend::{Backend, Deduplicated};
 use crate::diff::Diff;
 use crate::error::{Error, Result};
 use crate::format::manifest::VersionEntry;
@@ -90,7 +90,7 @@ impl Engine {
     /// at most `2^max_level` chunks) with their digests (read off the GPU's
     /// tree where it has one). `data` is the protected buffer (CPU).
     pub fn regions(&mut self, local: &LocalCheckpoint<'_>, data: &[u8], max_level: u32) -> Result<Vec<Region>> {
-        self.backend.regions(&local.version, data, max_level)
+        self.backend.regions(&local.version.diff, &local.version.pending, data, max_level)
     }
 
     /// Step 1 (the single-rank path and the collective step alike).
@@ -108,7 +108,7 @@ impl Engine {
     pub fn stage(&mut self, local: LocalCheckpoint<'_>, data: &[u8]) -> Result<StagedCheckpoint> {
         let LocalCheckpoint { mut version, started, .. } = local;
         let (number, baseline) = (version.diff.version, version.diff.baseline);
-        let file = self.backend.serialize(&mut version, data)?;
+        let file = self.backend.serialize(version.as_mut(), data)?;
         let t1 = Instant::now();
         let trailer = file.trailer();
         let entry =

@@ -173,7 +173,8 @@ impl TieredEngine {
     /// The regions `local` offers to the collective step
     /// ([`Engine::regions`]).
     pub(crate) fn regions(&mut self, local: &LocalCheckpoint<'_>, data: &[u8], max_level: u32) -> Result<Vec<Region>> {
-        self.backend.regions(local.deduplicated(), data, max_level)
+        let version = local.deduplicated();
+        self.backend.regions(&version.diff, &version.pending, data, max_level)
     }
 
     /// Collective step 2: serializes the (rewritten) diff into the host
@@ -183,7 +184,7 @@ impl TieredEngine {
         let (mut version, started) = local.into_inner();
         let _quiet = self.quiet(version.diff.version);
         let mut sink = CacheSink { cache: &self.shared.cache, handed: None };
-        let rewrite = self.backend.hand_over(&mut version, data, &mut sink)?;
+        let rewrite = self.backend.hand_over(version.as_mut(), data, &mut sink)?;
         let (cached, waited, cache_started, copied, sealed) =
             sink.handed.ok_or_else(|| Error::Internal("the backend handed no file over".into()))?;
         Ok(CachedVersion { version, cached, sealed, rewrite, started, cache_started, copied, waited })
@@ -194,7 +195,7 @@ impl TieredEngine {
     /// entries and attaches the rewrite the cached file needs.
     pub(crate) fn settle_given_away(&mut self, c: &mut CachedVersion) -> Result<()> {
         let _quiet = self.quiet(c.version.diff.version);
-        if let Some(rewrite) = self.backend.settle_given_away(&mut c.version)? {
+        if let Some(rewrite) = self.backend.settle_given_away(c.version.as_mut())? {
             c.rewrite = Some(rewrite);
         }
         Ok(())

@@ -39,7 +39,7 @@ mod writeback;
 
 use crate::backend::Deduplicated;
 use crate::backend::budget::GpuCache;
-use crate::backend::{Backend, BackendKind};
+use crate::backend::{AnyBackend, Backend, BackendKind};
 use crate::engine::LocalCheckpoint;
 use crate::engine::{Engine, OpenReport, OpenWith, RebuildAt};
 use crate::error::{Error, Result};
@@ -107,7 +107,7 @@ pub struct Restored {
 /// A rank's checkpointing engine over a host cache and one or two disk
 /// tiers, flushing in the background (see the module documentation).
 pub struct TieredEngine {
-    backend: Box<dyn Backend>,
+    backend: AnyBackend,
     opts: StoreOptions,
     shared: Arc<Shared>,
     flusher: Flusher,

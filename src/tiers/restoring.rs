@@ -55,7 +55,7 @@ impl TieredEngine {
     pub(super) fn rebuild_if_pending(&mut self) {
         if let Some((version, tier)) = self.rebuild_pending.take()
             && !crate::engine::rebuild_from_disk(
-                self.backend.as_mut(),
+                &mut self.backend,
                 &self.roots[tier],
                 self.rank,
                 version,

@@ -10,18 +10,25 @@
 
 use super::device_cache::Staged;
 use super::{GpuDedup, PackedRuns, StoredRun, cuda_err};
-use crate::backend::{Backend, BackendKind, Deduplicated, DiffBytes, PendingVersion, Sink, foreign, hand_over_bytes};
+use crate::backend::{
+    Backend, BackendKind, Deduplicated, DiffBytes, PendingVersion, Sink, VersionMut, hand_over_bytes,
+};
 use crate::diff::Diff;
 use crate::error::{Error, Result};
 use crate::layout::{Layout, NodeId};
 use crate::memory::{Protected, ProtectedMut};
 use crate::regions::{self, Conversion, FirstBytes, FirstIndex, Region, Rewrite};
-use std::any::Any;
 use std::sync::Arc;
 
 /// De-duplication on a CUDA device.
 pub struct CudaBackend {
     dev: GpuDedup,
+}
+
+impl std::fmt::Debug for CudaBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaBackend").field("plan", &self.dev.plan()).finish()
+    }
 }
 
 impl CudaBackend {
@@ -34,9 +41,7 @@ impl CudaBackend {
     /// lie: on the device (the output buffer, the input of a version stored
     /// whole, the arena), or on the host for a file already in pinned
     /// memory.
-    fn hashed_regions(&self, version: &Deduplicated, nodes: &[NodeId], max_level: u32) -> Result<Vec<Region>> {
-        let diff = &version.diff;
-        let p = version.pending.as_ref().as_any().downcast_ref::<GpuPending>().ok_or_else(foreign)?;
+    fn hashed_regions(&self, diff: &Diff, p: &GpuPending, nodes: &[NodeId], max_level: u32) -> Result<Vec<Region>> {
         let base = match &p.file {
             GpuFile::OnDevice { prepared: Some(prepared), .. } => self.dev.first_data_addr(prepared)?,
             GpuFile::Staged { staged: Some(file), .. } => file.device_addr() + p.data_start as u64,
@@ -65,9 +70,7 @@ impl CudaBackend {
     /// regions given away, or else, where the device wrote runs of one
     /// repeated source range one by one, the one that folds them as the
     /// CPU's encoder does (so that both write the same file).
-    fn settle_given(&mut self, version: &mut Deduplicated) -> Result<Option<Rewrite>> {
-        let Deduplicated { diff, pending, .. } = version;
-        let p = pending.as_any_mut().downcast_mut::<GpuPending>().ok_or_else(foreign)?;
+    fn settle_given(&mut self, diff: &Diff, p: &mut GpuPending) -> Result<Option<Rewrite>> {
         if let Some(runs) = p.given.take() {
             self.dev.locate_entries(diff.version, &runs)?;
         }
@@ -104,7 +107,7 @@ enum GpuFile {
 /// regions were given away (the owners' copies, or this rank's own): the
 /// device moves the pending entries by it before the version is written.
 #[derive(Debug)]
-struct GpuPending {
+pub struct GpuPending {
     file: GpuFile,
     data_start: usize,
     dense: bool,
@@ -209,21 +212,11 @@ impl PendingVersion for GpuPending {
         }
         Ok(())
     }
-
-    fn into_any(self: Box<Self>) -> Box<dyn Any> {
-        self
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
 }
 
 impl Backend for CudaBackend {
+    type Pending = GpuPending;
+
     fn kind(&self) -> BackendKind {
         BackendKind::Cuda
     }
@@ -240,7 +233,7 @@ impl Backend for CudaBackend {
         Some(self.dev.plan())
     }
 
-    fn deduplicate(&mut self, version: u64, input: Protected<'_>, baseline: bool) -> Result<Deduplicated> {
+    fn deduplicate(&mut self, version: u64, input: Protected<'_>, baseline: bool) -> Result<Deduplicated<GpuPending>> {
         let tree = self.dev.method() == crate::method::Method::Tree;
         let prepared = {
             let _span = crate::profile::Span::new("cuda-prepare", version);
@@ -262,7 +255,7 @@ impl Backend for CudaBackend {
                         rewrite: None,
                         repeats,
                     };
-                    return Ok(Deduplicated { diff, pending: Box::new(pending), gpu: Some(computed.timings) });
+                    return Ok(Deduplicated { diff, pending, gpu: Some(computed.timings) });
                 }
                 Err(prepared) => prepared,
             }
@@ -277,16 +270,15 @@ impl Backend for CudaBackend {
         let (data_start, file_len) = (prepared.data_start, prepared.prefix_len + 32);
         let file = GpuFile::OnDevice { prepared: Some(prepared), file_len };
         let pending = GpuPending { file, data_start, dense: diff.dense, given: None, rewrite: None, repeats };
-        Ok(Deduplicated { diff, pending: Box::new(pending), gpu: Some(timings) })
+        Ok(Deduplicated { diff, pending, gpu: Some(timings) })
     }
 
     /// Off the device's tree where it has one; otherwise hashed on the
     /// device from the FIRST bytes where they lie (the output buffer, the
     /// input of a version stored whole, the arena); from pinned memory for
     /// a file already copied there.
-    fn regions(&mut self, version: &Deduplicated, _: &[u8], max_level: u32) -> Result<Vec<Region>> {
-        let _span = crate::profile::Span::new("cuda-regions", version.diff.version);
-        let diff = &version.diff;
+    fn regions(&mut self, diff: &Diff, pending: &GpuPending, _: &[u8], max_level: u32) -> Result<Vec<Region>> {
+        let _span = crate::profile::Span::new("cuda-regions", diff.version);
         let nodes = regions::region_nodes(diff, max_level);
         if let Some(gathered) = self.dev.node_digests(diff.version, &nodes)? {
             let digests: Option<Vec<_>> = gathered.wait()?.into_iter().collect();
@@ -294,17 +286,16 @@ impl Backend for CudaBackend {
                 return Ok(regions::regions_of(&diff.layout, &nodes, &digests));
             }
         }
-        self.hashed_regions(version, &nodes, max_level)
+        self.hashed_regions(diff, pending, &nodes, max_level)
     }
 
     fn serialize_deferred<'a>(
         &'a mut self,
-        version: &mut Deduplicated,
+        version: VersionMut<'_, GpuPending>,
         _: &[u8],
     ) -> Result<(DiffBytes<'a>, Option<Rewrite>)> {
-        let rewrite = self.settle_given(version)?;
-        let Deduplicated { pending, gpu, .. } = version;
-        let p = pending.as_any_mut().downcast_mut::<GpuPending>().ok_or_else(foreign)?;
+        let VersionMut { diff, pending: p, gpu } = version;
+        let rewrite = self.settle_given(diff, p)?;
         if let GpuFile::OnDevice { prepared, .. } = &mut p.file {
             // The synchronous path: the file is copied to the pinned buffer now.
             let prepared = prepared.take().ok_or_else(taken_twice)?;
@@ -328,8 +319,13 @@ impl Backend for CudaBackend {
     /// made it is copied into the sink from there (waiting for room). Either
     /// way unsealed; the rewrite for regions given away comes back for the
     /// flush worker.
-    fn hand_over(&mut self, version: &mut Deduplicated, data: &[u8], sink: Sink<'_>) -> Result<Option<Rewrite>> {
-        let p = version.pending.as_any_mut().downcast_mut::<GpuPending>().ok_or_else(foreign)?;
+    fn hand_over(
+        &mut self,
+        version: VersionMut<'_, GpuPending>,
+        data: &[u8],
+        sink: Sink<'_>,
+    ) -> Result<Option<Rewrite>> {
+        let p = &mut *version.pending;
         let (staged, len) = match &mut p.file {
             GpuFile::Staged { staged, file_len } => (staged.take(), *file_len),
             GpuFile::OnDevice { prepared, file_len } => {
@@ -337,7 +333,7 @@ impl Backend for CudaBackend {
                 // (before this returns for a version stored whole, whose
                 // bytes are the application's).
                 let (prepared, len) = (prepared.take().ok_or_else(taken_twice)?, *file_len);
-                let rewrite = self.settle_given(version)?;
+                let rewrite = self.settle_given(version.diff, p)?;
                 let mut slot = Some(prepared);
                 let dev = &mut self.dev;
                 sink.fill(len, false, &mut |bufs| {
@@ -350,7 +346,7 @@ impl Backend for CudaBackend {
             GpuFile::Handed => return Err(taken_twice()),
         };
         let staged = staged.ok_or_else(|| Error::Internal("a staged GPU file was handed over twice".into()))?;
-        let rewrite = self.settle_given(version)?;
+        let rewrite = self.settle_given(version.diff, version.pending)?;
         if sink.has_room(len) {
             let mut slot = Some(staged);
             sink.fill(len, false, &mut |bufs| {
@@ -363,13 +359,12 @@ impl Backend for CudaBackend {
         Ok(rewrite)
     }
 
-    fn settle_given_away(&mut self, version: &mut Deduplicated) -> Result<Option<Rewrite>> {
-        self.settle_given(version)
+    fn settle_given_away(&mut self, version: VersionMut<'_, GpuPending>) -> Result<Option<Rewrite>> {
+        self.settle_given(version.diff, version.pending)
     }
 
-    fn commit(&mut self, version: Deduplicated) -> Result<()> {
+    fn commit(&mut self, version: Deduplicated<GpuPending>) -> Result<()> {
         let Deduplicated { diff, pending, .. } = version;
-        let pending = pending.into_any().downcast::<GpuPending>().map_err(|_| foreign())?;
         // The decoded diff's lists are freed off the call.
         crate::memory::drop_later((diff, pending));
         self.dev.commit()
@@ -392,7 +387,7 @@ impl Backend for CudaBackend {
         input: Protected<'_>,
         baseline: bool,
         sink: Sink<'_>,
-    ) -> Result<crate::backend::Handed> {
+    ) -> Result<crate::backend::Handed<GpuPending>> {
         let prepared = {
             let _span = crate::profile::Span::new("cuda-prepare", version);
             self.dev.prepare(version, input, baseline)?
@@ -433,19 +428,19 @@ impl Backend for CudaBackend {
             self.dev.rollback()?;
             return Err(e);
         }
-        let describe: crate::backend::Describe = Box::new(move |read| {
+        let describe: crate::backend::Describe<GpuPending> = Box::new(move |read| {
             let mut meta = vec![0u8; data_start];
             read(0, &mut meta)?;
             let diff = crate::format::decode_meta(&meta, data_len as u64)
                 .map_err(|e| Error::Gpu(format!("the GPU produced an invalid diff: {e}")))?;
             let dense = diff.dense;
             let pending = GpuPending { file: GpuFile::Handed, data_start, dense, given: None, rewrite: None, repeats };
-            Ok((Deduplicated { diff, pending: Box::new(pending), gpu: timings }, data_start))
+            Ok((Deduplicated { diff, pending, gpu: timings }, data_start))
         });
         Ok(crate::backend::Handed { pending: None, baseline, describe: Some(describe), gpu: timings })
     }
 
-    fn commit_handed(&mut self, _: crate::backend::Handed) -> Result<()> {
+    fn commit_handed(&mut self, _: crate::backend::Handed<GpuPending>) -> Result<()> {
         self.dev.commit()
     }
 

@@ -18,7 +18,7 @@ mod pipeline;
 mod restore;
 mod staging;
 
-pub use backend::CudaBackend;
+pub use backend::{CudaBackend, GpuPending};
 pub use device_cache::DeviceCache;
 pub use pipeline::{GpuCheckpoint, GpuDedup, GpuTimings, PackedRuns, StoredRun};
 pub use restore::{GpuRestoreTimings, restore_on_gpu};
