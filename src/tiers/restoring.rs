@@ -137,8 +137,9 @@ impl TieredEngine {
         match dst {
             ProtectedMut::Host(buf) => reader::restore(at, self.rank, version, reach, cache, buf),
             ProtectedMut::Device(region) => {
-                // Through a reused host buffer (page-locked on the CUDA
-                // backend: no page faults, and the H2D at full speed).
+                // Through a reused host buffer: heap memory with every page
+                // touched before the restore writes it; the upload goes
+                // through the bounce buffers at the page-locked rate.
                 let mut staging = crate::sync::lock(&self.restore_staging);
                 // A new buffer is made (every page touched) on a thread of
                 // its own while the restore resolves the version.
@@ -146,7 +147,11 @@ impl TieredEngine {
                 let making = match staging.as_ref().is_none_or(|s| s.bytes().len() != len) {
                     true => {
                         *staging = None; // freed before the new one is allocated
-                        Some(std::thread::spawn(move || crate::memory::HeapSegment::prefaulted(len)))
+                        let made = std::thread::Builder::new()
+                            .name("dckpt-restore-buffer".into())
+                            .spawn(move || crate::memory::HeapSegment::prefaulted(len))
+                            .map_err(|e| Error::no_thread("the restore buffer's thread", e))?;
+                        Some(made)
                     }
                     false => None,
                 };

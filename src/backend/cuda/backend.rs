@@ -44,7 +44,7 @@ impl CudaBackend {
     fn hashed_regions(&self, diff: &Diff, p: &GpuPending, nodes: &[NodeId], max_level: u32) -> Result<Vec<Region>> {
         let base = match &p.file {
             GpuFile::OnDevice { prepared: Some(prepared), .. } => self.dev.first_data_addr(prepared)?,
-            GpuFile::Staged { staged: Some(file), .. } => file.device_addr() + p.data_start as u64,
+            GpuFile::Staged { staged: Some(file), .. } => file.device_addr().add(p.data_start as u64),
             GpuFile::Pinned { file_len, .. } => {
                 let data_end = p.data_start + diff.data_bytes() as usize;
                 let first = self.dev.pinned_prefix(*file_len)?.get(p.data_start..data_end);
@@ -54,11 +54,11 @@ impl CudaBackend {
             _ => return Err(pinned_here()),
         };
         let index = FirstIndex::gathered(diff);
-        let spans: Vec<(u64, u64)> = nodes
+        let spans: Vec<(super::DevAddr, u64)> = nodes
             .iter()
             .map(|&node| {
                 let at = index.locate(diff.layout.node_chunks(node));
-                (base + at.start, at.end - at.start)
+                (base.add(at.start), at.end - at.start)
             })
             .collect();
         let digests = self.dev.hash_spans(&spans)?;
@@ -447,7 +447,7 @@ impl Backend for CudaBackend {
     fn host_segments(&self) -> Option<crate::memory::SegmentAlloc> {
         let ctx = Arc::clone(&self.dev.gpu().ctx);
         Some(Box::new(move |len| {
-            super::RegisteredSegment::new(&ctx, len).map(|s| Box::new(s) as crate::memory::Segment)
+            super::driver::RegisteredSegment::new(&ctx, len).map(|s| Box::new(s) as crate::memory::Segment)
         }))
     }
 
@@ -490,12 +490,12 @@ impl Backend for CudaBackend {
             }
             ProtectedMut::Device(region) => {
                 let gpu = self.dev.gpu();
-                super::check_region(gpu, &region)?;
-                // The region was checked to lie inside one allocation of this
+                // The region is checked to lie inside one allocation of this
                 // device, and its constructor's contract gives dckpt exclusive
                 // use of it; `bytes` outlives the copy, which the synchronize
                 // below completes.
-                gpu.upload_to(&gpu.stream, bytes, region.ptr())?;
+                let dst = super::DevAddr::of_region(gpu, &region)?;
+                gpu.upload_to(&gpu.stream, bytes, dst, region.len())?;
                 gpu.stream.synchronize().map_err(cuda_err)
             }
         }

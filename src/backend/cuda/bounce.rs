@@ -7,7 +7,10 @@
 //! buffers on the CUDA backend; page-locked sources go straight to the
 //! device.
 
-use super::{PinnedSegment, cuda_err};
+#![allow(unsafe_code)] // the pipelined copy from its page-locked halves: part of the wall (see `driver`)
+
+use super::driver::PinnedSegment;
+use super::{DevAddr, cuda_err};
 use crate::error::Result;
 use crate::memory::SegmentMemory;
 use cudarc::driver::sys::CUevent_flags;
@@ -44,7 +47,7 @@ impl Bounce {
     /// Whether copying `bytes` through the buffers pays: large enough, and
     /// not page-locked already (the device reads those directly).
     pub(crate) fn pays_for(bytes: &[u8]) -> bool {
-        bytes.len() >= MIN_BOUNCED && !page_locked(bytes)
+        bytes.len() >= MIN_BOUNCED && !super::driver::page_locked(bytes)
     }
 
     /// Queues the copy of `bytes` to the device address `dst` (which must
@@ -53,7 +56,7 @@ impl Bounce {
     /// piece. Returns once every piece is in a page-locked buffer and its
     /// copy is queued: work queued on `stream` afterwards sees the bytes;
     /// `bytes` may change at once.
-    pub(crate) fn upload(&mut self, stream: &CudaStream, bytes: &[u8], dst: u64) -> Result<()> {
+    pub(crate) fn upload(&mut self, stream: &CudaStream, bytes: &[u8], dst: DevAddr) -> Result<()> {
         let queued = self.queue(stream, bytes, dst);
         if queued.is_err() {
             // Copies already queued may still read the buffers.
@@ -63,7 +66,7 @@ impl Bounce {
         queued
     }
 
-    fn queue(&mut self, stream: &CudaStream, bytes: &[u8], dst: u64) -> Result<()> {
+    fn queue(&mut self, stream: &CudaStream, bytes: &[u8], dst: DevAddr) -> Result<()> {
         for (i, piece) in bytes.chunks(PIECE).enumerate() {
             let k = i % 2;
             if let Some(read) = self.read[k].take() {
@@ -76,8 +79,7 @@ impl Bounce {
             // this struct owns and writes again only after the event recorded
             // below has completed (waited for above, or by the stream
             // synchronization on an error).
-            unsafe { cudarc::driver::result::memcpy_htod_async(dst + (i * PIECE) as u64, &*buf, stream.cu_stream()) }
-                .map_err(cuda_err)?;
+            unsafe { super::driver::copy_htod_async(dst.add((i * PIECE) as u64), &*buf, stream) }?;
             self.read[k] = Some(stream.record_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING)).map_err(cuda_err)?);
         }
         Ok(())
@@ -91,20 +93,4 @@ impl Drop for Bounce {
             let _ = read.synchronize();
         }
     }
-}
-
-/// Whether `bytes` starts in page-locked memory the driver knows: allocated
-/// page-locked (`cuMemHostAlloc`) or registered (`cuMemHostRegister`, as
-/// the host cache's segments are).
-fn page_locked(bytes: &[u8]) -> bool {
-    use cudarc::driver::sys::{CUresult, cuMemHostGetDevicePointer_v2, cuMemHostGetFlags};
-    let host = bytes.as_ptr().cast_mut().cast::<std::ffi::c_void>();
-    let mut flags = 0u32;
-    // SAFETY: the driver only looks the address up in its table of
-    // page-locked allocations; an unknown address is an error, not a read.
-    let allocated = unsafe { cuMemHostGetFlags(&mut flags, host) } == CUresult::CUDA_SUCCESS;
-    let mut device = 0;
-    // SAFETY: as above, for its table of registered ranges (the device
-    // address it writes is not used).
-    allocated || unsafe { cuMemHostGetDevicePointer_v2(&mut device, host, 0) } == CUresult::CUDA_SUCCESS
 }

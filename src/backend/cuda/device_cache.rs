@@ -18,18 +18,18 @@
 //! out is known to have ended or after the pipeline stream was made to wait
 //! for it ([`crate::backend::ring`]).
 
-use super::{Gpu, cuda_err};
+use super::{DevAddr, Gpu, cuda_err};
 use crate::backend::Ready;
 use crate::backend::ring::Ring;
 use crate::error::{Error, Result};
 use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr};
+use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
 use std::sync::{Arc, Mutex};
 
 /// The arena and its stream.
 pub struct DeviceCache {
     buf: CudaSlice<u8>,
-    base: u64,
+    base: DevAddr,
     copy: Arc<CudaStream>,
     ring: Mutex<Ring<Arc<CudaEvent>>>,
 }
@@ -56,7 +56,7 @@ impl DeviceCache {
         // reads it only after events recorded there later, but make it
         // plainly complete before anything else sees it.
         gpu.stream.synchronize().map_err(cuda_err)?;
-        let base = buf.device_ptr(&gpu.stream).0;
+        let base = DevAddr::of(&buf, &gpu.stream);
         let copy = gpu.ctx.new_stream().map_err(cuda_err)?;
         Ok(Arc::new(DeviceCache { base, copy, ring: Mutex::new(Ring::new(len as u64)), buf }))
     }
@@ -74,7 +74,8 @@ impl DeviceCache {
     /// Copies `len` bytes at device address `src` into the arena, in
     /// `main`'s order (after the work queued there; later work there may
     /// overwrite `src`). `None` when the arena has no room.
-    pub(crate) fn stage(self: &Arc<Self>, main: &Arc<CudaStream>, src: u64, len: usize) -> Result<Option<Staged>> {
+    #[allow(unsafe_code)] // one raw copy; its SAFETY below
+    pub(crate) fn stage(self: &Arc<Self>, main: &Arc<CudaStream>, src: DevAddr, len: usize) -> Result<Option<Staged>> {
         let reserved = {
             let mut ring = crate::sync::lock(&self.ring);
             ring.reserve(
@@ -84,14 +85,13 @@ impl DeviceCache {
             )?
         };
         let Some(span) = reserved else { return Ok(None) };
-        let at = self.base + span.start;
+        let at = self.base.add(span.start);
         // SAFETY: `src..src + len` lies in a device allocation the caller owns
         // and keeps until `main` has run this copy; `at..at + len` lies in
         // the arena (the ring placed it within its capacity) and no other
         // span overlaps it; the copy is queued on `main`, the stream of both
         // allocations, behind every earlier use of either span.
-        let copied = unsafe { cudarc::driver::result::memcpy_dtod_async(at, src, len, main.cu_stream()) }
-            .map_err(cuda_err)
+        let copied = unsafe { super::driver::copy_dtod_async(at, src, len, main) }
             .and_then(|()| main.record_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING)).map_err(cuda_err));
         match copied {
             Ok(landed) => Ok(Some(Staged { cache: Arc::clone(self), id: span.id, at, len, landed, out: false })),
@@ -109,7 +109,7 @@ impl DeviceCache {
 pub(crate) struct Staged {
     cache: Arc<DeviceCache>,
     id: u64,
-    at: u64,
+    at: DevAddr,
     len: usize,
     landed: CudaEvent,
     out: bool,
@@ -156,6 +156,7 @@ impl Staged {
     /// long) now, on the arena's stream, zeroing the rest of `buf` (its
     /// trailer, sealed later), and leaves it in the arena: a restore's read
     /// of a file still waiting there for room in the host cache.
+    #[allow(unsafe_code)] // one raw copy; its SAFETY below
     pub(crate) fn read_into(&self, buf: &mut [u8]) -> Result<()> {
         let Some((head, tail)) = buf.split_at_mut_checked(self.len) else {
             return Err(Error::Internal("a peek buffer shorter than the file".into()));
@@ -170,8 +171,7 @@ impl Staged {
         // by value, which this borrow excludes); `head` is `len` bytes of
         // host memory that nothing else touches until the copy has ended,
         // which this function waits for (on an error too, below).
-        let copied = unsafe { cudarc::driver::result::memcpy_dtoh_async(head, self.at, copy.cu_stream()) }
-            .map_err(cuda_err)
+        let copied = unsafe { super::driver::copy_dtoh_async(head, self.at, copy) }
             .and_then(|()| copy.record_event(Some(CUevent_flags::CU_EVENT_BLOCKING_SYNC)).map_err(cuda_err))
             .and_then(|done| done.synchronize().map_err(cuda_err));
         if copied.is_err() {
@@ -183,11 +183,12 @@ impl Staged {
     /// The file's device address in the arena: valid while `self` lives,
     /// for work queued on the pipeline's stream (the stream that copied it
     /// there, so that such work follows the copy).
-    pub(crate) fn device_addr(&self) -> u64 {
+    pub(crate) fn device_addr(&self) -> DevAddr {
         self.at
     }
 
     /// Queues the device-to-host copies on `copy`; the event after them.
+    #[allow(unsafe_code)] // raw copies; their SAFETY below
     fn issue(&self, copy: &CudaStream, bufs: &mut [&mut [u8]]) -> Result<CudaEvent> {
         let mut done = 0usize;
         for buf in bufs.iter_mut() {
@@ -200,8 +201,7 @@ impl Staged {
                 // then, or after ordering the pipeline stream behind it);
                 // `head` is host memory the caller keeps untouched until the
                 // returned wait has run (FileSink's contract).
-                unsafe { cudarc::driver::result::memcpy_dtoh_async(head, self.at + done as u64, copy.cu_stream()) }
-                    .map_err(cuda_err)?;
+                unsafe { super::driver::copy_dtoh_async(head, self.at.add(done as u64), copy) }?;
             }
             tail.fill(0);
             done += n;

@@ -47,12 +47,7 @@ impl DigestPool {
                 return Ok(pool.swap_remove(i));
             }
         }
-        // SAFETY: cudarc returns the memory uninitialized; it is zero-filled
-        // here, before any slice of it is read.
-        let mut p = unsafe { gpu.ctx.alloc_pinned_with_flags::<u64>(want, 0) }
-            .map_err(|e| Error::Gpu(format!("page-locked host memory: {e}")))?;
-        p.as_mut_slice().map_err(cuda_err)?.fill(0);
-        Ok(p)
+        super::driver::pinned_zeroed::<u64>(&gpu.ctx, want)
     }
 
     /// Keeps `buffer`, dropping the oldest kept one when the pool is full

@@ -17,8 +17,7 @@
 use super::SOURCE;
 use crate::error::{Error, Result};
 use cudarc::driver::{CudaContext, CudaModule};
-use cudarc::nvrtc::{Ptx, result, sys};
-use std::ffi::CString;
+use cudarc::nvrtc::Ptx;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -89,43 +88,10 @@ pub(super) fn load(ctx: &Arc<CudaContext>, arch: &str) -> Result<(Arc<CudaModule
 
 /// The machine code of the kernels for `arch`, compiled by NVRTC now.
 pub fn compile(arch: &str) -> Result<Vec<u8>> {
-    let fail =
-        |what: &str, e: &dyn std::fmt::Display| Error::Gpu(format!("NVRTC {what} kernels/dedup.cu + files.cu: {e}"));
-    let src = CString::new(SOURCE).map_err(|e| fail("could not read", &e))?;
-    let prog = result::create_program(&src, None).map_err(|e| fail("could not create a program of", &e))?;
     let mut options: Vec<String> = OPTIONS.iter().map(|o| o.to_string()).collect();
     options.push(format!("--gpu-architecture={arch}"));
-    // SAFETY: `prog` was created above and is destroyed only below.
-    let compiled = unsafe { result::compile_program(prog, &options) };
-    let out = match compiled {
-        // SAFETY: as above; the program compiled.
-        Ok(()) => unsafe { cubin_of(prog) }.map_err(|e| fail("gave no machine code for", &e)),
-        Err(e) => {
-            // SAFETY: as above.
-            let log = unsafe { result::get_program_log(prog) }
-                .map(|l| l.iter().take_while(|&&c| c != 0).map(|&c| c as u8 as char).collect::<String>())
-                .unwrap_or_default();
-            Err(fail("could not compile", &format!("{e}: {log}")))
-        }
-    };
-    // SAFETY: created above, not destroyed before.
-    let _ = unsafe { result::destroy_program(prog) };
-    out
-}
-
-/// The machine code of a compiled program.
-///
-/// # Safety
-///
-/// `prog` must be a live program that compiled for a real architecture.
-unsafe fn cubin_of(prog: sys::nvrtcProgram) -> std::result::Result<Vec<u8>, result::NvrtcError> {
-    let mut size = 0usize;
-    // SAFETY: `prog` is live (the caller's contract); `size` is a valid out-pointer.
-    unsafe { sys::nvrtcGetCUBINSize(prog, &mut size) }.result()?;
-    let mut cubin = vec![0u8; size];
-    // SAFETY: `cubin` holds the `size` bytes NVRTC said it writes.
-    unsafe { sys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr().cast()) }.result()?;
-    Ok(cubin)
+    super::driver::nvrtc_cubin(SOURCE, &options)
+        .map_err(|(what, e)| Error::Gpu(format!("NVRTC {what} kernels/dedup.cu + files.cu: {e}")))
 }
 
 fn load_image(ctx: &Arc<CudaContext>, image: Vec<u8>) -> Result<Arc<CudaModule>> {

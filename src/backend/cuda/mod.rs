@@ -1,32 +1,38 @@
-//! The CUDA backend. This module is the one place with `unsafe`: kernel
-//! launches and pinned allocations through cudarc. libcuda and libnvrtc are
-//! loaded at run time, so the crate builds and runs where there is no CUDA;
-//! [`available`] says whether a device can be used.
+//! The CUDA backend. Its `unsafe` code is fenced: the driver calls outside
+//! cudarc's safe API in `driver` (copies to and from raw device addresses,
+//! page-locked memory, pointer queries), the kernel launches in `launch`
+//! (one typed function per kernel), NVRTC in [`kernels`], and the few
+//! functions that queue copies which outlive their call (each allows
+//! `unsafe` by name, with its SAFETY argument); `tests/architecture.rs`
+//! holds that list. libcuda and libnvrtc are loaded at run time, so the
+//! crate builds and runs where there is no CUDA; [`available`] says
+//! whether a device can be used.
 //!
 //! Kernels (`kernels/digests.cuh` + `dedup.cu` + `files.cu`) come built ahead of
 //! time for the common architectures, or are compiled by NVRTC once per node
 //! and cached on disk ([`kernels`]).
 
-#![allow(unsafe_code)]
-
 mod backend;
 mod bounce;
 mod device_cache;
+mod driver;
 mod gathered;
 pub mod kernels;
+mod launch;
 mod pipeline;
 mod restore;
 mod staging;
 
 pub use backend::{CudaBackend, GpuPending};
 pub use device_cache::DeviceCache;
+pub(crate) use launch::{DevAddr, Kernels, LevelArgs, TableArgs};
 pub use pipeline::{GpuCheckpoint, GpuDedup, GpuTimings, PackedRuns, StoredRun};
 pub use restore::{GpuRestoreTimings, restore_on_gpu};
 pub use staging::DeviceStaging;
 
 use crate::error::{Error, Result};
 use crate::memory::DeviceRegion;
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use std::sync::Arc;
 
 /// Kernel source: digests, then the stages, then the file they make.
@@ -44,127 +50,7 @@ pub(crate) fn cuda_err(e: impl std::fmt::Display) -> Error {
 
 /// Whether libcuda and libnvrtc load and a device is present.
 pub fn available() -> bool {
-    // SAFETY: only probes whether the shared libraries can be opened.
-    let libs = unsafe { cudarc::driver::sys::is_culib_present() && cudarc::nvrtc::sys::is_culib_present() };
-    libs && CudaContext::device_count().is_ok_and(|n| n > 0)
-}
-
-/// A buffer of page-locked host memory allocated by the driver
-/// (`cuMemHostAlloc`; the pageable copies' bounce buffers).
-pub(crate) struct PinnedSegment {
-    alloc: cudarc::driver::PinnedHostSlice<u8>,
-    ptr: *mut u8,
-    len: usize,
-}
-
-// SAFETY: `ptr` points into `alloc`, which the segment owns (cudarc's pinned
-// allocations are Send and Sync); the bytes are reached only through `&self`
-// and `&mut self`, so Rust's borrow rules order every access.
-unsafe impl Send for PinnedSegment {}
-// SAFETY: as above.
-unsafe impl Sync for PinnedSegment {}
-
-impl PinnedSegment {
-    /// `len` page-locked bytes (not write-combined: the host reads them to
-    /// write files), zeroed.
-    pub(crate) fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<Self> {
-        // SAFETY: the allocation is zeroed below before any of it is read.
-        let mut alloc = unsafe { ctx.alloc_pinned_with_flags::<u8>(len, 0) }.map_err(cuda_err)?;
-        let ptr = alloc.as_mut_ptr().map_err(cuda_err)?;
-        let mut s = PinnedSegment { alloc, ptr, len };
-        s.bytes_mut_raw().fill(0);
-        Ok(s)
-    }
-
-    fn bytes_mut_raw(&mut self) -> &mut [u8] {
-        // SAFETY: `ptr..ptr + len` is the live allocation `alloc` owns, and
-        // `&mut self` makes this the only reference to it.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-}
-
-impl std::fmt::Debug for PinnedSegment {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PinnedSegment").field("len", &self.len).finish()
-    }
-}
-
-impl crate::memory::SegmentMemory for PinnedSegment {
-    fn bytes(&self) -> &[u8] {
-        // SAFETY: `ptr..ptr + len` is the live allocation `alloc` owns; `&self`
-        // excludes any `&mut` access for the borrow's duration. No device
-        // copy into it is in flight: `GpuDedup::finish` synchronizes the
-        // stream before the segment leaves the backend.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
-    }
-
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        self.bytes_mut_raw()
-    }
-
-    fn pinned(&self) -> bool {
-        true
-    }
-}
-
-impl Drop for PinnedSegment {
-    fn drop(&mut self) {
-        // The free (in cudarc's drop) may run on a flush thread.
-        let _ = self.alloc.context().bind_to_thread();
-    }
-}
-
-/// A segment of heap memory, written by the allocating thread, then
-/// page-locked in place with `cuMemHostRegister` (the driver is held only
-/// to pin pages already mapped) and unregistered when dropped.
-pub(crate) struct RegisteredSegment {
-    bytes: Box<[u8]>,
-    ctx: Arc<CudaContext>,
-}
-
-impl RegisteredSegment {
-    /// `len` bytes, zeroed and page-locked.
-    pub(crate) fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<Self> {
-        let mut bytes = crate::memory::prefaulted_here(len);
-        ctx.bind_to_thread().map_err(cuda_err)?;
-        // SAFETY: `bytes` is a live allocation of `len` bytes that this
-        // segment owns and unregisters (in `drop`) before freeing it.
-        let status = unsafe { cudarc::driver::sys::cuMemHostRegister_v2(bytes.as_mut_ptr().cast(), len, 0) };
-        if status != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
-            return Err(Error::Gpu(format!("page-locking {len} bytes of host memory: {status:?}")));
-        }
-        Ok(RegisteredSegment { bytes, ctx: Arc::clone(ctx) })
-    }
-}
-
-impl std::fmt::Debug for RegisteredSegment {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RegisteredSegment").field("len", &self.bytes.len()).finish()
-    }
-}
-
-impl crate::memory::SegmentMemory for RegisteredSegment {
-    fn bytes(&self) -> &[u8] {
-        &self.bytes
-    }
-
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.bytes
-    }
-
-    fn pinned(&self) -> bool {
-        true
-    }
-}
-
-impl Drop for RegisteredSegment {
-    fn drop(&mut self) {
-        // May run on a flush thread. No device copy into the bytes is in
-        // flight: `GpuDedup::finish` synchronizes before a segment leaves.
-        let _ = self.ctx.bind_to_thread();
-        // SAFETY: `bytes` was registered in `new` and is still allocated.
-        let _ = unsafe { cudarc::driver::sys::cuMemHostUnregister(self.bytes.as_mut_ptr().cast()) };
-    }
+    driver::libraries_present() && CudaContext::device_count().is_ok_and(|n| n > 0)
 }
 
 /// A new device buffer holding `bytes` (synchronous).
@@ -208,6 +94,7 @@ impl<'a> DeviceRegion<'a> {
     /// restores into it, reads), for as long as the region is used (`'a`);
     /// the application's writes to it must be complete (its streams
     /// synchronized) before a checkpoint reads it.
+    #[allow(unsafe_code)] // the application vouches for the span (above)
     pub unsafe fn from_raw(ptr: u64, len: usize) -> Self {
         DeviceRegion::new_unchecked(ptr, len)
     }
@@ -222,22 +109,13 @@ pub(crate) fn check_region(gpu: &Gpu, region: &DeviceRegion<'_>) -> Result<()> {
 
 /// [`check_region`] on the device of context `ctx`.
 pub(crate) fn check_region_in(ctx: &Arc<CudaContext>, region: &DeviceRegion<'_>) -> Result<()> {
-    use cudarc::driver::sys::{CUpointer_attribute as A, cuPointerGetAttribute};
     if region.is_empty() {
         return Ok(());
     }
-    ctx.bind_to_thread().map_err(cuda_err)?;
-    let attr = |which: A, out: *mut std::ffi::c_void| -> bool {
-        // SAFETY: `out` points to a live local of the size the attribute
-        // returns (u64 for addresses and sizes, i32 for the ordinal); the
-        // driver only reads `region.ptr()` as a number.
-        let status = unsafe { cuPointerGetAttribute(out, which, region.ptr()) };
-        status == cudarc::driver::sys::cudaError_enum::CUDA_SUCCESS
+    let (known, (start, size, ordinal)) = match driver::allocation_of(ctx, region)? {
+        Some(at) => (true, at),
+        None => (false, (0, 0, -1)),
     };
-    let (mut start, mut size, mut ordinal) = (0u64, 0u64, -1i32);
-    let known = attr(A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, (&raw mut start).cast())
-        && attr(A::CU_POINTER_ATTRIBUTE_RANGE_SIZE, (&raw mut size).cast())
-        && attr(A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (&raw mut ordinal).cast());
     let end = region.ptr().checked_add(region.len() as u64);
     let ours = usize::try_from(ordinal).is_ok_and(|o| o == ctx.ordinal());
     if !known || !ours || end.is_none_or(|e| e > start.saturating_add(size)) {
@@ -264,35 +142,6 @@ pub fn device_count() -> usize {
         return 0;
     }
     CudaContext::device_count().map_or(0, |n| usize::try_from(n).unwrap_or(0))
-}
-
-/// The kernels of `dedup.cu`.
-pub(crate) struct Kernels {
-    pub leaf_pass: [CudaFunction; 3],
-    pub flag_ballot: CudaFunction,
-    pub compact_flags: CudaFunction,
-    pub scan_tiles: CudaFunction,
-    pub scan_sums: CudaFunction,
-    pub scan_add: CudaFunction,
-    pub insert_leaves: CudaFunction,
-    pub label_leaves: CudaFunction,
-    pub stage1: CudaFunction,
-    pub stage2: CudaFunction,
-    pub top_root: CudaFunction,
-    pub root_info: CudaFunction,
-    pub run_heads: CudaFunction,
-    pub emit_runs: CudaFunction,
-    pub finish_runs: CudaFunction,
-    pub first_roots: CudaFunction,
-    pub gather: CudaFunction,
-    pub write_header: CudaFunction,
-    pub write_bitmap: CudaFunction,
-    pub commit_leaves: CudaFunction,
-    pub table_rollback: CudaFunction,
-    pub block_digests: CudaFunction,
-    pub table_locate: CudaFunction,
-    pub gather_digests: CudaFunction,
-    pub region_digests: CudaFunction,
 }
 
 /// An open device with its compiled kernels.
@@ -324,8 +173,7 @@ impl Gpu {
         let st = &self.stream;
         let src = st.alloc_zeros::<u8>(bytes).map_err(cuda_err)?;
         let mut dst = st.alloc_zeros::<u8>(bytes).map_err(cuda_err)?;
-        // SAFETY: page-locked memory the copies below write before anything reads it.
-        let mut pinned = unsafe { self.ctx.alloc_pinned_with_flags::<u8>(bytes, 0) }.map_err(cuda_err)?;
+        let mut pinned = driver::pinned_zeroed::<u8>(&self.ctx, bytes)?;
         let ev = || st.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda_err);
         let (mut d2d, mut d2h) = (f64::MAX, f64::MAX);
         for _ in 0..3 {
@@ -343,12 +191,10 @@ impl Gpu {
 
     /// Opens device `ordinal`, compiling (or loading cached) kernels.
     pub fn open(ordinal: usize) -> Result<Arc<Gpu>> {
-        // SAFETY: probes whether the shared libraries can be opened.
-        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        if !driver::driver_present() {
             return Err(Error::Gpu("libcuda is not installed (no NVIDIA driver found)".into()));
         }
-        // SAFETY: as above.
-        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        if !driver::nvrtc_present() {
             return Err(Error::Gpu("libnvrtc is not found (add CUDA's lib64 to LD_LIBRARY_PATH)".into()));
         }
         let ctx = CudaContext::new(ordinal).map_err(cuda_err)?;
@@ -369,34 +215,7 @@ impl Gpu {
             crate::profile::count(what, 0, 1);
             module
         };
-        let f = |name: &str| module.load_function(name).map_err(|e| Error::Gpu(format!("kernel {name}: {e}")));
-        let k = Kernels {
-            leaf_pass: [f("leaf_pass_murmur3")?, f("leaf_pass_xxh3")?, f("leaf_pass_blake3")?],
-            flag_ballot: f("flag_ballot")?,
-            compact_flags: f("compact_flags")?,
-            scan_tiles: f("scan_tiles")?,
-            scan_sums: f("scan_sums")?,
-            scan_add: f("scan_add")?,
-            insert_leaves: f("insert_leaves")?,
-            label_leaves: f("label_leaves")?,
-            stage1: f("stage1")?,
-            stage2: f("stage2")?,
-            top_root: f("top_root")?,
-            root_info: f("root_info")?,
-            run_heads: f("run_heads")?,
-            emit_runs: f("emit_runs")?,
-            finish_runs: f("finish_runs")?,
-            first_roots: f("first_roots")?,
-            gather: f("gather")?,
-            write_header: f("write_header")?,
-            write_bitmap: f("write_bitmap")?,
-            commit_leaves: f("commit_leaves")?,
-            table_rollback: f("table_rollback")?,
-            block_digests: f("block_digests")?,
-            table_locate: f("table_locate")?,
-            gather_digests: f("gather_digests")?,
-            region_digests: f("region_digests")?,
-        };
+        let k = Kernels::load(&module)?;
         let stream = ctx.default_stream();
         Ok(Arc::new(Gpu { ctx, stream, k, sms, name, arch, bounce: std::sync::Mutex::new(None) }))
     }
@@ -428,7 +247,11 @@ impl Gpu {
     /// `stream` has run the copy). `dst` must span `bytes.len()` bytes of a
     /// live device allocation that no other work touches until `stream` has
     /// run the copy; work queued on `stream` afterwards sees the bytes.
-    pub(crate) fn upload_to(&self, stream: &CudaStream, bytes: &[u8], dst: u64) -> Result<()> {
+    #[allow(unsafe_code)] // one raw copy; its SAFETY below
+    pub(crate) fn upload_to(&self, stream: &CudaStream, bytes: &[u8], dst: DevAddr, dst_len: usize) -> Result<()> {
+        if dst_len != bytes.len() {
+            return Err(Error::size_mismatch("host bytes for a device buffer", dst_len as u64, bytes.len() as u64));
+        }
         self.ctx.bind_to_thread().map_err(cuda_err)?;
         if bounce::Bounce::pays_for(bytes) {
             let mut slot = crate::sync::lock(&self.bounce);
@@ -440,38 +263,15 @@ impl Gpu {
                 return b.upload(stream, bytes, dst);
             }
         }
-        // SAFETY: `dst` spans `bytes.len()` bytes of a live device allocation
-        // reserved for this copy (the caller's contract); the driver reads a
-        // pageable `bytes` before returning, and the caller keeps a
-        // page-locked one unchanged until the stream has run the copy.
-        unsafe { cudarc::driver::result::memcpy_htod_async(dst, bytes, stream.cu_stream()) }.map_err(cuda_err)
+        // SAFETY: `dst` is a live device allocation's address (`DevAddr`)
+        // spanning `bytes.len()` bytes (checked above) that the caller
+        // reserved for this copy; the driver reads a pageable `bytes` before
+        // returning, and a page-locked one is read by the time the stream is
+        // synchronized below, before the borrow ends.
+        unsafe { driver::copy_htod_async(dst, bytes, stream) }?;
+        if driver::page_locked(bytes) {
+            stream.synchronize().map_err(cuda_err)?;
+        }
+        Ok(())
     }
 }
-
-/// The record table as the kernels see it (`struct Table` in dedup.cu).
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct TableArgs {
-    pub slots: u64,
-    pub mask: u64,
-    pub count: u64,
-    pub overflow: u64,
-    pub limit: u64,
-}
-
-// SAFETY: plain-old-data of device pointers and integers, laid out as the
-// kernel's `struct Table`.
-unsafe impl DeviceRepr for TableArgs {}
-
-/// Per-level node arrays as the kernels see them (`struct Levels`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct LevelArgs {
-    pub lab: u64,
-    pub dig: u64,
-    pub sver: u64,
-    pub snode: u64,
-}
-
-// SAFETY: as for TableArgs.
-unsafe impl DeviceRepr for LevelArgs {}

@@ -8,7 +8,7 @@
 use super::{Gpu, cuda_err};
 use crate::error::Result;
 use crate::restore::{RestoreStats, restore_with_stats};
-use cudarc::driver::{CudaSlice, DevicePtr};
+use cudarc::driver::CudaSlice;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -35,7 +35,7 @@ pub fn restore_on_gpu(
     let t = std::time::Instant::now();
     // `out` is a new allocation of `data.len()` bytes (at least), which
     // nothing else uses; the synchronize below completes the copy.
-    gpu.upload_to(st, &data, out.device_ptr(st).0)?;
+    gpu.upload_to(st, &data, super::DevAddr::of(&out, st), out.len())?;
     st.synchronize().map_err(cuda_err)?;
     let timings = GpuRestoreTimings { h2d_ms: t.elapsed().as_secs_f32() * 1e3, scatter_ms: 0.0 };
     Ok((out, stats, timings))

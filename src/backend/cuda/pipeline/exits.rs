@@ -59,11 +59,7 @@ impl GpuDedup {
         }
         let want = len.max(cap + cap / 2).min(self.max_body.max(len));
         self.pinned = None; // free before allocating the larger one
-        // SAFETY: the allocation is zero-filled below before any slice of it
-        // is read (cudarc returns it uninitialized).
-        let mut p = unsafe { self.gpu.ctx.alloc_pinned_with_flags::<u8>(want, 0) }.map_err(gpu_oom)?;
-        p.as_mut_slice().map_err(cuda_err)?.fill(0);
-        self.pinned = Some(p);
+        self.pinned = Some(super::super::driver::pinned_zeroed::<u8>(&self.gpu.ctx, want)?);
         Ok(())
     }
 
@@ -118,7 +114,7 @@ impl GpuDedup {
         p: Prepared,
         bufs: &mut [&mut [u8]],
     ) -> Result<(Computed, Option<crate::backend::Ready>)> {
-        let out = ptr(&self.out, &self.gpu);
+        let out = DevAddr::of(&self.out, &self.gpu.stream);
         if p.pieces.iter().any(|piece| !matches!(piece, Piece::Device(at, _) if *at == out)) {
             return Ok((self.finish(p, Dest::Buffers(bufs))?, None));
         }
@@ -154,7 +150,7 @@ impl GpuDedup {
     /// stream. Gives `p` back where there is no arena, no room in it, or the
     /// file is not all in the output buffer (a version stored whole).
     pub(crate) fn stage(&mut self, p: Prepared) -> Result<std::result::Result<(Computed, Staged), Prepared>> {
-        let out = ptr(&self.out, &self.gpu);
+        let out = DevAddr::of(&self.out, &self.gpu.stream);
         let (Some(cache), [Piece::Device(at, len)]) = (&self.cache, p.pieces.as_slice()) else { return Ok(Err(p)) };
         if *at != out || *len as u64 > cache.capacity() {
             return Ok(Err(p));
@@ -197,7 +193,7 @@ impl GpuDedup {
         let copied;
         let meta = match p.pieces.first() {
             Some(Piece::Host(meta)) => meta.as_slice(),
-            Some(&Piece::Device(at, _)) if at == ptr(&self.out, &self.gpu) => {
+            Some(&Piece::Device(at, _)) if at == DevAddr::of(&self.out, &self.gpu.stream) => {
                 let st = &self.gpu.stream;
                 let mut meta = vec![0u8; p.data_start];
                 st.memcpy_dtoh(&self.out.slice(0..p.data_start), &mut meta).map_err(cuda_err)?;
@@ -215,9 +211,9 @@ impl GpuDedup {
     /// The device address of a prepared file's FIRST data (concatenated in
     /// run order): in the output buffer, or the input itself for a version
     /// stored whole. Valid until the next version is prepared.
-    pub(crate) fn first_data_addr(&self, p: &Prepared) -> Result<u64> {
+    pub(crate) fn first_data_addr(&self, p: &Prepared) -> Result<DevAddr> {
         match p.pieces.as_slice() {
-            [Piece::Device(at, _)] => Ok(at + p.data_start as u64),
+            [Piece::Device(at, _)] => Ok(at.add(p.data_start as u64)),
             [Piece::Host(_), Piece::Device(src, _), Piece::Device(..)] => Ok(*src),
             _ => Err(Error::Internal("a prepared file of an unknown shape".into())),
         }
@@ -245,6 +241,7 @@ impl GpuDedup {
 /// Copies `pieces` into the consecutive buffers `bufs` on `st` (device
 /// pieces asynchronously: the caller synchronizes before reading `bufs`);
 /// zeroes what the pieces leave of `bufs`.
+#[allow(unsafe_code)] // raw copies; their SAFETY below
 pub(super) fn emit(st: &Arc<cudarc::driver::CudaStream>, pieces: &[Piece], bufs: &mut [&mut [u8]]) -> Result<()> {
     let (mut b, mut at) = (0usize, 0usize);
     for piece in pieces {
@@ -266,8 +263,7 @@ pub(super) fn emit(st: &Arc<cudarc::driver::CudaStream>, pieces: &[Piece], bufs:
                 // longer than that, and the caller synchronizes the stream
                 // before anything reads it.
                 Piece::Device(ptr, _) => {
-                    unsafe { cudarc::driver::result::memcpy_dtoh_async(dst, *ptr + done as u64, st.cu_stream()) }
-                        .map_err(cuda_err)?
+                    unsafe { super::super::driver::copy_dtoh_async(dst, ptr.add(done as u64), st) }?
                 }
             }
             done += n;

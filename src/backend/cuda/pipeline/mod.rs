@@ -9,7 +9,7 @@ use stages::*;
 
 use super::device_cache::{DeviceCache, Staged};
 use super::gathered::{DigestPool, GATHER_WORDS, GatheredDigests};
-use super::{Gpu, LevelArgs, TableArgs, cuda_err};
+use super::{DevAddr, Gpu, LevelArgs, TableArgs, cuda_err};
 use crate::backend::budget::{DevicePlan, GpuCache, GpuMemory, max_file_prefix};
 use crate::dedup::{BoundsHit, Limits};
 use crate::diff::{Diff, FirstRun, RegionEncoding};
@@ -20,7 +20,7 @@ use crate::hash::HashAlgo;
 use crate::layout::{Layout, NodeId};
 use crate::memory::Protected;
 use crate::method::Method;
-use cudarc::driver::{CudaEvent, CudaSlice, DevicePtr, LaunchConfig, PinnedHostSlice, PushKernelArg};
+use cudarc::driver::{CudaEvent, CudaSlice, LaunchConfig, PinnedHostSlice};
 use std::sync::Arc;
 
 /// Device-side times of one checkpoint, from CUDA events, in milliseconds.
@@ -177,7 +177,7 @@ impl std::fmt::Debug for Prepared {
 /// stays valid until the stream is synchronized.
 enum Piece {
     Host(Vec<u8>),
-    Device(u64, usize),
+    Device(DevAddr, usize),
 }
 
 /// Where [`GpuDedup::finish`] copies a file.
@@ -261,24 +261,13 @@ impl DeviceTable {
         (self.cap as u64 / 4) * 3
     }
 
-    fn args(&self, gpu: &Gpu) -> TableArgs {
-        let stats = ptr(&self.stats, gpu);
-        TableArgs {
-            slots: ptr(&self.slots, gpu),
-            mask: self.cap as u64 - 1,
-            count: stats,
-            overflow: stats + 8,
-            limit: self.limit(),
-        }
+    fn args(&self, gpu: &Gpu) -> Result<TableArgs> {
+        TableArgs::new(&self.slots, &self.stats, self.cap, self.limit(), &gpu.stream)
     }
 }
 
 fn gpu_oom(e: impl std::fmt::Display) -> Error {
     Error::Gpu(format!("device memory: {e}"))
-}
-
-fn ptr<T>(s: &CudaSlice<T>, gpu: &Gpu) -> u64 {
-    s.device_ptr(&gpu.stream).0
 }
 
 fn blocks(n: u64, per: u64) -> u32 {

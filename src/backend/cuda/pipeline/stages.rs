@@ -19,53 +19,40 @@ impl GpuDedup {
         let n_ptr = self.counters.slice(n_slot..n_slot + 1);
         let total = self.counters.slice(total_slot..total_slot + 1);
         let tiles = blocks(upper, 1024).min(self.gpu.sms * 2);
-        let mut b = st.launch_builder(&k.scan_tiles);
-        b.arg(input).arg(output).arg(&n_ptr).arg(&self.s.tile_sums);
-        // SAFETY: kernel signatures match; all buffers are owned by self.
-        unsafe { b.launch(cfg(tiles, 1024)) }.map_err(cuda_err)?;
-        let mut b = st.launch_builder(&k.scan_sums);
-        b.arg(&self.s.tile_sums).arg(&n_ptr).arg(&total);
-        // SAFETY: as above.
-        unsafe { b.launch(cfg(1, 1024)) }.map_err(cuda_err)?;
-        let mut b = st.launch_builder(&k.scan_add);
-        b.arg(output).arg(&n_ptr).arg(&self.s.tile_sums);
-        // SAFETY: as above.
-        unsafe { b.launch(cfg(tiles, 1024)) }.map_err(cuda_err)?;
+        k.scan_tiles(st, cfg(tiles, 1024), input, output, &n_ptr, &self.s.tile_sums)?;
+        k.scan_sums(st, cfg(1, 1024), &self.s.tile_sums, &n_ptr, &total)?;
+        k.scan_add(st, cfg(tiles, 1024), output, &n_ptr, &self.s.tile_sums)?;
         Ok(())
     }
 
     /// The device address of the protected bytes: the application's region
     /// (checked to lie inside one allocation of this device) or the staging
     /// buffer a host input was uploaded into.
-    pub(super) fn input_ptr(&self, input: Protected<'_>) -> Result<u64> {
+    pub(super) fn input_ptr(&self, input: Protected<'_>) -> Result<DevAddr> {
         match input {
             Protected::Device(d) => {
                 if d.len() as u64 != self.layout.data_len() {
                     return Err(length_error(d.len(), self.layout));
                 }
-                super::super::check_region(&self.gpu, &d)?;
-                Ok(d.ptr())
+                DevAddr::of_region(&self.gpu, &d)
             }
-            Protected::Host(_) => {
-                self.staging.as_ref().map(|s| ptr(s, &self.gpu)).ok_or_else(|| Error::Gpu("no staging buffer".into()))
-            }
+            Protected::Host(_) => self
+                .staging
+                .as_ref()
+                .map(|s| DevAddr::of(s, &self.gpu.stream))
+                .ok_or_else(|| Error::Gpu("no staging buffer".into())),
         }
     }
 
     /// Launches the block-digest kernel over `len` bytes at device address
     /// `data`, writing `32 * ceil(len / 64 KiB)` bytes at `out`.
-    pub(super) fn launch_block_digests(&self, data: u64, len: u64, out: u64) -> Result<()> {
+    pub(super) fn launch_block_digests(&self, data: DevAddr, len: u64, out: DevAddr) -> Result<()> {
         let blocks = len.div_ceil(BLOCK_SIZE);
         if blocks == 0 {
             return Ok(());
         }
         let grid = blocks.div_ceil(4).min(u64::from(self.gpu.sms) * 16) as u32;
-        let mut b = self.gpu.stream.launch_builder(&self.gpu.k.block_digests);
-        b.arg(&data).arg(&len).arg(&out);
-        // SAFETY: `data..data + len` and `out..out + 32 * blocks` lie inside
-        // device buffers owned by self (or the caller's input) for the launch,
-        // which the stream orders before the D2H that reads them.
-        unsafe { b.launch(cfg(grid, 128)) }.map(|_| ()).map_err(cuda_err)
+        self.gpu.k.block_digests(&self.gpu.stream, cfg(grid, 128), data, len, out)
     }
 
     /// Like [`GpuDedup::checkpoint`] but leaves the serialized body in the
@@ -130,7 +117,7 @@ impl GpuDedup {
                 // The staging buffer is the pipeline's own, read only by the
                 // kernels queued after this copy on `st`; the call returns
                 // after those kernels, so `bytes` outlives the copy.
-                self.gpu.upload_to(&st, bytes, stg.device_ptr(&st).0)?;
+                self.gpu.upload_to(&st, bytes, DevAddr::of(stg, &st), stg.len())?;
             }
         }
         let e1 = ev(&st)?;
@@ -181,8 +168,8 @@ impl GpuDedup {
         }
         let (data_start, data_len) = self.file_extent(&counters);
         let body_len = data_start + data_len;
-        let out_ptr = ptr(&self.out, &self.gpu);
-        self.launch_block_digests(out_ptr + data_start, data_len, out_ptr + body_len)?;
+        let out_ptr = DevAddr::of(&self.out, &self.gpu.stream);
+        self.launch_block_digests(out_ptr.add(data_start), data_len, out_ptr.add(body_len))?;
         let prefix_len = (body_len + 32 * data_len.div_ceil(BLOCK_SIZE)) as usize;
         self.pending = Some(version32);
         Ok(Step::Prepared(Prepared {
@@ -198,13 +185,13 @@ impl GpuDedup {
     /// A version stored whole: its header and one FIRST run (written by the
     /// host), the data straight from the input, and the block digests of
     /// the input (computed into the otherwise unused output buffer).
-    pub(super) fn prepare_whole(&mut self, version: u64, src: u64, [e0, e1]: [CudaEvent; 2]) -> Result<Prepared> {
+    pub(super) fn prepare_whole(&mut self, version: u64, src: DevAddr, [e0, e1]: [CudaEvent; 2]) -> Result<Prepared> {
         let st = self.gpu.stream.clone();
         let meta = whole_meta(self.rank, self.layout, self.hash, self.method, version);
         let len = self.layout.data_len() as usize;
         let digests = 32 * (len as u64).div_ceil(BLOCK_SIZE) as usize;
         let e2 = st.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda_err)?;
-        let out = ptr(&self.out, &self.gpu);
+        let out = DevAddr::of(&self.out, &self.gpu.stream);
         self.launch_block_digests(src, len as u64, out)?;
         Ok(Prepared {
             prefix_len: meta.len() + len + digests,
@@ -222,24 +209,20 @@ impl GpuDedup {
     /// The collective step's region digests where no tree holds them (a
     /// version stored whole). The spans must stay valid until this returns
     /// (it waits for the device).
-    pub(crate) fn hash_spans(&self, spans: &[(u64, u64)]) -> Result<Vec<Digest>> {
+    pub(crate) fn hash_spans(&self, spans: &[(DevAddr, u64)]) -> Result<Vec<Digest>> {
         if spans.is_empty() {
             return Ok(Vec::new());
         }
         let st = &self.gpu.stream;
-        let addr: Vec<u64> = spans.iter().map(|s| s.0).collect();
+        let addr: Vec<u64> = spans.iter().map(|s| s.0.get()).collect();
         let len: Vec<u64> = spans.iter().map(|s| s.1).collect();
         let addr_dev = st.clone_htod(&addr).map_err(cuda_err)?;
         let len_dev = st.clone_htod(&len).map_err(cuda_err)?;
         let mut out = st.alloc_zeros::<u64>(2 * spans.len()).map_err(gpu_oom)?;
         let (count, cs, algo) = (spans.len() as u64, self.layout.chunk_size(), algo_code(self.hash)?);
-        let mut b = st.launch_builder(&self.gpu.k.region_digests);
-        b.arg(&addr_dev).arg(&len_dev).arg(&count).arg(&cs).arg(&algo).arg(&mut out);
-        // SAFETY: arguments follow region_digests' signature; `addr_dev` and
-        // `len_dev` hold `count` spans of device memory the caller keeps valid
-        // until this returns, `out` 2 * count words; the copy below
-        // synchronizes the stream. One warp per span.
-        unsafe { b.launch(cfg(blocks(32 * count, 256).min(self.gpu.sms * 16), 256)) }.map_err(cuda_err)?;
+        // One warp per span; the copy below waits for the kernel.
+        let grid = cfg(blocks(32 * count, 256).min(self.gpu.sms * 16), 256);
+        self.gpu.k.region_digests(st, grid, &addr_dev, &len_dev, count, cs, algo, &mut out)?;
         let words = st.clone_dtoh(&out).map_err(cuda_err)?;
         Ok(words.chunks_exact(2).map(|w| Digest(u128::from(w[0]) | (u128::from(w[1]) << 64))).collect())
     }
@@ -278,14 +261,15 @@ impl GpuDedup {
         // destination's length.
         let mut out = st.alloc_zeros::<u64>(host.len()).map_err(gpu_oom)?;
         let count = nodes.len() as u64;
-        let mut b = st.launch_builder(&self.gpu.k.gather_digests);
-        b.arg(&self.dig).arg(&self.lab).arg(&idx_dev).arg(&count).arg(&mut out);
-        // SAFETY: arguments follow gather_digests' signature; `idx_dev` holds
-        // `count` indices below the node arrays' length (checked above), `out`
-        // at least GATHER_WORDS * count words; `idx_dev` and `out` are freed in stream
-        // order after the kernel and the copy (cudarc's drop waits for their
-        // events).
-        unsafe { b.launch(cfg(blocks(count, 256).min(self.gpu.sms * 8), 256)) }.map_err(cuda_err)?;
+        self.gpu.k.gather_digests(
+            st,
+            cfg(blocks(count, 256).min(self.gpu.sms * 8), 256),
+            &self.dig,
+            &self.lab,
+            &idx_dev,
+            count,
+            &mut out,
+        )?;
         st.memcpy_dtoh(&out, &mut host).map_err(cuda_err)?;
         GatheredDigests::after(st, host, nodes.len(), self.digest_pool.clone()).map(Some)
     }
@@ -303,7 +287,7 @@ impl GpuDedup {
     /// out dense or over a bound of the plan (checked on the host: one
     /// small read-back after the labels, one after the scans), or (without
     /// `emit`) once the labels and the record are done.
-    pub(super) fn run_pipeline(&mut self, version: u32, data_ptr: u64, baseline: bool, emit: bool) -> Result<Run> {
+    pub(super) fn run_pipeline(&mut self, version: u32, data_ptr: DevAddr, baseline: bool, emit: bool) -> Result<Run> {
         let gpu = self.gpu.clone();
         let st = &gpu.stream;
         // DCKPT_GPU_PROFILE=1 prints the time of each stage (CUDA events) to stderr.
@@ -326,7 +310,7 @@ impl GpuDedup {
             if profile {
                 let e =
                     st.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda_err)?;
-                marks.push((name, e, std::time::Instant::now(), thread_switches()));
+                marks.push((name, e, std::time::Instant::now(), super::super::driver::thread_switches()));
             }
             Ok(())
         };
@@ -336,8 +320,8 @@ impl GpuDedup {
         let cs = self.layout.chunk_size();
         let data_len = self.layout.data_len();
         let algo = algo_code(self.hash)?;
-        let lv = self.levels();
-        let t = self.table.args(&gpu);
+        let lv = self.levels()?;
+        let t = self.table.args(&gpu)?;
         let tree = self.method == Method::Tree;
         let use_table = i32::from(self.method != Method::Basic);
         let coalesce = i32::from(self.method != Method::List);
@@ -359,16 +343,22 @@ impl GpuDedup {
 
         mark("init")?;
         // 1. Leaves: hash, compare, count, compact.
-        let mut b = st.launch_builder(&k.leaf_pass[(algo - 1) as usize]);
-        b.arg(&data_ptr).arg(&data_len).arg(&cs).arg(&n).arg(&self.prev).arg(&has_prev);
-        b.arg(&self.dig).arg(&s.ballots).arg(&s.block_counts);
-        // SAFETY (all launches below): arguments follow the kernels' signatures in
-        // kernels/dedup.cu, and every buffer is owned by self for the stream's lifetime.
-        unsafe { b.launch(dense) }.map_err(cuda_err)?;
+        k.leaf_pass(
+            algo,
+            st,
+            dense,
+            data_ptr,
+            data_len,
+            cs,
+            n,
+            &self.prev,
+            has_prev,
+            &self.dig,
+            &s.ballots,
+            &s.block_counts,
+        )?;
         self.scan(&s.block_counts, &s.block_counts, C_BLOCKS, self.nblocks, C_CHANGED)?;
-        let mut b = st.launch_builder(&k.compact_flags);
-        b.arg(&s.ballots).arg(&s.block_counts).arg(&n).arg(&s.changed);
-        unsafe { b.launch(dense) }.map_err(cuda_err)?;
+        k.compact_flags(st, dense, &s.ballots, &s.block_counts, n, &s.changed)?;
         if has_prev == 1 {
             // One small read-back: whether most chunks changed (the cheap path then
             // skips everything below; costs a sync of ~10 µs otherwise).
@@ -383,14 +373,10 @@ impl GpuDedup {
         mark("leaves")?;
         // 2. Labels.
         if use_table == 1 {
-            let mut b = st.launch_builder(&k.insert_leaves);
-            b.arg(c).arg(&s.changed).arg(&self.dig).arg(&t).arg(&version);
-            unsafe { b.launch(gs) }.map_err(cuda_err)?;
+            k.insert_leaves(st, gs, c, &s.changed, &self.dig, t, version)?;
         }
-        let root_at_ptr = if tree { 0u64 } else { ptr(&s.root_at, &gpu) };
-        let mut b = st.launch_builder(&k.label_leaves);
-        b.arg(c).arg(&s.changed).arg(&self.dig).arg(&t).arg(&version).arg(&use_table).arg(&lv).arg(&root_at_ptr);
-        unsafe { b.launch(gs) }.map_err(cuda_err)?;
+        let root_at_ptr = if tree { DevAddr::NULL } else { DevAddr::of(&s.root_at, st) };
+        k.label_leaves(st, gs, c, &s.changed, &self.dig, t, version, use_table, lv, root_at_ptr)?;
 
         mark("labels")?;
         // 3. Algorithm 1's level passes.
@@ -400,30 +386,22 @@ impl GpuDedup {
                 let (ok, lk, ok1, lk1) =
                     (self.level_off[lvl], self.level_len[lvl], self.level_off[lvl + 1], self.level_len[lvl + 1]);
                 let l1 = (lvl + 1) as u32;
-                let mut b = st.launch_builder(&k.stage1);
-                b.arg(&lv).arg(&ok).arg(&lk).arg(&ok1).arg(&lk1).arg(&l1).arg(&t).arg(&version).arg(&algo);
-                unsafe { b.launch(cfg(blocks(lk1, 256), 256)) }.map_err(cuda_err)?;
+                k.stage1(st, cfg(blocks(lk1, 256), 256), lv, ok, lk, ok1, lk1, l1, t, version, algo)?;
             }
             for lvl in 0..top {
                 let (ok, lk, ok1, lk1) =
                     (self.level_off[lvl], self.level_len[lvl], self.level_off[lvl + 1], self.level_len[lvl + 1]);
                 let l0 = lvl as u32;
-                let mut b = st.launch_builder(&k.stage2);
-                b.arg(&lv).arg(&ok).arg(&lk).arg(&ok1).arg(&lk1).arg(&l0).arg(&t).arg(&algo).arg(&s.root_at).arg(&n);
-                unsafe { b.launch(cfg(blocks(lk1, 256), 256)) }.map_err(cuda_err)?;
+                k.stage2(st, cfg(blocks(lk1, 256), 256), lv, ok, lk, ok1, lk1, l0, t, algo, &s.root_at, n)?;
             }
             let (otop, top32) = (self.level_off[top], top as u32);
-            let mut b = st.launch_builder(&k.top_root);
-            b.arg(&lv).arg(&otop).arg(&top32).arg(&s.root_at);
-            unsafe { b.launch(cfg(1, 32)) }.map_err(cuda_err)?;
+            k.top_root(st, cfg(1, 32), lv, otop, top32, &s.root_at)?;
         }
 
         mark("levels")?;
         // 4. Roots in chunk order (counted, then checked against the plan
         // with the record), then runs and tables.
-        let mut b = st.launch_builder(&k.flag_ballot);
-        b.arg(&s.root_at).arg(&n).arg(&s.ballots).arg(&s.block_counts);
-        unsafe { b.launch(dense) }.map_err(cuda_err)?;
+        k.flag_ballot(st, dense, &s.root_at, n, &s.ballots, &s.block_counts)?;
         self.scan(&s.block_counts, &s.block_counts, C_BLOCKS, self.nblocks, C_ROOTS)?;
         let limits = self.plan.limits();
         let stats = st.clone_dtoh(&self.table.stats).map_err(cuda_err)?;
@@ -440,17 +418,38 @@ impl GpuDedup {
             return Ok(Run::OverBound);
         }
         let root_cap = self.plan.root_cap;
-        let mut b = st.launch_builder(&k.compact_flags);
-        b.arg(&s.ballots).arg(&s.block_counts).arg(&n).arg(&s.roots);
-        unsafe { b.launch(dense) }.map_err(cuda_err)?;
-        let mut b = st.launch_builder(&k.root_info);
-        b.arg(c).arg(&s.roots).arg(&s.root_at).arg(&lv).arg(&self.level_off_dev).arg(&n).arg(&cs).arg(&data_len);
-        b.arg(&s.kind).arg(&s.count).arg(&s.src_ver).arg(&s.src_start).arg(&s.first_flag).arg(&s.bytes);
-        unsafe { b.launch(gs) }.map_err(cuda_err)?;
-        let mut b = st.launch_builder(&k.run_heads);
-        b.arg(c).arg(&s.roots).arg(&s.kind).arg(&s.count).arg(&s.src_ver).arg(&s.src_start).arg(&coalesce);
-        b.arg(&s.first_head).arg(&s.shift_head);
-        unsafe { b.launch(gs) }.map_err(cuda_err)?;
+        k.compact_flags(st, dense, &s.ballots, &s.block_counts, n, &s.roots)?;
+        k.root_info(
+            st,
+            gs,
+            c,
+            &s.roots,
+            &s.root_at,
+            lv,
+            &self.level_off_dev,
+            n,
+            cs,
+            data_len,
+            &s.kind,
+            &s.count,
+            &s.src_ver,
+            &s.src_start,
+            &s.first_flag,
+            &s.bytes,
+        )?;
+        k.run_heads(
+            st,
+            gs,
+            c,
+            &s.roots,
+            &s.kind,
+            &s.count,
+            &s.src_ver,
+            &s.src_start,
+            coalesce,
+            &s.first_head,
+            &s.shift_head,
+        )?;
         self.scan(&s.first_head, &s.first_id, C_ROOTS, root_cap, C_FIRST_RUNS)?;
         self.scan(&s.shift_head, &s.shift_id, C_ROOTS, root_cap, C_SHIFT_RUNS)?;
         self.scan(&s.bytes, &s.bytes_off, C_ROOTS, root_cap, C_DATA)?;
@@ -462,35 +461,51 @@ impl GpuDedup {
         }
         mark("roots")?;
         let rank = self.rank;
-        let mut b = st.launch_builder(&k.emit_runs);
-        b.arg(c).arg(&s.roots).arg(&s.kind).arg(&s.count).arg(&s.src_ver).arg(&s.src_start);
-        b.arg(&s.first_head).arg(&s.shift_head).arg(&s.first_id).arg(&s.shift_id).arg(&s.run_end).arg(&self.out);
-        b.arg(&wft).arg(&rank);
-        unsafe { b.launch(gs) }.map_err(cuda_err)?;
-        let mut b = st.launch_builder(&k.finish_runs);
-        b.arg(c).arg(&s.run_end).arg(&self.out).arg(&wft);
-        unsafe { b.launch(gs) }.map_err(cuda_err)?;
-        let mut b = st.launch_builder(&k.first_roots);
-        b.arg(c).arg(&s.roots).arg(&s.kind).arg(&s.bytes_off).arg(&s.first_rank).arg(&s.fr_start).arg(&s.fr_off);
-        unsafe { b.launch(gs) }.map_err(cuda_err)?;
+        k.emit_runs(
+            st,
+            gs,
+            c,
+            &s.roots,
+            &s.kind,
+            &s.count,
+            &s.src_ver,
+            &s.src_start,
+            &s.first_head,
+            &s.shift_head,
+            &s.first_id,
+            &s.shift_id,
+            &s.run_end,
+            &self.out,
+            wft,
+            rank,
+        )?;
+        k.finish_runs(st, gs, c, &s.run_end, &self.out, wft)?;
+        k.first_roots(st, gs, c, &s.roots, &s.kind, &s.bytes_off, &s.first_rank, &s.fr_start, &s.fr_off)?;
 
         mark("runs")?;
         // 5. Serialize: bitmap, data, header.
         if bitmap_len > 0 {
-            let mut b = st.launch_builder(&k.write_bitmap);
-            b.arg(&s.ballots).arg(&bitmap_len).arg(&self.out);
-            unsafe { b.launch(gs) }.map_err(cuda_err)?;
+            k.write_bitmap(st, gs, &s.ballots, bitmap_len, &self.out)?;
         }
-        let mut b = st.launch_builder(&k.gather);
-        b.arg(c).arg(&s.fr_start).arg(&s.fr_off).arg(&data_ptr).arg(&cs).arg(&self.out).arg(&wft).arg(&bitmap_len);
-        unsafe { b.launch(gs) }.map_err(cuda_err)?;
+        k.gather(st, gs, c, &s.fr_start, &s.fr_off, data_ptr, cs, &self.out, wft, bitmap_len)?;
         let (method, hash) = (u32::from(self.method.code()), u32::from(self.hash.code()));
         let flags = u32::from(baseline);
         let version64 = u64::from(version);
-        let mut b = st.launch_builder(&k.write_header);
-        b.arg(c).arg(&self.out).arg(&method).arg(&hash).arg(&flags).arg(&rank).arg(&cs).arg(&version64);
-        b.arg(&data_len).arg(&bitmap_len).arg(&wft);
-        unsafe { b.launch(cfg(1, 32)) }.map_err(cuda_err)?;
+        k.write_header(
+            st,
+            cfg(1, 32),
+            c,
+            &self.out,
+            method,
+            hash,
+            flags,
+            rank,
+            cs,
+            version64,
+            data_len,
+            bitmap_len,
+            wft,
+        )?;
         mark("gather")?;
         if profile {
             st.synchronize().map_err(cuda_err)?;
@@ -523,21 +538,6 @@ impl GpuDedup {
         self.gpu.stream.synchronize().map_err(cuda_err)?;
         Ok(c)
     }
-}
-
-/// The calling thread's voluntary and involuntary context switches so far
-/// (for DCKPT_GPU_PROFILE; zeros where they cannot be read).
-pub(super) fn thread_switches() -> [i64; 2] {
-    let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage writes one rusage into the pointer it is given, which
-    // points to a zeroed value of that type owned by this frame.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, u.as_mut_ptr()) };
-    if rc != 0 {
-        return [0, 0];
-    }
-    // SAFETY: zero-initialised and, with rc 0, filled by getrusage.
-    let u = unsafe { u.assume_init() };
-    [u.ru_nvcsw, u.ru_nivcsw]
 }
 
 /// Header and table of a version stored whole: a Full checkpoint, or a

@@ -152,13 +152,8 @@ impl GpuDedup {
         self.bounds_hit
     }
 
-    pub(super) fn levels(&self) -> LevelArgs {
-        LevelArgs {
-            lab: ptr(&self.lab, &self.gpu),
-            dig: ptr(&self.dig, &self.gpu),
-            sver: ptr(&self.sver, &self.gpu),
-            snode: ptr(&self.snode, &self.gpu),
-        }
+    pub(super) fn levels(&self) -> Result<LevelArgs> {
+        LevelArgs::new(&self.lab, &self.dig, &self.sver, &self.snode, &self.gpu.stream)
     }
 
     pub(super) fn grid_stride(&self) -> LaunchConfig {
@@ -199,15 +194,9 @@ impl GpuDedup {
         // One upload of the packed runs (table_locate's layout).
         let st = &self.gpu.stream;
         let runs_dev = st.clone_htod(&runs.words).map_err(cuda_err)?;
-        let t = self.table.args(&self.gpu);
+        let t = self.table.args(&self.gpu)?;
         let (me, n, nruns) = (self.rank, self.layout.chunks(), runs.len() as u64);
-        let mut b = st.launch_builder(&self.gpu.k.table_locate);
-        b.arg(&t).arg(&version32).arg(&me).arg(&n).arg(&nruns).arg(&runs_dev);
-        // SAFETY: arguments follow table_locate's signature; `runs_dev` holds
-        // RUN_WORDS words for each of the `nruns` runs (at least one run's
-        // worth) and is freed in stream order after the launch (cudarc's
-        // drop waits for its event).
-        unsafe { b.launch(self.grid_stride()) }.map_err(cuda_err)?;
+        self.gpu.k.table_locate(st, self.grid_stride(), t, version32, me, n, nruns, &runs_dev)?;
         // The count is read when asked for (`record_entries`) or by the next
         // version: the caller does not wait for the stream here.
         self.entries_stale = true;
@@ -243,11 +232,8 @@ impl GpuDedup {
     }
 
     pub(super) fn rollback_table(&mut self, version: u32) -> Result<()> {
-        let t = self.table.args(&self.gpu);
-        let mut b = self.gpu.stream.launch_builder(&self.gpu.k.table_rollback);
-        b.arg(&t).arg(&version);
-        // SAFETY: kernel signature matches; the table is owned by self.
-        unsafe { b.launch(self.grid_stride()) }.map_err(cuda_err)?;
+        let t = self.table.args(&self.gpu)?;
+        self.gpu.k.table_rollback(&self.gpu.stream, self.grid_stride(), t, version)?;
         // Clear the overflow flag.
         let mut stats = self.gpu.stream.clone_dtoh(&self.table.stats).map_err(cuda_err)?;
         stats[1] = 0;
@@ -271,10 +257,7 @@ impl GpuDedup {
             self.clear_table()?;
         }
         let c = &self.counters;
-        let mut b = self.gpu.stream.launch_builder(&self.gpu.k.commit_leaves);
-        b.arg(c).arg(&self.s.changed).arg(&self.dig).arg(&self.prev);
-        // SAFETY: kernel signature matches; buffers are owned by self.
-        unsafe { b.launch(self.grid_stride()) }.map_err(cuda_err)?;
+        self.gpu.k.commit_leaves(&self.gpu.stream, self.grid_stride(), c, &self.s.changed, &self.dig, &self.prev)?;
         self.has_prev = true;
         // The count is read when asked for (record_entries) or by the next
         // version: the application does not wait for the stream here (a
