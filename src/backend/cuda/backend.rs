@@ -44,7 +44,7 @@ impl CudaBackend {
     fn hashed_regions(&self, diff: &Diff, p: &GpuPending, nodes: &[NodeId], max_level: u32) -> Result<Vec<Region>> {
         let base = match &p.file {
             GpuFile::OnDevice { prepared: Some(prepared), .. } => self.dev.first_data_addr(prepared)?,
-            GpuFile::Staged { staged: Some(file), .. } => file.device_addr().add(p.data_start as u64),
+            GpuFile::Staged { staged: Some(file), .. } => file.device_addr().add(p.data_start as u64)?,
             GpuFile::Pinned { file_len, .. } => {
                 let data_end = p.data_start + diff.data_bytes() as usize;
                 let first = self.dev.pinned_prefix(*file_len)?.get(p.data_start..data_end);
@@ -58,9 +58,9 @@ impl CudaBackend {
             .iter()
             .map(|&node| {
                 let at = index.locate(diff.layout.node_chunks(node));
-                (base.add(at.start), at.end - at.start)
+                Ok((base.add(at.start)?.spanning(at.end - at.start)?, at.end - at.start))
             })
-            .collect();
+            .collect::<Result<_>>()?;
         let digests = self.dev.hash_spans(&spans)?;
         Ok(regions::regions_of(&diff.layout, nodes, &digests))
     }

@@ -79,7 +79,7 @@ impl Bounce {
             // this struct owns and writes again only after the event recorded
             // below has completed (waited for above, or by the stream
             // synchronization on an error).
-            unsafe { super::driver::copy_htod_async(dst.add((i * PIECE) as u64), &*buf, stream) }?;
+            unsafe { super::driver::copy_htod_async(dst.add((i * PIECE) as u64)?, &*buf, stream) }?;
             self.read[k] = Some(stream.record_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING)).map_err(cuda_err)?);
         }
         Ok(())

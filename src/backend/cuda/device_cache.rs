@@ -85,7 +85,7 @@ impl DeviceCache {
             )?
         };
         let Some(span) = reserved else { return Ok(None) };
-        let at = self.base.add(span.start);
+        let at = self.base.add(span.start)?;
         // SAFETY: `src..src + len` lies in a device allocation the caller owns
         // and keeps until `main` has run this copy; `at..at + len` lies in
         // the arena (the ring placed it within its capacity) and no other
@@ -201,7 +201,7 @@ impl Staged {
                 // then, or after ordering the pipeline stream behind it);
                 // `head` is host memory the caller keeps untouched until the
                 // returned wait has run (FileSink's contract).
-                unsafe { super::driver::copy_dtoh_async(head, self.at.add(done as u64), copy) }?;
+                unsafe { super::driver::copy_dtoh_async(head, self.at.add(done as u64)?, copy) }?;
             }
             tail.fill(0);
             done += n;

@@ -84,12 +84,13 @@ pub(crate) fn pinned_zeroed<T: DeviceRepr + ValidAsZeroBits + Default + Copy>(
 /// Queues the copy of host `src` to device address `dst` on `stream`.
 ///
 /// # Safety
-/// `dst .. dst + src.len()` lies in a live device allocation that no other
-/// work touches until `stream` has run the copy; `src` stays allocated and
-/// unchanged until then (a pageable `src` is read before this returns; a
-/// page-locked one is read by the device later).
+/// `dst`'s allocation (checked to hold `src.len()` bytes there) stays live,
+/// and no other work touches the span, until `stream` has run the copy;
+/// `src` stays allocated and unchanged until then (a pageable `src` is
+/// read before this returns; a page-locked one is read by the device later).
 pub(crate) unsafe fn copy_htod_async(dst: DevAddr, src: &[u8], stream: &CudaStream) -> Result<()> {
-    // SAFETY: the caller's contract above.
+    let dst = dst.spanning(src.len() as u64)?;
+    // SAFETY: the span is checked above; the rest is the caller's contract.
     unsafe { cudarc::driver::result::memcpy_htod_async(dst.get(), src, stream.cu_stream()) }.map_err(cuda_err)
 }
 
@@ -97,11 +98,12 @@ pub(crate) unsafe fn copy_htod_async(dst: DevAddr, src: &[u8], stream: &CudaStre
 /// `dst` on `stream`.
 ///
 /// # Safety
-/// `src .. src + dst.len()` lies in a live device allocation that stays
-/// allocated and unwritten until `stream` has run the copy; `dst` stays
-/// allocated, and nothing reads or writes it, until then.
+/// `src`'s allocation (checked to hold `dst.len()` bytes there) stays live,
+/// and nothing writes the span, until `stream` has run the copy; `dst`
+/// stays allocated, and nothing reads or writes it, until then.
 pub(crate) unsafe fn copy_dtoh_async(dst: &mut [u8], src: DevAddr, stream: &CudaStream) -> Result<()> {
-    // SAFETY: the caller's contract above.
+    let src = src.spanning(dst.len() as u64)?;
+    // SAFETY: the span is checked above; the rest is the caller's contract.
     unsafe { cudarc::driver::result::memcpy_dtoh_async(dst, src.get(), stream.cu_stream()) }.map_err(cuda_err)
 }
 
@@ -109,11 +111,12 @@ pub(crate) unsafe fn copy_dtoh_async(dst: &mut [u8], src: DevAddr, stream: &Cuda
 /// `stream`.
 ///
 /// # Safety
-/// Both spans lie in live device allocations of `stream`'s context that
-/// stay allocated until `stream` has run the copy; nothing else writes
-/// `src`'s span or touches `dst`'s until then.
+/// Both allocations (checked to hold `len` bytes at the addresses) are of
+/// `stream`'s context and stay live until `stream` has run the copy;
+/// nothing else writes `src`'s span or touches `dst`'s until then.
 pub(crate) unsafe fn copy_dtod_async(dst: DevAddr, src: DevAddr, len: usize, stream: &CudaStream) -> Result<()> {
-    // SAFETY: the caller's contract above.
+    let (dst, src) = (dst.spanning(len as u64)?, src.spanning(len as u64)?);
+    // SAFETY: the spans are checked above; the rest is the caller's contract.
     unsafe { cudarc::driver::result::memcpy_dtod_async(dst.get(), src.get(), len, stream.cu_stream()) }
         .map_err(cuda_err)
 }

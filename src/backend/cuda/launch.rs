@@ -15,7 +15,10 @@
 //!   [`TableArgs`] and [`LevelArgs`]) are made only from such slices
 //!   ([`DevAddr::of`], [`TableArgs::new`], [`LevelArgs::new`]), or from a
 //!   protected region whose span `check_region` found inside one
-//!   allocation of the device ([`DevAddr::of_region`]).
+//!   allocation of the device ([`DevAddr::of_region`]). A `DevAddr` keeps
+//!   its allocation's end: moving it ([`DevAddr::add`]) and giving it a
+//!   span ([`DevAddr::spanning`], which every copy and the launches that
+//!   read a span call) fail past that end.
 //! - **The sizes a kernel indexes by** (chunk counts, counters, the plan's
 //!   capacities) are the ones the pipeline sized every buffer with
 //!   (`GpuDedup::with_budget`). They are the pipeline's invariant: these
@@ -32,47 +35,63 @@ use cudarc::driver::{
 };
 use std::sync::Arc;
 
-/// A device address a kernel reads or writes, made from memory known to be
-/// live (see the module documentation); `add` moves within it.
-#[repr(transparent)]
+/// A device address a kernel or a copy reads or writes, with the end of
+/// the allocation it lies in: made only from memory known to be live (see
+/// the module documentation), moved within it ([`DevAddr::add`]) and
+/// checked to hold a span ([`DevAddr::spanning`]) before a kernel or a copy
+/// is given it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct DevAddr(u64);
-
-// SAFETY: a plain integer (`CUdeviceptr`), passed by value.
-unsafe impl DeviceRepr for DevAddr {}
+pub(crate) struct DevAddr {
+    ptr: u64,
+    end: u64,
+}
 
 impl DevAddr {
     /// The address of `slice` (on `stream`, which orders the launch after
     /// the work that made it).
     pub(crate) fn of<T>(slice: &CudaSlice<T>, stream: &Arc<CudaStream>) -> Self {
-        DevAddr(slice.device_ptr(stream).0)
+        let ptr = slice.device_ptr(stream).0;
+        DevAddr { ptr, end: ptr + (slice.len() * std::mem::size_of::<T>()) as u64 }
     }
 
     /// The address of a protected region, once `check_region` found its
     /// span inside one allocation of `gpu`'s device.
     pub(crate) fn of_region(gpu: &super::Gpu, region: &DeviceRegion<'_>) -> Result<Self> {
         check_region(gpu, region)?;
-        Ok(DevAddr(region.ptr()))
+        Ok(DevAddr { ptr: region.ptr(), end: region.ptr() + region.len() as u64 })
     }
 
     /// [`DevAddr::of_region`] on the device of context `ctx`.
     pub(crate) fn of_region_in(ctx: &Arc<CudaContext>, region: &DeviceRegion<'_>) -> Result<Self> {
         super::check_region_in(ctx, region)?;
-        Ok(DevAddr(region.ptr()))
+        Ok(DevAddr { ptr: region.ptr(), end: region.ptr() + region.len() as u64 })
     }
 
     /// No buffer: a kernel parameter documented as optional (`NULL`).
-    pub(crate) const NULL: DevAddr = DevAddr(0);
+    pub(crate) const NULL: DevAddr = DevAddr { ptr: 0, end: 0 };
 
-    /// `bytes` further on.
-    pub(crate) fn add(self, bytes: u64) -> Self {
-        DevAddr(self.0 + bytes)
+    /// `bytes` further on, within the allocation.
+    pub(crate) fn add(self, bytes: u64) -> Result<Self> {
+        match self.ptr.checked_add(bytes) {
+            Some(ptr) if ptr <= self.end => Ok(DevAddr { ptr, end: self.end }),
+            _ => Err(past_the_end(self, bytes)),
+        }
     }
 
-    /// The address as a number (for copies and the file's pieces).
+    /// The same address, once checked to hold `len` bytes before its
+    /// allocation's end.
+    pub(crate) fn spanning(self, len: u64) -> Result<Self> {
+        self.add(len).map(|_| self)
+    }
+
+    /// The address as a number (what a kernel or a copy is given).
     pub(crate) fn get(self) -> u64 {
-        self.0
+        self.ptr
     }
+}
+
+fn past_the_end(at: DevAddr, bytes: u64) -> Error {
+    Error::Internal(format!("{bytes} bytes from device address {:#x} pass its allocation's end {:#x}", at.ptr, at.end))
 }
 
 /// The record table as the kernels see it (`struct Table` in dedup.cu).
@@ -153,8 +172,9 @@ impl LevelArgs {
 
 /// Declares the kernels: the struct that holds them, its loader, one
 /// launch function per kernel, and the table the test reads. A parameter
-/// is `ptr` (a slice or a view, given by reference) or `val` (by value),
-/// with the C type it binds to.
+/// is `ptr` (a slice or a view, given by reference), `val` (by value) or
+/// `addr` (a [`DevAddr`], given as its address), with the C type it binds
+/// to.
 macro_rules! kernels {
     ($(
         $(#[$doc:meta])*
@@ -197,19 +217,20 @@ macro_rules! kernels {
     };
     (@push $b:ident, ptr, $arg:ident) => { $b.arg($arg) };
     (@push $b:ident, val, $arg:ident) => { $b.arg(&$arg) };
+    (@push $b:ident, addr, $arg:ident) => { let $arg = $arg.get(); $b.arg(&$arg) };
 }
 
 kernels! {
     /// Pass 1 over the leaves, Murmur3 digests (`leaf_pass_impl<1>`).
-    leaf_pass_murmur3(val data: DevAddr = "const u8*", val data_len: u64 = "u64", val cs: u32 = "u32", val n: u64 = "u64",
+    leaf_pass_murmur3(addr data: DevAddr = "const u8*", val data_len: u64 = "u64", val cs: u32 = "u32", val n: u64 = "u64",
         ptr prev: &CudaSlice<u64> = "const u64*", val has_prev: i32 = "int", ptr dig: &CudaSlice<u64> = "u64*",
         ptr ballots: &CudaSlice<u32> = "u32*", ptr block_counts: &CudaSlice<u64> = "u64*");
     /// The same with XXH3 digests.
-    leaf_pass_xxh3(val data: DevAddr = "const u8*", val data_len: u64 = "u64", val cs: u32 = "u32", val n: u64 = "u64",
+    leaf_pass_xxh3(addr data: DevAddr = "const u8*", val data_len: u64 = "u64", val cs: u32 = "u32", val n: u64 = "u64",
         ptr prev: &CudaSlice<u64> = "const u64*", val has_prev: i32 = "int", ptr dig: &CudaSlice<u64> = "u64*",
         ptr ballots: &CudaSlice<u32> = "u32*", ptr block_counts: &CudaSlice<u64> = "u64*");
     /// The same with BLAKE3 digests.
-    leaf_pass_blake3(val data: DevAddr = "const u8*", val data_len: u64 = "u64", val cs: u32 = "u32", val n: u64 = "u64",
+    leaf_pass_blake3(addr data: DevAddr = "const u8*", val data_len: u64 = "u64", val cs: u32 = "u32", val n: u64 = "u64",
         ptr prev: &CudaSlice<u64> = "const u64*", val has_prev: i32 = "int", ptr dig: &CudaSlice<u64> = "u64*",
         ptr ballots: &CudaSlice<u32> = "u32*", ptr block_counts: &CudaSlice<u64> = "u64*");
     /// Ballots and per-block counts of a byte array's non-zero flags.
@@ -233,7 +254,7 @@ kernels! {
     /// Each changed leaf's label from the record.
     label_leaves(ptr counters: &CudaSlice<u64> = "const u64*", ptr idx: &CudaSlice<u64> = "const u64*",
         ptr dig: &CudaSlice<u64> = "const u64*", val t: TableArgs = "Table", val version: u32 = "u32",
-        val use_table: i32 = "int", val lv: LevelArgs = "Levels", val root_at: DevAddr = "u8*");
+        val use_table: i32 = "int", val lv: LevelArgs = "Levels", addr root_at: DevAddr = "u8*");
     /// Algorithm 1, stage 1, one level: FIRST parents.
     stage1(val lv: LevelArgs = "Levels", val off_k: u64 = "u64", val len_k: u64 = "u64", val off_k1: u64 = "u64",
         val len_k1: u64 = "u64", val level_k1: u32 = "u32", val t: TableArgs = "Table", val version: u32 = "u32",
@@ -275,7 +296,7 @@ kernels! {
         ptr fr_off: &CudaSlice<u64> = "u64*");
     /// The FIRST bytes gathered from the input into the file.
     gather(ptr counters: &CudaSlice<u64> = "const u64*", ptr fr_start: &CudaSlice<u64> = "const u64*",
-        ptr fr_off: &CudaSlice<u64> = "const u64*", val data: DevAddr = "const u8*", val cs: u32 = "u32",
+        ptr fr_off: &CudaSlice<u64> = "const u64*", addr data: DevAddr = "const u8*", val cs: u32 = "u32",
         ptr out: &CudaSlice<u8> = "u8*", val write_first_table: i32 = "int", val bitmap_len: u64 = "u64");
     /// The file's header.
     write_header(ptr counters: &CudaSlice<u64> = "const u64*", ptr out: &CudaSlice<u8> = "u8*", val method: u32 = "u32",
@@ -290,7 +311,7 @@ kernels! {
     /// A pending version's record entries removed.
     table_rollback(val t: TableArgs = "Table", val version: u32 = "u32");
     /// The 64 KiB blocks' BLAKE3-256 digests of `len` bytes at `data`.
-    block_digests(val data: DevAddr = "const u8*", val len: u64 = "u64", val out: DevAddr = "u8*");
+    block_digests(addr data: DevAddr = "const u8*", val len: u64 = "u64", addr out: DevAddr = "u8*");
     /// Record entries moved to where their bytes are stored.
     table_locate(val t: TableArgs = "Table", val latest: u32 = "u32", val me: u32 = "u32", val n: u64 = "u64",
         val nruns: u64 = "u64", ptr runs: &CudaSlice<u64> = "const u64*");
@@ -321,6 +342,7 @@ impl Kernels {
         ballots: &CudaSlice<u32>,
         block_counts: &CudaSlice<u64>,
     ) -> Result<()> {
+        data.spanning(data_len)?;
         match algo {
             1 => self.leaf_pass_murmur3(stream, cfg, data, data_len, cs, n, prev, has_prev, dig, ballots, block_counts),
             2 => self.leaf_pass_xxh3(stream, cfg, data, data_len, cs, n, prev, has_prev, dig, ballots, block_counts),
@@ -332,7 +354,18 @@ impl Kernels {
 
 #[cfg(test)]
 mod tests {
-    use super::{RUST_TYPES, SIGNATURES};
+    use super::{DevAddr, RUST_TYPES, SIGNATURES};
+
+    #[test]
+    fn a_device_address_moves_and_spans_only_within_its_allocation() {
+        let at = DevAddr { ptr: 0x1000, end: 0x1100 };
+        assert_eq!(at.add(0x100).map(DevAddr::get).ok(), Some(0x1100), "to the end, exactly");
+        assert!(at.add(0x101).is_err(), "past the end");
+        assert!(at.add(u64::MAX).is_err(), "an overflow");
+        assert!(at.add(0x80).and_then(|a| a.spanning(0x80)).is_ok());
+        assert!(at.add(0x80).and_then(|a| a.spanning(0x81)).is_err());
+        assert!(DevAddr::NULL.spanning(1).is_err(), "NULL holds nothing");
+    }
 
     /// The kernels' parameter types in `src`, in order (the `LEAF_PASS`
     /// macro's kernel is named `NAME`).

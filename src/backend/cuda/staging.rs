@@ -40,7 +40,7 @@ impl DeviceStaging {
     /// Checks that `len` bytes at `offset` lie in the buffer.
     fn span(&self, offset: usize, len: usize) -> Result<DevAddr> {
         match offset.checked_add(len) {
-            Some(end) if end <= self.buf.len() => Ok(self.ptr().add(offset as u64)),
+            Some(end) if end <= self.buf.len() => self.ptr().add(offset as u64),
             _ => Err(Error::Internal(format!("{len} bytes at {offset} pass the staging buffer's end"))),
         }
     }

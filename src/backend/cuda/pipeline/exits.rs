@@ -213,7 +213,7 @@ impl GpuDedup {
     /// stored whole. Valid until the next version is prepared.
     pub(crate) fn first_data_addr(&self, p: &Prepared) -> Result<DevAddr> {
         match p.pieces.as_slice() {
-            [Piece::Device(at, _)] => Ok(at.add(p.data_start as u64)),
+            [Piece::Device(at, _)] => at.add(p.data_start as u64),
             [Piece::Host(_), Piece::Device(src, _), Piece::Device(..)] => Ok(*src),
             _ => Err(Error::Internal("a prepared file of an unknown shape".into())),
         }
@@ -263,7 +263,7 @@ pub(super) fn emit(st: &Arc<cudarc::driver::CudaStream>, pieces: &[Piece], bufs:
                 // longer than that, and the caller synchronizes the stream
                 // before anything reads it.
                 Piece::Device(ptr, _) => {
-                    unsafe { super::super::driver::copy_dtoh_async(dst, ptr.add(done as u64), st) }?
+                    unsafe { super::super::driver::copy_dtoh_async(dst, ptr.add(done as u64)?, st) }?
                 }
             }
             done += n;

@@ -52,6 +52,7 @@ impl GpuDedup {
             return Ok(());
         }
         let grid = blocks.div_ceil(4).min(u64::from(self.gpu.sms) * 16) as u32;
+        let (data, out) = (data.spanning(len)?, out.spanning(32 * blocks)?);
         self.gpu.k.block_digests(&self.gpu.stream, cfg(grid, 128), data, len, out)
     }
 
@@ -169,7 +170,7 @@ impl GpuDedup {
         let (data_start, data_len) = self.file_extent(&counters);
         let body_len = data_start + data_len;
         let out_ptr = DevAddr::of(&self.out, &self.gpu.stream);
-        self.launch_block_digests(out_ptr.add(data_start), data_len, out_ptr.add(body_len))?;
+        self.launch_block_digests(out_ptr.add(data_start)?, data_len, out_ptr.add(body_len)?)?;
         let prefix_len = (body_len + 32 * data_len.div_ceil(BLOCK_SIZE)) as usize;
         self.pending = Some(version32);
         Ok(Step::Prepared(Prepared {
@@ -375,7 +376,7 @@ impl GpuDedup {
         if use_table == 1 {
             k.insert_leaves(st, gs, c, &s.changed, &self.dig, t, version)?;
         }
-        let root_at_ptr = if tree { DevAddr::NULL } else { DevAddr::of(&s.root_at, st) };
+        let root_at_ptr = if tree { DevAddr::NULL } else { DevAddr::of(&s.root_at, st).spanning(n)? };
         k.label_leaves(st, gs, c, &s.changed, &self.dig, t, version, use_table, lv, root_at_ptr)?;
 
         mark("labels")?;
@@ -487,7 +488,7 @@ impl GpuDedup {
         if bitmap_len > 0 {
             k.write_bitmap(st, gs, &s.ballots, bitmap_len, &self.out)?;
         }
-        k.gather(st, gs, c, &s.fr_start, &s.fr_off, data_ptr, cs, &self.out, wft, bitmap_len)?;
+        k.gather(st, gs, c, &s.fr_start, &s.fr_off, data_ptr.spanning(data_len)?, cs, &self.out, wft, bitmap_len)?;
         let (method, hash) = (u32::from(self.method.code()), u32::from(self.hash.code()));
         let flags = u32::from(baseline);
         let version64 = u64::from(version);
