@@ -114,6 +114,12 @@ pub fn runtime(w: &World, root: &Path) {
         matches!(reader.read_region("sim", other as u32, 0, 3, 0..1 << 30), Err(e) if e.kind() == dckpt::ErrorKind::SizeMismatch),
         "a range past the region is a size mismatch",
     );
+    #[allow(clippy::reversed_empty_ranges)] // the reversed range is the point
+    let reversed = 10..5;
+    w.check(
+        matches!(reader.read_region("sim", other as u32, 0, 3, reversed), Err(e) if e.kind() == dckpt::ErrorKind::InvalidOption),
+        "a reversed range is an invalid option",
+    );
     drop(reader);
 
     // A restart: a new runtime, the regions zeroed and protected again.

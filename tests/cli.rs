@@ -397,3 +397,20 @@ fn reports_come_as_json_with_a_schema_version() {
     assert_eq!((r["schema"].as_u64(), r["command"].as_str()), (Some(1), Some("bench")), "{r}");
     assert!(!r["rows"].as_array().unwrap().is_empty(), "{r}");
 }
+
+/// A single rank's store takes every method from the command line, Full and
+/// Basic too (the collective step's need for a record does not apply).
+#[test]
+fn a_single_rank_checkpoint_takes_every_method() {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("in.bin");
+    std::fs::write(&input, noise(20_000, 3)).unwrap();
+    for method in ["full", "basic", "list", "tree"] {
+        let dir = t.path().join(method);
+        let out = ok(&["checkpoint", "--dir", s(&dir), "--version", "1", "--method", method, s(&input)]);
+        assert!(out.contains("version 1"), "{method}: {out}");
+        let restored = t.path().join(format!("{method}.out"));
+        ok(&["restore", "--dir", s(&dir), "--version", "1", "--output", s(&restored)]);
+        assert_eq!(std::fs::read(&restored).unwrap(), std::fs::read(&input).unwrap(), "{method}");
+    }
+}

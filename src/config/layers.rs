@@ -182,6 +182,7 @@ pub const OTHER_VARIABLES: &[&str] = &[
     "DEMO_RANKS",
     "DEMO_DIR",
     "APT_PACKAGES",
+    "BENCH_DATA",
 ];
 
 /// Refuses an environment variable named like a dckpt setting that is

@@ -200,11 +200,14 @@ pub fn read_region(root: &Path, rank: u32, id: u32, version: u64, range: Range<u
     let entry = table
         .get(id)
         .ok_or_else(|| Error::MissingRegion { rank, what: format!("no region {id} in {}", path.display()) })?;
-    if range.start > range.end || range.end > entry.len {
+    if range.start > range.end {
+        return Err(Error::InvalidOption(format!("bytes {range:?}: the range ends before it starts")));
+    }
+    if range.end > entry.len {
         return Err(Error::size_mismatch(
             format!("bytes {range:?} of region {id} of rank {rank} (the region's length)"),
             entry.len,
-            range.end.max(range.start),
+            range.end,
         ));
     }
     let (from, to) = (entry.offset + range.start, entry.offset + range.end);

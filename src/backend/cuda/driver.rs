@@ -6,7 +6,7 @@
 //! caller must vouch for something the types cannot show (its `# Safety`
 //! says what); the others uphold everything themselves.
 //!
-//! With `launch` (the kernels), `kernels` (NVRTC) and `bounce` (the
+//! With `launch` (the kernels) and `bounce` (the
 //! pipelined upload), this is where the CUDA backend's `unsafe` code is.
 
 #![allow(unsafe_code)]

@@ -110,9 +110,9 @@ pub(crate) struct TableArgs {
 unsafe impl DeviceRepr for TableArgs {}
 
 impl TableArgs {
-    /// The table over `slots` (a power of two of 2-word slots) and its two
-    /// statistics words (`stats`: the count, then the overflow flag),
-    /// inserting at most `limit` entries.
+    /// The table over `slots` (a power of two of 32-byte slots: 4 words,
+    /// `Slot` in dedup.cu) and its two statistics words (`stats`: the
+    /// count, then the overflow flag), inserting at most `limit` entries.
     pub(crate) fn new(
         slots: &CudaSlice<u64>,
         stats: &CudaSlice<u64>,
@@ -120,7 +120,7 @@ impl TableArgs {
         limit: u64,
         stream: &Arc<CudaStream>,
     ) -> Result<Self> {
-        if !cap.is_power_of_two() || slots.len() < 2 * cap || stats.len() < 2 {
+        if !cap.is_power_of_two() || slots.len() < 4 * cap || stats.len() < 2 {
             return Err(Error::Internal(format!("a record table of {cap} slots in {} words", slots.len())));
         }
         let stats = stats.device_ptr(stream).0;

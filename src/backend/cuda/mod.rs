@@ -1,7 +1,7 @@
 //! The CUDA backend. Its `unsafe` code is fenced: the driver calls outside
 //! cudarc's safe API in `driver` (copies to and from raw device addresses,
 //! page-locked memory, pointer queries), the kernel launches in `launch`
-//! (one typed function per kernel), NVRTC in [`kernels`], and the few
+//! (one typed function per kernel) and `bounce` (the pipelined upload), and the few
 //! functions that queue copies which outlive their call (each allows
 //! `unsafe` by name, with its SAFETY argument); `tests/architecture.rs`
 //! holds that list. libcuda and libnvrtc are loaded at run time, so the

@@ -201,7 +201,7 @@ pub fn bench(a: BenchCollectiveArgs) -> Result<ExitCode> {
                 .map_err(|e| Error::InvalidOption(e.to_string()))?,
         };
         if world.rank() == 0 {
-            crate::report::print_json("bench-collective", &line)?;
+            crate::report::print_json_line("bench-collective", &line)?;
         }
         Ok(())
     })

@@ -36,6 +36,15 @@ pub fn print_json(command: &str, report: &impl Serialize) -> Result<()> {
     Ok(())
 }
 
+/// Prints `report` of `command` on standard output as one line ([`document`],
+/// compact): what scripts that read one line per run take.
+pub fn print_json_line(command: &str, report: &impl Serialize) -> Result<()> {
+    let doc: serde_json::Value =
+        serde_json::from_str(&document(command, report)?).map_err(|e| Error::Internal(format!("{command}: {e}")))?;
+    println!("{doc}");
+    Ok(())
+}
+
 /// Writes `report` of `command` to `path` ([`document`]).
 pub fn write_json(path: &std::path::Path, command: &str, report: &impl Serialize) -> Result<()> {
     std::fs::write(path, document(command, report)? + "\n").map_err(|e| Error::io(path, e))

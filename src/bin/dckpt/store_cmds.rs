@@ -59,9 +59,10 @@ pub struct CheckpointArgs {
     #[arg(long, requires = "collective")]
     min_region_bytes: Option<String>,
     /// Through the asynchronous tiers: the version goes to a host cache,
-    /// then this node-local directory (the configuration's `scratch`), then
-    /// --dir (the shared tier); the command returns once it is durable on
-    /// both (checkpoint, then wait).
+    /// then this node-local directory (the configuration's `scratch`, so
+    /// `DCKPT_SCRATCH` or a file's `scratch` does the same), then --dir (the
+    /// shared tier); the command returns once it is durable on both
+    /// (checkpoint, then wait).
     #[arg(long)]
     local: Option<PathBuf>,
     /// Through the tiers: compress each file's data on its way to them
@@ -108,6 +109,10 @@ impl CheckpointArgs {
         if let Some(local) = &self.local {
             b = b.set("scratch", toml_text(local), "--local");
         }
+        if !self.collective {
+            // One rank's store: no collective step, so any method goes.
+            b = b.set("collective", "false", "dckpt checkpoint without --collective");
+        }
         let flags = [
             ("method", "--method", &self.method),
             ("chunk_size", "--chunk-size", &self.chunk_size),
@@ -143,7 +148,8 @@ impl CheckpointArgs {
     /// `None` without one), with a host cache that holds one diff of a
     /// `len`-byte buffer at least.
     pub fn tier_options(&self, config: &Config, len: u64) -> Option<dckpt::tiers::TierOptions> {
-        let local = config.scratch.as_ref()?;
+        // --local as given (a path that is not UTF-8 too), else the configuration's.
+        let local = self.local.as_ref().or(config.scratch.as_ref())?;
         // The configuration's host cache where it sets one; else what one diff needs.
         let asked = match config.host_cache_size == Config::default().host_cache_size {
             true => 0,
