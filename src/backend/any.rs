@@ -119,35 +119,33 @@ macro_rules! typed_mut {
     }};
 }
 
+/// Runs `$body` with `$b` the inner backend, whichever it is.
+macro_rules! each {
+    ($self:expr, |$b:ident| $body:expr) => {
+        match $self {
+            AnyBackend::Cpu($b) => $body,
+            AnyBackend::Cuda($b) => $body,
+        }
+    };
+}
+
 impl Backend for AnyBackend {
     type Pending = AnyPending;
 
     fn kind(&self) -> BackendKind {
-        match self {
-            AnyBackend::Cpu(b) => b.kind(),
-            AnyBackend::Cuda(b) => b.kind(),
-        }
+        each!(self, |b| b.kind())
     }
 
     fn record_entries(&self) -> u64 {
-        match self {
-            AnyBackend::Cpu(b) => b.record_entries(),
-            AnyBackend::Cuda(b) => b.record_entries(),
-        }
+        each!(self, |b| b.record_entries())
     }
 
     fn bounds_hit(&self) -> crate::dedup::BoundsHit {
-        match self {
-            AnyBackend::Cpu(b) => b.bounds_hit(),
-            AnyBackend::Cuda(b) => b.bounds_hit(),
-        }
+        each!(self, |b| b.bounds_hit())
     }
 
     fn device_plan(&self) -> Option<budget::DevicePlan> {
-        match self {
-            AnyBackend::Cpu(b) => b.device_plan(),
-            AnyBackend::Cuda(b) => b.device_plan(),
-        }
+        each!(self, |b| b.device_plan())
     }
 
     fn deduplicate(&mut self, version: u64, input: Protected<'_>, baseline: bool) -> Result<Deduplicated> {
@@ -198,31 +196,19 @@ impl Backend for AnyBackend {
     }
 
     fn rollback(&mut self) -> Result<()> {
-        match self {
-            AnyBackend::Cpu(b) => b.rollback(),
-            AnyBackend::Cuda(b) => b.rollback(),
-        }
+        each!(self, |b| b.rollback())
     }
 
     fn place(&self, bytes: &[u8], dst: ProtectedMut<'_>) -> Result<()> {
-        match self {
-            AnyBackend::Cpu(b) => b.place(bytes, dst),
-            AnyBackend::Cuda(b) => b.place(bytes, dst),
-        }
+        each!(self, |b| b.place(bytes, dst))
     }
 
     fn rebuild_from(&mut self, version: u64, data: Protected<'_>, map: crate::restore::PendingMap) -> Result<()> {
-        match self {
-            AnyBackend::Cpu(b) => b.rebuild_from(version, data, map),
-            AnyBackend::Cuda(b) => b.rebuild_from(version, data, map),
-        }
+        each!(self, |b| b.rebuild_from(version, data, map))
     }
 
     fn host_segments(&self) -> Option<crate::memory::SegmentAlloc> {
-        match self {
-            AnyBackend::Cpu(b) => b.host_segments(),
-            AnyBackend::Cuda(b) => b.host_segments(),
-        }
+        each!(self, |b| b.host_segments())
     }
 
     fn checkpoint_into(
@@ -232,10 +218,7 @@ impl Backend for AnyBackend {
         baseline: bool,
         sink: Sink<'_>,
     ) -> Result<Option<super::cuda::GpuTimings>> {
-        match self {
-            AnyBackend::Cpu(b) => b.checkpoint_into(version, input, baseline, sink),
-            AnyBackend::Cuda(b) => b.checkpoint_into(version, input, baseline, sink),
-        }
+        each!(self, |b| b.checkpoint_into(version, input, baseline, sink))
     }
 
     fn hand_over_new(&mut self, version: u64, input: Protected<'_>, baseline: bool, sink: Sink<'_>) -> Result<Handed> {

@@ -11,10 +11,10 @@ use serde::Serialize;
 /// goes away (new fields do not raise it).
 pub const SCHEMA: u32 = 1;
 
-/// `report` of `command` as one JSON document: its fields (or, for a
-/// report that is no object, `report`: a list of rows, say) beside `schema`
-/// and `command`.
-pub fn document(command: &str, report: &impl Serialize) -> Result<String> {
+/// `report` of `command` as one JSON value: its fields (or, for a report
+/// that is no object, `report`: a list of rows, say) beside `schema` and
+/// `command`.
+pub fn value(command: &str, report: &impl Serialize) -> Result<serde_json::Value> {
     let value =
         serde_json::to_value(report).map_err(|e| Error::Internal(format!("the {command} report as JSON: {e}")))?;
     let mut doc = serde_json::Map::new();
@@ -26,7 +26,12 @@ pub fn document(command: &str, report: &impl Serialize) -> Result<String> {
             doc.insert("report".into(), other);
         }
     }
-    serde_json::to_string_pretty(&serde_json::Value::Object(doc))
+    Ok(serde_json::Value::Object(doc))
+}
+
+/// [`value`] as indented text.
+pub fn document(command: &str, report: &impl Serialize) -> Result<String> {
+    serde_json::to_string_pretty(&value(command, report)?)
         .map_err(|e| Error::Internal(format!("the {command} report as JSON: {e}")))
 }
 
@@ -39,9 +44,7 @@ pub fn print_json(command: &str, report: &impl Serialize) -> Result<()> {
 /// Prints `report` of `command` on standard output as one line ([`document`],
 /// compact): what scripts that read one line per run take.
 pub fn print_json_line(command: &str, report: &impl Serialize) -> Result<()> {
-    let doc: serde_json::Value =
-        serde_json::from_str(&document(command, report)?).map_err(|e| Error::Internal(format!("{command}: {e}")))?;
-    println!("{doc}");
+    println!("{}", value(command, report)?);
     Ok(())
 }
 
