@@ -85,13 +85,13 @@ fn run(world: &impl Communicator, dir: &std::path::Path, steps: u64, cells: usiz
     for w in &ckpt.engine().open_report().warnings {
         eprintln!("dckpt: warning: {w}");
     }
-    let first = ckpt.engine().store().manifest().latest().map_or(1, |v| v.version + 1);
+    let first = ckpt.engine().latest().map_or(1, |v| v + 1);
     let (mut stored, mut logical, mut referenced, mut reduce) = (0u64, 0u64, 0u64, 0.0f64);
     for v in first..first + steps {
         state.step();
         let r = ckpt.checkpoint(v, &state.bytes())?;
         stored += r.checkpoint.file_bytes;
-        logical += r.checkpoint.logical_bytes;
+        logical += len;
         referenced += r.bytes_referenced;
         reduce = reduce.max(r.reduce_seconds);
     }

@@ -416,16 +416,17 @@ fn killed_collective_jobs_commit_everywhere_or_nowhere() {
         let mut child = job(v).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
         let needle = s(&dir).to_string();
         if attempt % 2 == 0 {
-            // As soon as rank 1 starts publishing (its manifest changes) or a
-            // commit record appears, SIGKILL one rank (mpirun then aborts the
-            // others), or, every other time, the whole job.
-            let m1 = dir.join("rank-00001/MANIFEST");
-            let before = std::fs::metadata(&m1).and_then(|m| m.modified()).ok();
+            // As soon as the first rank's commit part of the version appears
+            // (the others may still be writing theirs), SIGKILL one rank
+            // (mpirun then aborts the others), or, every other time, the
+            // whole job.
+            let part_of_v = |name: &str| dckpt::store::commits::parse_part_name(name).is_some_and(|(pv, _)| pv == v);
             let until = Instant::now() + Duration::from_secs(5);
             while Instant::now() < until {
-                let now = std::fs::metadata(&m1).and_then(|m| m.modified()).ok();
-                let commit = dir.join(format!("commits/v{v:012}.commit")).exists();
-                if now != before || commit || child.try_wait().unwrap().is_some() {
+                let parts = std::fs::read_dir(dir.join("commits"))
+                    .map(|d| d.flatten().any(|e| part_of_v(&e.file_name().to_string_lossy())))
+                    .unwrap_or(false);
+                if parts || child.try_wait().unwrap().is_some() {
                     break;
                 }
                 std::thread::sleep(Duration::from_micros(200));
@@ -472,7 +473,7 @@ fn killed_collective_jobs_commit_everywhere_or_nowhere() {
         committed.push(v);
         v += 1;
     }
-    println!("killed jobs: {killed_before_commit} before the commit record, {killed_after_commit} after");
+    println!("killed jobs: {killed_before_commit} before the commit, {killed_after_commit} after");
     assert!(ok(&["verify", "--dir", s(&dir)]).starts_with("ok: 3 ranks"));
 }
 
@@ -594,8 +595,8 @@ fn repair_delists_every_version_whose_chain_ran_through_a_damaged_one() {
     assert!(restore(&dir, 0, 5).unwrap() == version_data(60_000, 5));
 }
 
-/// Writes versions `1..=last` of two ranks as a collective job commits them
-/// (one record each), each rank's manifest listing those up to
+/// Writes versions `1..=last` of two ranks as the earlier synchronous
+/// collective driver committed them (one record each; still read), each rank's manifest listing those up to
 /// `listed_through`; rank `r` opens with `opts[r]`.
 fn two_rank_job(dir: &Path, opts: [&dckpt::store::StoreOptions; 2], last: u64, listed_through: u64) {
     use dckpt::store::commits::{CommitRecord, RankEntry};
@@ -615,7 +616,7 @@ fn two_rank_job(dir: &Path, opts: [&dckpt::store::StoreOptions; 2], last: u64, l
                 trailer: en.trailer,
             });
             if v <= listed_through {
-                e.adopt(staged).unwrap();
+                e.publish(staged).unwrap();
             }
         }
         CommitRecord { version: v, ranks: 2, entries }.write(dir).unwrap();

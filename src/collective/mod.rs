@@ -9,12 +9,15 @@
 //!   diff and record once owners are known.
 //! - [`step`]: one rank's side of a collective checkpoint around the
 //!   reduction, independent of the transport.
-//! - [`mpi`] (feature `mpi`): [`Collective`], the entry point an
-//!   `mpirun`-launched program calls: the reduction merges the ranks' sets
+//! - [`mpi`] (feature `mpi`): the agreements, the checks before opening and
+//!   the step's first part over MPI; the reduction merges the ranks' sets
 //!   up a binomial tree, then broadcasts the result (`reduce::Reducer`).
-//! - [`tiered`] (feature `mpi`): [`TieredCollective`], the same step through
-//!   the asynchronous tiers: each rank flushes only its own files, and a
-//!   version is committed on a tier once every rank's are durable there.
+//! - [`tiered`] (feature `mpi`): [`TieredCollective`], the one driver: the
+//!   step through the asynchronous tiers; each rank flushes only its own
+//!   files, and a version is committed on a tier once every rank's are
+//!   durable there.
+//! - [`sync`](mod@self::sync) (feature `mpi`): [`Collective`], the same driver over one
+//!   shared directory, each checkpoint waited for until it is committed.
 
 #[cfg(feature = "mpi")]
 mod background;
@@ -26,13 +29,17 @@ mod reduce;
 pub mod regions;
 pub mod step;
 #[cfg(feature = "mpi")]
+pub mod sync;
+#[cfg(feature = "mpi")]
 pub mod tiered;
 
 pub use merge::{DEFAULT_THRESHOLD, HashFreq, local_set, merge, reduce_all};
 #[cfg(feature = "mpi")]
-pub use mpi::{Collective, CollectiveReport};
+pub use mpi::CollectiveReport;
 #[cfg(feature = "mpi")]
 pub use reduce::Reduction;
+#[cfg(feature = "mpi")]
+pub use sync::Collective;
 #[cfg(feature = "mpi")]
 pub use tiered::TieredCollective;
 

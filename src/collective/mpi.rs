@@ -1,12 +1,11 @@
-//! The collective checkpoint over MPI (rsmpi).
+//! What the collective driver ([`TieredCollective`](super::TieredCollective))
+//! does over MPI (rsmpi), apart from its commit: the agreements, the
+//! checks before a store opens, the exchange of layouts, and the step's
+//! first part ([`offer_and_reduce`]).
 //!
 //! Every step that can fail on one rank is followed by an agreement (an
 //! `MPI_Allgather` of a status word), so that all ranks fail together and
-//! none waits forever in a collective. A version becomes visible on every
-//! rank at once when rank 0 writes its commit record
-//! (`store::commits`), which happens only after every rank has durably
-//! written its files: owners' data exists before any reference to it is
-//! committed, and a crash leaves the version everywhere or nowhere.
+//! none waits forever in a collective.
 //!
 //! The reduction ([`Reducer`]): each rank's tuple set is merged up a
 //! binomial tree to rank 0 with [`merge`] (lower ranks always on the left,
@@ -18,23 +17,20 @@ use super::CollectiveOptions;
 use super::merge::{self, HashFreq};
 pub use super::reduce::{Reducer, Reduction, reduce_sets};
 use super::regions::{self, Conversion};
-use super::step::{self, LocalSide};
+use super::step;
 use crate::backend::BackendKind;
-use crate::engine::{CheckpointReport, Engine, StagedCheckpoint};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::memory::Protected;
 use crate::store::StoreOptions;
-use crate::store::commits::{CommitRecord, RankEntry};
+use crate::tiers::{TieredEngine, TieredReport};
 use ::mpi::traits::*;
-use std::path::Path;
 use std::time::Instant;
 
 /// What one collective checkpoint did on this rank; `R` is the local
-/// report ([`CheckpointReport`] when written synchronously,
-/// [`TieredReport`](crate::tiers::TieredReport) through the tiers).
+/// report ([`TieredReport`]).
 #[derive(Clone, Debug, serde::Serialize)]
-pub struct CollectiveReport<R = CheckpointReport> {
+pub struct CollectiveReport<R = TieredReport> {
     /// The rank.
     pub rank: u32,
     /// Ranks taking part.
@@ -108,189 +104,16 @@ impl<R> CollectiveReport<R> {
     }
 }
 
-/// A rank's collective checkpointing over a communicator.
-///
-/// ```no_run
-/// # fn main() -> dckpt::Result<()> {
-/// use mpi::traits::*;
-/// let universe = mpi::initialize().expect("MPI");
-/// let world = universe.world();
-/// let data = vec![0u8; 1 << 20];
-/// let mut ckpt = dckpt::collective::Collective::open(
-///     &world, "ckpt".as_ref(), data.len() as u64, &Default::default(), &Default::default())?;
-/// let report = ckpt.checkpoint(1, &data)?;
-/// println!("rank {} stored {} bytes", report.rank, report.checkpoint.file_bytes);
-/// # Ok(()) }
-/// ```
-pub struct Collective<'c, C: Communicator> {
-    comm: &'c C,
-    engine: Engine,
-    opts: CollectiveOptions,
-    layouts: Vec<Layout>,
-    max_level: u32,
-    /// The reduction on its own communicator, its buffers reused by every checkpoint.
-    reduction: Reduction,
-}
-
-/// Status words exchanged by [`agree`].
+/// Status words exchanged by [`all_agree`].
 const OK: u64 = 0;
 const FAILED: u64 = 1;
-
-impl<'c, C: Communicator> Collective<'c, C> {
-    /// Opens (or creates) this rank's store under `root` (the shared
-    /// directory all ranks write to) for a buffer of `data_len` bytes.
-    /// Collective: every rank calls it; ranks must agree on the chunk size,
-    /// hash and method, and the method must keep a record (tree or list).
-    pub fn open(
-        comm: &'c C,
-        root: &Path,
-        data_len: u64,
-        store: &StoreOptions,
-        opts: &CollectiveOptions,
-    ) -> Result<Self> {
-        let (rank, device, backend) = open_checks(comm, store, opts);
-        let opened = backend.and_then(|b| Engine::open_on_device(root, rank, data_len, store, b, device));
-        let engine = all_agree(comm, "open", 0, opened)?;
-        let (layouts, max_level) = exchange_layouts(comm, engine.store().layout()?, store, opts)?;
-        Ok(Collective { comm, engine, opts: opts.clone(), layouts, max_level, reduction: Reduction::new(comm) })
-    }
-
-    /// The rank's engine (its store, options, backend).
-    pub fn engine(&self) -> &Engine {
-        &self.engine
-    }
-
-    /// Takes collective checkpoint `version` of the protected memory (host
-    /// bytes, or a [`DeviceRegion`](crate::memory::DeviceRegion) on the CUDA
-    /// backend). Collective: every rank calls it with the same version. The
-    /// version is committed on every rank at once (rank 0's commit record)
-    /// or on none; on error nothing is visible anywhere.
-    pub fn checkpoint<'a>(&mut self, version: u64, data: impl Into<Protected<'a>>) -> Result<CollectiveReport> {
-        let input = data.into();
-        let t0 = Instant::now();
-        let me = self.engine.store().manifest().rank;
-        let (offer, merged, reduced_from, reduced_at) = offer_and_reduce(
-            self.comm,
-            &mut self.engine,
-            &mut self.reduction,
-            version,
-            input,
-            self.max_level,
-            &self.opts,
-        )?;
-        let (offer_seconds, offered, merged_entries) = (offer.regions_seconds, offer.regions.len(), merged.len());
-        let host = input.host_bytes();
-        let settled = {
-            let _span = crate::profile::Span::new("settle", version);
-            step::settle(&mut self.engine, offer, merged, &self.layouts, host)
-        };
-        let (staged, conv) = {
-            let _span = crate::profile::Span::new("commit-record", version);
-            self.commit_record(version, settled)?
-        };
-        // Committed everywhere: this rank's manifest only caches the record.
-        let (checkpoint, unlisted) = {
-            let _span = crate::profile::Span::new("adopt", version);
-            self.engine.adopt(staged)?
-        };
-        if let Some(e) = unlisted {
-            tracing::warn!(
-                "rank {me}: version {version} is committed, but its manifest entry was not written ({e}); the next open lists it"
-            );
-        }
-        let clock = StepClock { start: t0, offer_seconds, reduced_from, reduced_at };
-        Ok(CollectiveReport::new(me, self.layouts.len() as u32, checkpoint, offered, merged_entries, &conv, &clock))
-    }
-
-    /// The commit: every rank reports its written file (an `MPI_Allgather`
-    /// of its status, length and trailer); if all succeeded, rank 0 writes
-    /// the version's commit record, the one durable act that makes it
-    /// visible on every rank, and every rank learns the outcome. On any
-    /// failure every rank abandons the version and nothing is visible.
-    fn commit_record(
-        &mut self,
-        version: u64,
-        settled: Result<(StagedCheckpoint, Vec<Conversion>)>,
-    ) -> Result<(StagedCheckpoint, Vec<Conversion>)> {
-        const WORDS: usize = 8;
-        let mut mine = [FAILED, version, 0, 0, 0, 0, 0, 0];
-        if let Ok((staged, _)) = &settled {
-            let e = staged.entry();
-            let trailer: Vec<u8> = (0..e.trailer.len() / 2)
-                .filter_map(|i| u8::from_str_radix(e.trailer.get(2 * i..2 * i + 2)?, 16).ok())
-                .collect();
-            if trailer.len() == 32 {
-                mine[0] = OK;
-                mine[2] = u64::from(e.baseline);
-                mine[3] = e.file_len;
-                for (w, c) in mine[4..].iter_mut().zip(trailer.chunks_exact(8)) {
-                    *w = u64::from_le_bytes(c.try_into().unwrap_or_default());
-                }
-            }
-        }
-        let mut all = vec![0u64; WORDS * self.comm.size() as usize];
-        self.comm.all_gather_into(&mine[..], &mut all[..]);
-        let failed: Vec<usize> = all.chunks(WORDS).enumerate().filter(|(_, w)| w[0] != OK).map(|(r, _)| r).collect();
-        let local = settled.and_then(|v| {
-            if !failed.is_empty() {
-                return Err(Error::Collective(format!(
-                    "writing failed on rank(s) {failed:?}; version {version} was not committed"
-                )));
-            }
-            if all.chunks(WORDS).any(|w| w[1] != version) {
-                let versions: Vec<u64> = all.chunks(WORDS).map(|w| w[1]).collect();
-                return Err(Error::Collective(format!("ranks asked for different versions {versions:?}")));
-            }
-            Ok(v)
-        });
-        let written = match (&local, self.comm.rank()) {
-            (Ok(_), 0) => {
-                let entries = all
-                    .chunks(WORDS)
-                    .enumerate()
-                    .map(|(r, w)| RankEntry {
-                        rank: r as u32,
-                        baseline: w[2] != 0,
-                        file_len: w[3],
-                        trailer: crate::store::hex(&w[4..].iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()),
-                    })
-                    .collect();
-                let record = CommitRecord { version, ranks: self.comm.size() as u32, entries };
-                record.write_to(self.engine.store().storage().as_ref())
-            }
-            _ => Ok(()),
-        };
-        let outcome = match local {
-            Ok(v) => all_agree(self.comm, "the commit record", version, written.map(|()| v)),
-            Err(e) => {
-                // Keep the collective sequence identical on every rank.
-                let _ =
-                    all_agree(self.comm, "the commit record", version, Err::<(), _>(Error::Collective(String::new())));
-                Err(e)
-            }
-        };
-        if outcome.is_err() {
-            let _ = self.engine.abandon();
-            // Whatever happened to the record, no later version may build on
-            // this one's state: the next version is a baseline on every rank.
-            self.engine.force_baseline();
-        }
-        outcome
-    }
-
-    /// The reduction alone: every rank's set in, the merged set out (the
-    /// same on every rank). Collective.
-    pub fn reduce(&mut self, set: &[HashFreq]) -> Result<Vec<HashFreq>> {
-        self.reduction.reduce(set, self.opts.threshold).map(<[HashFreq]>::to_vec)
-    }
-}
 
 /// Agrees on a step's outcome across ranks (every rank gets the first
 /// failure, if any); on a failure anywhere this rank abandons its pending
 /// version. Collective.
-pub(crate) fn agree_or_abandon<C: Communicator, E: LocalSide + ?Sized, T>(
+pub(crate) fn agree_or_abandon<C: Communicator, T>(
     comm: &C,
-    engine: &mut E,
+    engine: &mut TieredEngine,
     step: &str,
     version: u64,
     local: Result<T>,
@@ -304,15 +127,14 @@ pub(crate) fn agree_or_abandon<C: Communicator, E: LocalSide + ?Sized, T>(
     agreed
 }
 
-/// The first steps of a collective checkpoint, the same over either local
-/// engine: this rank's de-duplication and offer (no regions when
+/// The first steps of a collective checkpoint in the call: this rank's de-duplication and offer (no regions when
 /// [`alone`]: every region stays this rank's), agreed by every rank, then
 /// the reduction. On any failure every rank abandons the version. The
 /// offer, the merged set (the same on every rank) and when the reduction
 /// started and ended. Collective.
-pub(crate) fn offer_and_reduce<'a, 'r, C: Communicator, E: LocalSide + ?Sized>(
+pub(crate) fn offer_and_reduce<'a, 'r, C: Communicator>(
     comm: &C,
-    engine: &mut E,
+    engine: &mut TieredEngine,
     reduction: &'r mut Reduction,
     version: u64,
     input: Protected<'a>,

@@ -1,8 +1,9 @@
 //! One rank's side of a collective checkpoint, without the transport: what
 //! it offers to the reduction ([`offer`]) and how it settles once the merged
-//! set is known ([`settle`]). The MPI layer calls these around the
-//! reduction; tests drive several in-process ranks with
-//! [`reduce_all`](super::reduce_all) instead.
+//! set is known ([`give_away`], and [`settle`] over an [`Engine`]). The
+//! collective driver calls these around the reduction; tests drive
+//! several in-process engines with [`reduce_all`](super::reduce_all)
+//! instead.
 
 use super::merge::{HashFreq, local_set};
 use super::regions::{self, Conversion, Region};

@@ -1,13 +1,13 @@
-//! A checkpoint in steps, for the collective layer: de-duplicate locally
-//! ([`Engine::deduplicate_local`]), give regions to other ranks
-//! ([`LocalCheckpoint::give_away`]), write the files without listing them
-//! ([`Engine::stage`]), and list them once every rank has written
-//! ([`Engine::publish`]) — or give up ([`Engine::abandon`]). Both backends.
+//! A checkpoint in steps: de-duplicate locally ([`Engine::deduplicate_local`];
+//! the tiers' collective step then gives regions to other ranks,
+//! [`LocalCheckpoint::give_away`]), write the files without listing them
+//! ([`Engine::stage`]), and list them ([`Engine::publish`]) — or give up
+//! ([`Engine::abandon`]). Both backends.
 
 use super::{CheckpointReport, Engine, report_of};
 use crate::backend::{Backend, Deduplicated};
 use crate::diff::Diff;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::format::manifest::VersionEntry;
 use crate::layout::Layout;
 use crate::memory::Protected;
@@ -127,17 +127,6 @@ impl Engine {
             return Err(e);
         }
         self.remember(staged, t)
-    }
-
-    /// Step 3 (collective): the version's commit record is durable, so the
-    /// version is committed; lists it in this rank's manifest (a cache of
-    /// the record) and remembers it. A failed manifest write is returned
-    /// beside the report: the version stays committed, and the next writer
-    /// to open the store lists it.
-    pub fn adopt(&mut self, staged: StagedCheckpoint) -> Result<(CheckpointReport, Option<Error>)> {
-        let t = Instant::now();
-        let listed = self.store.adopt(staged.entry.clone()).err();
-        Ok((self.remember(staged, t)?, listed))
     }
 
     fn remember(&mut self, staged: StagedCheckpoint, t: Instant) -> Result<CheckpointReport> {

@@ -250,19 +250,6 @@ impl StoreWriter {
         Ok(())
     }
 
-    /// Lists a version that a collective commit record already committed:
-    /// the manifest is only a cache of the record, so the version counts as
-    /// committed even when writing the manifest fails (the error is
-    /// returned; the next writer to open the store rolls it forward).
-    pub fn adopt(&mut self, entry: VersionEntry) -> Result<()> {
-        self.check_newer(entry.version)?;
-        let mut next = self.view.manifest.clone();
-        next.versions.push(entry);
-        let written = self.write_manifest(&next);
-        self.view.manifest = next;
-        written
-    }
-
     /// Deletes committed `versions` of this rank (retention): first they
     /// leave the manifest (no longer committed), then this rank's commit
     /// parts of them (`part_of`, collective), then their diff files. A crash

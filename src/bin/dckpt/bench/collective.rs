@@ -187,8 +187,8 @@ pub struct ModeResult {
 }
 
 /// One mode's checkpointing, synchronous or through the tiers.
-enum Runner<'c, C: Communicator> {
-    Collective(Box<Collective<'c, C>>),
+enum Runner {
+    Collective(Box<Collective>),
     Local(Engine),
     TieredCollective(Box<TieredCollective>),
     TieredLocal(TieredEngine),
@@ -199,10 +199,10 @@ fn split<R>(r: &CollectiveReport<R>) -> [f64; 3] {
     [r.local_seconds, r.offer_seconds, r.reduce_seconds]
 }
 
-impl<C: Communicator> Runner<'_, C> {
+impl Runner {
     /// Checkpoints `data`: the file's bytes and the seconds of local
     /// de-duplication, of the offer and of the reduction.
-    fn checkpoint(&mut self, comm: &C, v: u64, data: Protected<'_>) -> Result<(u64, [f64; 3])> {
+    fn checkpoint<C: Communicator>(&mut self, comm: &C, v: u64, data: Protected<'_>) -> Result<(u64, [f64; 3])> {
         Ok(match self {
             Runner::Collective(c) => c.checkpoint(v, data).map(|r| (r.checkpoint.file_bytes, split(&r)))?,
             Runner::Local(e) => {
@@ -254,9 +254,10 @@ impl<C: Communicator> Runner<'_, C> {
     }
 
     /// Waits for the background flush (tiers); nothing to do when synchronous.
-    fn finish(self, comm: &C) -> Result<()> {
+    fn finish<C: Communicator>(self, comm: &C) -> Result<()> {
         match self {
-            Runner::Collective(_) | Runner::Local(_) => Ok(()),
+            Runner::Collective(c) => c.finalize(),
+            Runner::Local(_) => Ok(()),
             Runner::TieredCollective(c) => c.finalize(),
             Runner::TieredLocal(e) => all_agree(comm, "finalize", 0, e.finalize()),
         }
