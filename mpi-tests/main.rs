@@ -7,6 +7,7 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+mod node_loss;
 mod runtime;
 
 mod tiered;
@@ -381,7 +382,7 @@ fn main() {
     if w.rank == 0 {
         println!("mpi-tests: backend auto (set DCKPT_MPI_TEST_BACKEND=cpu|cuda to choose)");
     }
-    let tests: [(&str, Test); 14] = [
+    let tests: [(&str, Test); 15] = [
         ("reduction", reduction),
         ("identical", |w, r| {
             identical(w, r);
@@ -400,8 +401,14 @@ fn main() {
         ("tier-faults", tier_faults),
         ("background-failure", background_failure),
         ("runtime", runtime::runtime),
+        ("node-loss", node_loss::node_loss),
     ];
+    // DCKPT_MPI_TEST_ONLY=name runs one scenario (while working on it).
+    let only = std::env::var("DCKPT_MPI_TEST_ONLY").ok();
     for (name, test) in tests {
+        if only.as_deref().is_some_and(|o| o != name) {
+            continue;
+        }
         test(&w, &root.join(name));
         comm.barrier();
         if w.rank == 0 {

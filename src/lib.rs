@@ -68,6 +68,7 @@ pub mod method;
 pub mod profile;
 pub mod prune;
 pub mod record;
+pub mod redundancy;
 pub mod regions;
 pub mod repair;
 pub mod restore;

@@ -117,6 +117,37 @@ pub fn verify_store(root: &Path) -> Result<VerifyReport> {
             }
         }
     }
+    report.problems.extend(check_copies(root));
     report.problems.dedup();
     Ok(report)
+}
+
+/// The node-local tier's copies for other nodes (partner bundles and
+/// parity segments, issue #31): each must read back whole (its checksum,
+/// its names, its group's lengths).
+fn check_copies(root: &Path) -> Vec<Problem> {
+    use crate::redundancy::{REDUNDANCY_DIR, bundle, parity};
+    let mut problems = Vec::new();
+    for (kind, ext) in [("partner", "bundle"), ("xor", "parity")] {
+        let dir = root.join(REDUNDANCY_DIR).join(kind);
+        let Ok(holders) = std::fs::read_dir(&dir) else { continue };
+        let mut files: Vec<PathBuf> = holders
+            .flatten()
+            .filter_map(|h| std::fs::read_dir(h.path()).ok())
+            .flat_map(|d| d.flatten().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == ext))
+            .collect();
+        files.sort();
+        for path in files {
+            let checked = std::fs::read(&path).map_err(|e| Error::io(&path, e)).and_then(|b| match kind {
+                "partner" => bundle::decode(&b, &path).map(drop),
+                _ => parity::decode(&b, &path).map(drop),
+            });
+            if let Err(e) = checked {
+                let what = if kind == "partner" { "partner copy" } else { "parity segment" };
+                problems.push(Problem { path: path.clone(), message: format!("damaged {what}: {e}") });
+            }
+        }
+    }
+    problems
 }

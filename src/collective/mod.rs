@@ -18,12 +18,19 @@
 //!   durable there.
 //! - [`sync`](mod@self::sync) (feature `mpi`): [`Collective`], the same driver over one
 //!   shared directory, each checkpoint waited for until it is committed.
+//! - [`protect`] and [`recover`] (feature `mpi`): the node-local tier's
+//!   copies on other nodes, made after each version (issue #31), and a
+//!   restart's rebuild of a lost node's files; `transfer` moves the bytes.
 
 #[cfg(feature = "mpi")]
 mod background;
 pub mod merge;
 #[cfg(feature = "mpi")]
 pub mod mpi;
+#[cfg(feature = "mpi")]
+pub mod protect;
+#[cfg(feature = "mpi")]
+pub mod recover;
 #[cfg(feature = "mpi")]
 mod reduce;
 pub mod regions;
@@ -32,6 +39,8 @@ pub mod step;
 pub mod sync;
 #[cfg(feature = "mpi")]
 pub mod tiered;
+#[cfg(feature = "mpi")]
+mod transfer;
 
 pub use merge::{DEFAULT_THRESHOLD, HashFreq, local_set, merge, reduce_all};
 #[cfg(feature = "mpi")]
@@ -45,6 +54,7 @@ pub use tiered::TieredCollective;
 
 use crate::backend::BackendKind;
 use crate::error::{Error, Result};
+use crate::redundancy::Redundancy;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::str::FromStr;
@@ -101,6 +111,14 @@ pub struct CollectiveOptions {
     /// the next collective call: checkpoint, wait, finalize), or in the
     /// call ([`Overlap`]; `auto` by default).
     pub overlap: Overlap,
+    /// How the node-local tier is protected against the loss of a node
+    /// (partner copies or XOR parity on other nodes; `none` by default).
+    /// Needs a node-local tier. All ranks must use the same.
+    pub redundancy: Redundancy,
+    /// Ranks per node, for node membership: ranks `0..k` on node 0, the
+    /// next `k` on node 1, … (emulated nodes, or a layout MPI cannot see);
+    /// 0: the nodes MPI reports (ranks sharing memory).
+    pub ranks_per_node: u32,
 }
 
 /// Where the collective step of a checkpoint through the tiers runs. The
@@ -213,6 +231,8 @@ impl Default for CollectiveOptions {
             local_only: false,
             min_region_bytes: 0,
             overlap: Overlap::Auto,
+            redundancy: Redundancy::None,
+            ranks_per_node: 0,
         }
     }
 }

@@ -240,14 +240,20 @@ pub(crate) fn exchange_layouts<C: Communicator>(
         opts.threshold as u64,
         opts.region_bytes,
         u64::from(opts.local_only),
+        match opts.redundancy {
+            crate::redundancy::Redundancy::None => 0,
+            crate::redundancy::Redundancy::Partner => 1,
+            crate::redundancy::Redundancy::Xor(n) => 100 + u64::from(n),
+        },
+        u64::from(opts.ranks_per_node),
     ];
     let mut all = vec![0u64; mine.len() * comm.size() as usize];
     comm.all_gather_into(&mine[..], &mut all[..]);
     let params: Vec<&[u64]> = all.chunks(mine.len()).collect();
     if params.iter().any(|p| p[1..] != mine[1..]) {
         return Err(Error::InvalidOption(
-            "ranks disagree on the chunk size, hash, method, threshold, region size or local-only setting of a \
-             collective checkpoint"
+            "ranks disagree on the chunk size, hash, method, threshold, region size, local-only setting, redundancy \
+             or ranks per node of a collective checkpoint"
                 .into(),
         ));
     }

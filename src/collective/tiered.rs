@@ -36,6 +36,8 @@ use super::mpi::{
     CollectiveReport, StepClock, agree_or_abandon, all_agree, alone, cpu_share, exchange_layouts, offer_and_reduce,
     open_checks,
 };
+use super::protect::{Protection, Protector, scheme_of};
+use super::recover::{Recovered, fetch_for_restore, prepare};
 use super::reduce::{Reduction, ThreadComm};
 use super::step;
 use crate::error::{Error, Result};
@@ -68,6 +70,13 @@ pub const KEPT_REPORTS: usize = 4096;
 /// # Ok(()) }
 /// ```
 pub struct TieredCollective {
+    /// The node-local tier's copies on other nodes, version by version
+    /// (`CollectiveOptions::redundancy`; also every node's commit parts
+    /// when ranks run on several nodes). First, so that its thread is
+    /// joined while the flush workers it waits for still run.
+    protector: Option<Protector>,
+    /// What opening rebuilt on the node-local tier.
+    recovered: Recovered,
     /// The thread running the collective step off the application's path
     /// (`opts.overlap`, where MPI allows it and every rank wants it).
     /// First, so that it is joined (its task's cached version dropped)
@@ -102,6 +111,28 @@ impl TieredCollective {
         opts: &CollectiveOptions,
     ) -> Result<Self> {
         let (rank, device, backend) = open_checks(comm, store, opts);
+        // The node-local tier ({node} resolved) and, before any writer
+        // opens it, a lost node's files rebuilt and every rank's commit parts.
+        let scheme =
+            all_agree(comm, "the node-local tier's redundancy", 0, scheme_of(comm, tiers.local.as_deref(), opts))?;
+        if tiers
+            .shared
+            .as_deref()
+            .and_then(std::path::Path::to_str)
+            .is_some_and(|s| s.contains(crate::redundancy::NODE_PLACEHOLDER))
+        {
+            return Err(Error::InvalidOption(format!(
+                "the shared directory {} holds {}: only the node-local one may",
+                tiers.shared.as_deref().map(|p| p.display().to_string()).unwrap_or_default(),
+                crate::redundancy::NODE_PLACEHOLDER
+            )));
+        }
+        let tiers = &TierOptions { local: scheme.as_ref().map(|s| s.root.clone()), ..tiers.clone() };
+        let active = scheme.as_ref().filter(|s| s.active());
+        let recovered = match active {
+            Some(s) => prepare(comm, s)?,
+            None => Recovered::default(),
+        };
         let listing = Listing::Part { rank, ranks: comm.size() as u32 };
         let opened = backend.and_then(|b| TieredEngine::open_for(rank, data_len, store, tiers, b, device, listing));
         let engine = all_agree(comm, "open", 0, opened)?;
@@ -109,11 +140,17 @@ impl TieredCollective {
         let (layouts, max_level) = exchange_layouts(comm, layout, store, opts)?;
         let layouts = Arc::new(layouts);
         let comm = comm.duplicate();
+        let protector = match scheme.filter(|s| s.active()) {
+            Some(s) => Some(Protector::start(&comm, s, engine.tier_watch(0))?),
+            None => None,
+        };
         let cpus = cpu_share(&comm);
         let wanted = opts.overlap.wanted(engine.backend(), cpus);
         let worker = Self::start_worker(&comm, rank, &layouts, opts, wanted)?;
         let reduction = Reduction::new(&comm);
         Ok(TieredCollective {
+            protector,
+            recovered,
             comm,
             engine,
             opts: opts.clone(),
@@ -124,6 +161,45 @@ impl TieredCollective {
             settled: Vec::new(),
             reduction,
         })
+    }
+
+    /// Readies the node-local tier of `tiers` for a job's first look at it
+    /// (what [`TieredCollective::open`] also does first): a lost node's
+    /// files rebuilt from their copies, every rank's commit parts on every
+    /// node. Nothing to do on one node without redundancy. Collective; an
+    /// error on every rank names what cannot be rebuilt.
+    pub fn prepare<C: Communicator>(comm: &C, tiers: &TierOptions, opts: &CollectiveOptions) -> Result<Recovered> {
+        let scheme =
+            all_agree(comm, "the node-local tier's redundancy", 0, scheme_of(comm, tiers.local.as_deref(), opts))?;
+        match scheme.filter(|s| s.active()) {
+            Some(s) => prepare(comm, &s),
+            None => Ok(Recovered::default()),
+        }
+    }
+
+    /// What opening rebuilt on the node-local tier (a lost node's files).
+    pub fn recovered(&self) -> &Recovered {
+        &self.recovered
+    }
+
+    /// Hands a version taken on every rank to the protection of the
+    /// node-local tier, if any.
+    fn protect(&mut self, version: u64) {
+        if let Some(p) = &mut self.protector {
+            p.submit(version);
+        }
+    }
+
+    /// Whether `version`'s copies on other nodes are made on this rank
+    /// (`None`: no redundancy, or not known in this run). Not collective.
+    pub fn is_protected(&self, version: u64) -> Option<bool> {
+        let p = self.protector.as_ref().filter(|p| p.scheme().plan != crate::redundancy::Plan::None)?;
+        p.outcome(version).map(|o| o.is_ok())
+    }
+
+    /// What protecting `version` did on this rank, once it is over.
+    pub fn protection(&self, version: u64) -> Option<std::result::Result<Protection, String>> {
+        self.protector.as_ref()?.outcome(version)
     }
 
     /// The background step's thread, when every rank `wanted` it
@@ -200,6 +276,10 @@ impl TieredCollective {
         let input = data.into();
         let t0 = Instant::now();
         self.settle();
+        if let Some(p) = &mut self.protector {
+            // Without a thread of its own, the protection runs here.
+            p.run_queued();
+        }
         {
             let _span = crate::profile::Span::new("agree-baseline", version);
             self.agree_on_baseline(version)?;
@@ -239,6 +319,7 @@ impl TieredCollective {
             let _span = crate::profile::Span::new("submit", version);
             self.engine.submit(cached)?
         };
+        self.protect(version);
         let clock = StepClock { start: t0, offer_seconds, reduced_from, reduced_at };
         let report =
             CollectiveReport::new(me, self.layouts.len() as u32, checkpoint, offered, merged_entries, &conv, &clock);
@@ -274,6 +355,7 @@ impl TieredCollective {
             let _span = crate::profile::Span::new("submit", version);
             self.engine.submit_handed(handed)?
         };
+        self.protect(version);
         let now = Instant::now();
         let clock = StepClock { start: t0, offer_seconds: 0.0, reduced_from: now, reduced_at: now };
         let me = self.comm.rank().max(0) as u32;
@@ -354,6 +436,7 @@ impl TieredCollective {
         };
         match submitted {
             Ok(checkpoint) => {
+                self.protect(version);
                 // The settled file; what the call waited and held stays the call's.
                 let call = std::mem::replace(&mut report.checkpoint, checkpoint);
                 report.checkpoint.total_seconds = call.total_seconds;
@@ -436,7 +519,29 @@ impl TieredCollective {
                 });
             }
         }
-        Ok(())
+        self.wait_protected(version)
+    }
+
+    /// Blocks until `version`'s copies on other nodes are made on every
+    /// rank (nothing to wait for without redundancy). Collective.
+    fn wait_protected(&mut self, version: u64) -> Result<()> {
+        let Some(p) = &mut self.protector else { return Ok(()) };
+        let scheme = p.scheme().plan.clone();
+        let mine = p.wait(version);
+        let failed = u64::from(matches!(mine, Some(Err(_))));
+        let mut any = 0u64;
+        self.comm.all_reduce_into(&failed, &mut any, ::mpi::collective::SystemOperation::max());
+        if any == 0 || scheme == crate::redundancy::Plan::None {
+            return Ok(());
+        }
+        Err(Error::NotDurable {
+            version,
+            tier: format!("redundancy ({})", self.opts.redundancy),
+            reason: match mine {
+                Some(Err(e)) => e,
+                _ => "another rank's copies were not made".into(),
+            },
+        })
     }
 
     /// Whether `version` is committed on tier `tier` now: every rank's
@@ -477,6 +582,16 @@ impl TieredCollective {
             let _ = self.engine.own_durable(version);
             self.comm.barrier();
         }
+        // The owners' files on other nodes' node-local tiers, in memory.
+        if let Some(p) = self.protector.as_ref().filter(|p| p.scheme().nodes.count() > 1) {
+            match fetch_for_restore(&self.comm, p.scheme(), version) {
+                Ok(files) => self.engine.set_remote_files(Some(files)),
+                Err(e) => {
+                    tracing::warn!("version {version}: the owners' files on other nodes were not fetched: {e}");
+                    self.engine.set_remote_files(None);
+                }
+            }
+        }
     }
 
     /// The reduction alone (the same result on every rank). Collective.
@@ -489,7 +604,8 @@ impl TieredCollective {
     /// anywhere, if any.
     pub fn finalize(mut self) -> Result<()> {
         self.settle();
-        let settled = all_agree(&self.comm, "finalize", 0, self.engine.wait_all());
+        let protected = self.protector.as_mut().map_or(Ok(()), Protector::wait_all);
+        let settled = all_agree(&self.comm, "finalize", 0, self.engine.wait_all().and(protected));
         if settled.is_ok() {
             // Every rank's parts are on every tier: a last retention pass
             // sees every committed version.

@@ -25,7 +25,12 @@
 //! backend = "auto"               # auto | cpu | cuda
 //! gpu_memory = "1.5x"            # CUDA: device memory per rank (a multiple of the buffer, or a size)
 //! gpu_cache_size = "auto"        # CUDA: the GPU cache tier, within gpu_memory (auto: what is spare; 0: none)
+//! redundancy = "partner"         # none | partner | xor:N: copies of the scratch tier on other nodes
+//! ranks_per_node = 0             # node membership: 0 from MPI, k: ranks 0..k-1 on node 0, … (emulated nodes)
 //! ```
+//!
+//! `scratch` may hold `{node}`, replaced by the node's index
+//! (`/tmp/ckpt/node-{node}`), so that emulated nodes get their own directories.
 //!
 //! An unknown key, a bad value or a bad override is an error naming the key
 //! and where it came from (the file, the variable, or the command line's
@@ -41,6 +46,7 @@ use crate::format::Compression;
 use crate::hash::HashAlgo;
 use crate::layout::Layout;
 use crate::method::Method;
+use crate::redundancy::{NODE_PLACEHOLDER, Redundancy};
 use crate::sizes::{GpuCache, GpuMemory};
 use crate::sizes::{IntOrText, parse_size};
 use crate::store::StoreOptions;
@@ -152,6 +158,11 @@ pub struct Config {
     pub gpu_memory: GpuMemory,
     /// The GPU cache tier's share of that budget.
     pub gpu_cache_size: GpuCache,
+    /// Copies of the node-local tier (`scratch`) on other nodes: `none`,
+    /// `partner` or `xor:N`.
+    pub redundancy: Redundancy,
+    /// Ranks per node for node membership (0: as MPI reports).
+    pub ranks_per_node: u32,
 }
 
 impl Default for Config {
@@ -180,6 +191,8 @@ impl Default for Config {
             backend: collective.backend,
             gpu_memory: store.gpu_memory,
             gpu_cache_size: tiers.gpu_cache,
+            redundancy: collective.redundancy,
+            ranks_per_node: collective.ranks_per_node,
         }
     }
 }
@@ -206,6 +219,8 @@ pub const KEYS: &[&str] = &[
     "backend",
     "gpu_memory",
     "gpu_cache_size",
+    "redundancy",
+    "ranks_per_node",
 ];
 
 impl Config {
@@ -309,6 +324,15 @@ impl Config {
                 format!("{} is also persistent: two tiers need two directories (or set only one)", a.display()),
             );
         }
+        if self.redundancy.is_some() && self.scratch.is_none() {
+            return fail(
+                "redundancy",
+                format!("{} protects the node-local tier, and scratch is not set", self.redundancy),
+            );
+        }
+        if self.persistent.as_deref().and_then(Path::to_str).is_some_and(|p| p.contains(NODE_PLACEHOLDER)) {
+            return fail("persistent", format!("holds {NODE_PLACEHOLDER}: only scratch, the node-local tier, may"));
+        }
         if self.max_versions == Some(0) {
             return fail("max_versions", "keep at least one version".into());
         }
@@ -354,6 +378,8 @@ impl Config {
             overlap: self.overlap,
             backend: self.backend,
             local_only: !self.collective,
+            redundancy: self.redundancy,
+            ranks_per_node: self.ranks_per_node,
         }
     }
 

@@ -24,6 +24,8 @@ pub struct Runtime {
     pub(super) regions: BTreeMap<u32, Region>,
     names: HashMap<String, Named>,
     stats: RunStats,
+    /// This rank's node (`{node}` in `scratch`).
+    node: u32,
 }
 
 /// What a region looks like to a name's layout.
@@ -65,13 +67,22 @@ impl Runtime {
     pub fn init<C: Communicator>(comm: &C, config: Config) -> Runtime {
         crate::log::init(Some(comm.rank().max(0) as u32));
         super::placement::warn_if_crowded(comm);
+        let node = crate::collective::protect::node_map(comm, config.ranks_per_node).node(comm.rank().max(0) as u32);
         Runtime {
             comm: comm.duplicate(),
             config,
             regions: BTreeMap::new(),
             names: HashMap::new(),
             stats: RunStats::default(),
+            node,
         }
+    }
+
+    /// The tiers of checkpoint `name` on this rank's node (`{node}` in
+    /// `scratch` replaced by its index).
+    fn tiers(&self, name: &str) -> crate::tiers::TierOptions {
+        let t = self.config.tier_options(name);
+        crate::tiers::TierOptions { local: t.local.as_deref().map(|d| crate::redundancy::on_node(d, self.node)), ..t }
     }
 
     /// Whether checkpoint `name` is open in this process (a checkpoint or a
@@ -117,7 +128,7 @@ impl Runtime {
     fn named(&mut self, name: &str) -> Result<&mut Named> {
         let shapes = self.shapes();
         let table = table_of(self.rank(), &shapes);
-        let t = self.config.tier_options(name);
+        let t = self.tiers(name);
         let roots: Vec<std::path::PathBuf> = [t.local, t.shared].into_iter().flatten().collect();
         let verdict = match self.names.get(name) {
             Some(named) => same_shapes(name, &named.shapes, &shapes),
@@ -136,7 +147,7 @@ impl Runtime {
             let opts = self.config.collective_options();
             let ckpt = {
                 let _span = crate::profile::Span::new("runtime-open", 0);
-                TieredCollective::open(&self.comm, &self.config.tier_options(name), total as u64, &store, &opts)?
+                TieredCollective::open(&self.comm, &self.tiers(name), total as u64, &store, &opts)?
             };
             let _span = crate::profile::Span::new("runtime-tables", 0);
             let written = roots.iter().try_for_each(|root| table.write(root));
@@ -275,6 +286,13 @@ impl Runtime {
     /// of another size is [`Error::RankCount`] on every rank. Collective.
     pub fn latest(&mut self, name: &str) -> Result<Option<u64>> {
         let _span = crate::profile::Span::new("runtime-latest", 0);
+        if !self.names.contains_key(name) {
+            // A lost node's files rebuilt first, from the other nodes' copies.
+            check_name(name).and_then(|()| {
+                let opts = self.config.collective_options();
+                TieredCollective::prepare(&self.comm, &self.tiers(name), &opts)
+            })?;
+        }
         let mine = match self.names.get_mut(name) {
             Some(named) => {
                 named.ckpt.settle();
@@ -298,7 +316,7 @@ impl Runtime {
             return Err(Error::InvalidOption(format!("checkpoint '{name}': no region is protected")));
         }
         let table = table_of(self.rank(), &shapes);
-        let t = self.config.tier_options(name);
+        let t = self.tiers(name);
         let roots: Vec<std::path::PathBuf> = [t.local, t.shared].into_iter().flatten().collect();
         self.check_rank_count(name)?;
         roots.iter().try_for_each(|root| check_table(root, &table))?;
@@ -399,7 +417,7 @@ impl Runtime {
     /// The versions of `name` this rank lists on any tier, sorted.
     fn listed_versions(&self, name: &str) -> Result<Vec<u64>> {
         self.check_rank_count(name)?;
-        let t = self.config.tier_options(name);
+        let t = self.tiers(name);
         let mut all = std::collections::BTreeSet::new();
         for root in [t.local, t.shared].into_iter().flatten() {
             match crate::store::Store::open(&root, self.rank()) {
@@ -422,7 +440,7 @@ impl Runtime {
             None => Ok(()),
         };
         all_agree(&self.comm, "closing the name", keep, closed)?;
-        let t = self.config.tier_options(name);
+        let t = self.tiers(name);
         let rank = self.rank();
         let done = [t.local, t.shared]
             .into_iter()
@@ -466,7 +484,7 @@ impl Runtime {
     /// persistent one (every rank sees it), else the scratch one.
     fn read_root(&self, name: &str) -> Result<std::path::PathBuf> {
         check_name(name)?;
-        let t = self.config.tier_options(name);
+        let t = self.tiers(name);
         t.shared.or(t.local).ok_or_else(|| Error::InvalidOption("no directory configured".into()))
     }
 

@@ -93,4 +93,36 @@ impl TieredEngine {
             self.is_durable(version, &self.tiers()[i])
         })
     }
+
+    /// Serves `files` (other nodes' manifests and diff files, fetched for a
+    /// restart) to the restores from now on, over every tier; `None` stops.
+    pub(crate) fn set_remote_files(&self, files: Option<RemoteFiles>) {
+        *crate::sync::lock(&self.remote) = files.map(Arc::new);
+    }
+
+    /// A handle another thread waits on for this rank's own file of a
+    /// version to settle on tier `tier` (by index).
+    pub(crate) fn tier_watch(&self, tier: usize) -> TierWatch {
+        TierWatch { shared: Arc::clone(&self.shared), tier }
+    }
+}
+
+/// Waits for this rank's files on one tier ([`TieredEngine::tier_watch`]).
+#[derive(Clone)]
+pub(crate) struct TierWatch {
+    shared: Arc<flusher::Shared>,
+    tier: usize,
+}
+
+impl TierWatch {
+    /// Blocks until `version` is settled on the tier; whether this rank's
+    /// file is durable there (or was, before retention deleted it).
+    pub fn wait_durable(&self, version: u64) -> bool {
+        self.shared.progress.wait_tier(version, self.tier);
+        self.shared
+            .progress
+            .states(version)
+            .and_then(|s| s.get(self.tier).cloned())
+            .is_some_and(|s| matches!(s, TierState::Durable | TierState::Retired))
+    }
 }

@@ -34,6 +34,8 @@ pub mod cache;
 mod flusher;
 pub mod prefetch;
 mod reader;
+pub(crate) use durability::TierWatch;
+pub use reader::RemoteFiles;
 pub mod state;
 mod writeback;
 
@@ -135,6 +137,8 @@ pub struct TieredEngine {
     gpu_cache_reads: std::sync::atomic::AtomicU64,
     /// The CUDA device it uses (CUDA backend).
     device: usize,
+    /// Other nodes' files its restores read ([`TieredEngine::set_remote_files`]).
+    remote: std::sync::Mutex<Option<Arc<RemoteFiles>>>,
 }
 
 impl TieredEngine {
@@ -249,6 +253,7 @@ impl TieredEngine {
             restore_staging: Default::default(),
             gpu_cache_reads: Default::default(),
             device,
+            remote: Default::default(),
         })
     }
 

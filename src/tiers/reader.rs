@@ -30,6 +30,12 @@ pub(crate) enum Reach {
     HomeOnly,
 }
 
+/// Files of other nodes' ranks a restore reads in memory (their manifests
+/// and the owners' diff files its references name), by path relative to a
+/// tier root: fetched over MPI when the node-local tier of another node
+/// holds them (`crate::redundancy::recover`).
+pub type RemoteFiles = std::collections::HashMap<PathBuf, Arc<Vec<u8>>>;
+
 /// The tiers a restore reads.
 pub(crate) struct At<'a> {
     /// Every disk tier's root, fastest first.
@@ -38,6 +44,8 @@ pub(crate) struct At<'a> {
     pub home: usize,
     /// The versions still in the host cache, over the home tier.
     pub overlay: Option<Arc<Overlay>>,
+    /// Other nodes' files, over every tier.
+    pub remote: Option<Arc<RemoteFiles>>,
 }
 
 /// Restores `version` of `rank`, listed on `roots[home]`, reading as
@@ -78,6 +86,7 @@ pub(crate) fn restore_with<'o>(
         reach,
         cache: cache.cloned(),
         overlay: at.overlay,
+        remote: at.remote,
         touched: Mutex::new(Vec::new()),
     });
     let mut catalog = Catalog::on(Arc::clone(&reader) as Arc<dyn Storage>);
@@ -153,6 +162,7 @@ struct TierReader {
     reach: Reach,
     cache: Option<RestoreCache>,
     overlay: Option<Arc<Overlay>>,
+    remote: Option<Arc<RemoteFiles>>,
     /// Diff files served from or admitted to the cache.
     touched: Mutex<Vec<FileKey>>,
 }
@@ -206,6 +216,9 @@ impl Storage for TierReader {
         if let Some(bytes) = self.overlay.as_ref().and_then(|o| o.read(rel)) {
             return Ok(Some(bytes));
         }
+        if let Some(bytes) = self.remote.as_ref().and_then(|r| r.get(rel)) {
+            return Ok(Some(bytes.to_vec()));
+        }
         self.home().read(rel)
     }
 
@@ -215,6 +228,9 @@ impl Storage for TierReader {
                 Some(cache) => Box::new(Counted(file, cache.counters(), Source::InFlight)),
                 None => file,
             });
+        }
+        if let Some(bytes) = self.remote.as_ref().and_then(|r| r.get(rel)) {
+            return Ok(Box::new(InMemory(Arc::clone(bytes))));
         }
         let key = diff_key(rel);
         let (Some(key), Reach::Fastest) = (key, self.reach) else { return self.home().open(rel) };

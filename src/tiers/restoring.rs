@@ -133,7 +133,8 @@ impl TieredEngine {
         dst: &mut ProtectedMut<'_>,
     ) -> Result<PendingMap> {
         let cache = self.prefetch.as_ref().map(prefetch::Prefetcher::cache);
-        let at = reader::At { roots: &self.roots, home, overlay };
+        let remote = crate::sync::lock(&self.remote).clone();
+        let at = reader::At { roots: &self.roots, home, overlay, remote };
         match dst {
             ProtectedMut::Host(buf) => reader::restore(at, self.rank, version, reach, cache, buf),
             ProtectedMut::Device(region) => {

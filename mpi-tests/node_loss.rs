@@ -1,0 +1,167 @@
+//! Surviving the loss of a node (issue #31): emulated nodes
+//! (`ranks_per_node`), each with its own node-local directory
+//! (`node-{node}`) and no shared tier. After one node's directory is
+//! deleted whole, the job rebuilds its ranks' files from the partner
+//! copies or the group's parity and restores every version byte-exactly;
+//! losing two nodes that one scheme cannot cover is a clear error; a
+//! damaged copy is caught by `verify`.
+
+use super::*;
+use dckpt::collective::TieredCollective;
+use dckpt::redundancy::Redundancy;
+
+/// Ranks per emulated node: one up to 3 ranks, two from 4.
+fn per_node(w: &World) -> u32 {
+    if w.size >= 4 { 2 } else { 1 }
+}
+
+fn opts(w: &World, redundancy: Redundancy) -> CollectiveOptions {
+    CollectiveOptions {
+        backend: test_backend(),
+        redundancy,
+        ranks_per_node: per_node(w),
+        ..CollectiveOptions::default()
+    }
+}
+
+fn scratch_only(root: &Path) -> dckpt::tiers::TierOptions {
+    dckpt::tiers::TierOptions {
+        local: Some(root.join("node-{node}")),
+        host_cache_bytes: 64 << 20,
+        ..dckpt::tiers::TierOptions::default()
+    }
+}
+
+const TAKEN: u64 = 4;
+
+/// Takes versions 1..=TAKEN of the partial-sharing scenario (references
+/// across nodes), each waited for (durable, copies made).
+fn take(w: &World, root: &Path, o: &CollectiveOptions) {
+    let mut c = TieredCollective::open(w.comm, &scratch_only(root), len() as u64, &store_opts(), o).expect("open");
+    for v in 1..=TAKEN {
+        c.checkpoint(v, &buffer(Scenario::Partial, w.rank, v)).expect("checkpoint");
+        c.wait(v).expect("wait: durable and protected");
+        w.check(c.is_protected(v) == Some(true), &format!("version {v} not protected"));
+    }
+    c.finalize().expect("finalize");
+}
+
+/// Deletes the emulated nodes' directories `nodes` (rank 0; everyone waits).
+fn lose(w: &World, root: &Path, nodes: &[u32]) {
+    w.comm.barrier();
+    if w.rank == 0 {
+        for n in nodes {
+            std::fs::remove_dir_all(root.join(format!("node-{n}"))).unwrap();
+        }
+    }
+    w.comm.barrier();
+}
+
+/// Reopens and restores every version on every rank, then goes on.
+fn restart(w: &World, root: &Path, o: &CollectiveOptions, what: &str) {
+    let mut c = TieredCollective::open(w.comm, &scratch_only(root), len() as u64, &store_opts(), o).expect("reopen");
+    let node = w.rank as u32 / per_node(w);
+    w.check(
+        c.recovered().lost.contains(&(w.rank as u32)) == (node == 1),
+        &format!("{what}: lost ranks {:?}", c.recovered().lost),
+    );
+    for v in (1..=TAKEN).rev() {
+        c.settle_for_restore(v);
+        let mut back = vec![0u8; len()];
+        let got = c.restart_into(v, dckpt::memory::ProtectedMut::Host(&mut back));
+        w.check(got.is_ok() && back == buffer(Scenario::Partial, w.rank, v), &format!("{what}: version {v}: {got:?}"));
+    }
+    // The job goes on from the rebuilt history.
+    let v = TAKEN + 1;
+    c.checkpoint(v, &buffer(Scenario::Partial, w.rank, v)).expect("checkpoint after the rebuild");
+    c.wait(v).expect("wait after the rebuild");
+    c.finalize().expect("finalize after the rebuild");
+}
+
+pub(super) fn node_loss(w: &World, root: &Path) {
+    if w.size < 2 {
+        // One rank is one node: no scheme can protect it, and it says so.
+        let err = TieredCollective::open(
+            w.comm,
+            &scratch_only(root),
+            len() as u64,
+            &store_opts(),
+            &opts(w, Redundancy::Partner),
+        )
+        .err()
+        .map(|e| e.to_string());
+        w.check(err.as_deref().is_some_and(|e| e.contains("two nodes")), &format!("one node: {err:?}"));
+        return;
+    }
+    let nodes = (w.size as u32).div_ceil(per_node(w));
+    for (name, scheme) in [("partner", Redundancy::Partner), ("xor", Redundancy::Xor(2))] {
+        let dir = root.join(name);
+        let o = opts(w, scheme);
+        take(w, &dir, &o);
+        // A damaged copy is caught by verify (then mended, for the rebuild).
+        if w.rank == 0 {
+            let holder_dir = dir.join("node-0");
+            let copy = find(&holder_dir.join("redundancy"), if name == "partner" { "bundle" } else { "parity" });
+            let original = std::fs::read(&copy).unwrap();
+            let mut bad = original.clone();
+            let at = bad.len() - 10;
+            bad[at] ^= 0x55;
+            std::fs::write(&copy, &bad).unwrap();
+            let report = dckpt::verify::verify_store(&holder_dir).unwrap();
+            w.check(
+                report.problems.iter().any(|p| p.message.contains("checksum")),
+                &format!("{name}: verify missed a damaged copy: {:?}", report.problems),
+            );
+            std::fs::write(&copy, &original).unwrap();
+            // (A node's directory alone lacks the other nodes' ranks, which
+            // verify reports; the copies themselves now read back whole.)
+            let report = dckpt::verify::verify_store(&holder_dir).unwrap();
+            w.check(
+                !report.problems.iter().any(|p| p.message.contains("damaged")),
+                &format!("{name}: verify after mending: {:?}", report.problems),
+            );
+        }
+        lose(w, &dir, &[1]);
+        restart(w, &dir, &o, name);
+        if w.rank == 0 {
+            println!("  {name}: node 1 of {nodes} lost, every version of every rank rebuilt and restored");
+        }
+    }
+    // Two nodes lost where one scheme covers one: a clear error, on every rank.
+    if nodes >= 3 {
+        for (name, scheme, wants) in
+            [("partner2", Redundancy::Partner, "partner copies"), ("xor2", Redundancy::Xor(nodes), "parity group")]
+        {
+            let dir = root.join(name);
+            let o = opts(w, scheme);
+            take(w, &dir, &o);
+            lose(w, &dir, &[0, 1]);
+            let err = TieredCollective::open(w.comm, &scratch_only(&dir), len() as u64, &store_opts(), &o)
+                .err()
+                .map(|e| e.to_string());
+            w.check(
+                err.as_deref().is_some_and(|e| e.contains(wants) && e.contains("cannot rebuild")),
+                &format!("{name}: two nodes lost: {err:?}"),
+            );
+            if w.rank == 0 {
+                println!("  {name}: nodes 0 and 1 lost: {}", err.unwrap_or_default());
+            }
+        }
+    }
+}
+
+/// The first file ending in `.ext` under `dir`.
+fn find(dir: &Path, ext: &str) -> PathBuf {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == ext) {
+                return p;
+            }
+        }
+    }
+    panic!("no .{ext} file under {}", dir.display());
+}

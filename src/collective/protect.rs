@@ -1,0 +1,458 @@
+//! The node-local tier's protection, version by version (issue #31): once
+//! this rank's file of a version is durable on the node-local tier, its
+//! bundle ([`crate::redundancy::bundle`]) goes to its partner on the next
+//! node, or its parity segments to its XOR group, and every node's
+//! directory receives every rank's commit part of the version (so the
+//! tier commits the version on every node, and a restore there sees it).
+//!
+//! Runs on a thread of its own with its own communicator where MPI grants
+//! `MPI_THREAD_MULTIPLE` ([`Protector::start`]); otherwise the next
+//! collective call (checkpoint, wait, finalize) runs what is queued. Every
+//! rank protects every version, in the order taken, so the ranks meet in
+//! the same exchanges; a rank whose file is not durable takes part with
+//! nothing, and the version is then not protected anywhere.
+
+use super::reduce::ThreadComm;
+use super::transfer;
+use crate::error::{Error, Result};
+use crate::redundancy::{Nodes, Plan, bundle, parity, parity_rel, partner_rel};
+use crate::storage::{self, Posix, Storage};
+use crate::store::commits::{CommitLog, CommitPart, parse_part_name, part_rel};
+use crate::tiers::TierWatch;
+use ::mpi::topology::SimpleCommunicator;
+use ::mpi::traits::*;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Sender, channel};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+/// What protecting one version did on this rank.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Protection {
+    /// Bytes this rank wrote for others (partner copies, parity, parts).
+    pub bytes_written: u64,
+    /// Seconds from the file durable on the node-local tier to its copies durable.
+    pub seconds: f64,
+}
+
+/// How the node-local tier of one job is protected: the same on every rank.
+#[derive(Clone, Debug)]
+pub(crate) struct Scheme {
+    /// This rank.
+    pub me: u32,
+    /// Every rank's node.
+    pub nodes: Nodes,
+    /// Who holds whose copy.
+    pub plan: Plan,
+    /// This rank's node-local tier root.
+    pub root: PathBuf,
+}
+
+impl Scheme {
+    /// Whether versions need a protection pass: copies to make, or nodes
+    /// whose directories need each other's commit parts.
+    pub fn active(&self) -> bool {
+        self.plan != Plan::None || self.nodes.count() > 1
+    }
+}
+
+/// Outcomes by version, shared with the thread.
+#[derive(Default)]
+struct Outcomes {
+    done: Mutex<BTreeMap<u64, std::result::Result<Protection, String>>>,
+    changed: Condvar,
+}
+
+/// Runs each version's protection, on a thread or in the next call.
+pub(crate) struct Protector {
+    scheme: Arc<Scheme>,
+    watch: TierWatch,
+    outcomes: Arc<Outcomes>,
+    /// The thread's queue (`None`: no thread; `queued` runs in the call).
+    jobs: Option<Sender<u64>>,
+    thread: Option<JoinHandle<()>>,
+    /// Versions waiting for the next call (no thread).
+    queued: Vec<u64>,
+    /// Versions handed to the thread and not waited for yet (it reports
+    /// every one).
+    handed: std::collections::BTreeSet<u64>,
+    /// The communicator the calls use when there is no thread.
+    comm: SimpleCommunicator,
+}
+
+impl Protector {
+    /// Starts protecting through `comm` (duplicated; a thread of its own
+    /// where every rank's MPI allows it). Collective.
+    pub fn start(comm: &SimpleCommunicator, scheme: Scheme, watch: TierWatch) -> Result<Self> {
+        let scheme = Arc::new(scheme);
+        let outcomes = Arc::new(Outcomes::default());
+        let threaded = ThreadComm::new(comm.duplicate());
+        let mut everywhere = 0u8;
+        comm.all_reduce_into(&u8::from(threaded.is_some()), &mut everywhere, ::mpi::collective::SystemOperation::min());
+        let (jobs, thread) = match threaded.filter(|_| everywhere == 1) {
+            Some(own) => {
+                let (tx, rx) = channel::<u64>();
+                let (scheme, watch, outcomes) = (Arc::clone(&scheme), watch.clone(), Arc::clone(&outcomes));
+                let spawned = std::thread::Builder::new()
+                    .name(format!("dckpt-protect-{}", scheme.me))
+                    .spawn(move || {
+                        for version in rx {
+                            run_one(own.comm(), &scheme, &watch, &outcomes, version);
+                        }
+                        // `own` is freed here, on the thread that used it.
+                    })
+                    .map_err(|e| Error::no_thread("the node-local tier's protection thread", e));
+                let spawned = super::mpi::all_agree(comm, "starting the protection thread", 0, spawned)?;
+                (Some(tx), Some(spawned))
+            }
+            None => (None, None),
+        };
+        Ok(Protector {
+            scheme,
+            watch,
+            outcomes,
+            jobs,
+            thread,
+            queued: Vec::new(),
+            handed: Default::default(),
+            comm: comm.duplicate(),
+        })
+    }
+
+    /// Queues `version` (taken on every rank, in the same order).
+    pub fn submit(&mut self, version: u64) {
+        match &self.jobs {
+            Some(tx) if tx.send(version).is_ok() => {
+                self.handed.insert(version);
+            }
+            _ => self.queued.push(version),
+        }
+    }
+
+    /// Runs what waits for a call (no thread). Collective.
+    pub fn run_queued(&mut self) {
+        for version in std::mem::take(&mut self.queued) {
+            run_one(&self.comm, &self.scheme, &self.watch, &self.outcomes, version);
+        }
+    }
+
+    /// Blocks until `version`'s protection is over on this rank: its
+    /// outcome, or `None` for a version never submitted. Collective where
+    /// no thread runs (it runs what is queued).
+    pub fn wait(&mut self, version: u64) -> Option<std::result::Result<Protection, String>> {
+        self.run_queued();
+        let mut done = crate::sync::lock(&self.outcomes.done);
+        if self.handed.remove(&version) {
+            while !done.contains_key(&version) {
+                done = crate::sync::wait(&self.outcomes.changed, done);
+            }
+        }
+        done.get(&version).cloned()
+    }
+
+    /// Blocks until every version handed over is protected on this rank;
+    /// the first failure. Collective where no thread runs.
+    pub fn wait_all(&mut self) -> Result<()> {
+        self.run_queued();
+        let handed: Vec<u64> = std::mem::take(&mut self.handed).into_iter().collect();
+        let mut done = crate::sync::lock(&self.outcomes.done);
+        for v in &handed {
+            while !done.contains_key(v) {
+                done = crate::sync::wait(&self.outcomes.changed, done);
+            }
+        }
+        let failed = done.iter().find_map(|(v, o)| o.as_ref().err().map(|e| (*v, e.clone())));
+        match failed {
+            Some((version, reason)) => Err(Error::NotDurable { version, tier: "redundancy".into(), reason }),
+            None => Ok(()),
+        }
+    }
+
+    /// The outcome of `version` now, if its protection is over.
+    pub fn outcome(&self, version: u64) -> Option<std::result::Result<Protection, String>> {
+        crate::sync::lock(&self.outcomes.done).get(&version).cloned()
+    }
+
+    /// The scheme.
+    pub fn scheme(&self) -> &Scheme {
+        &self.scheme
+    }
+}
+
+impl Drop for Protector {
+    fn drop(&mut self) {
+        // The thread finishes the versions it has (every rank handed it the
+        // same, so its exchanges complete) and frees its communicator.
+        drop(self.jobs.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One version: wait for this rank's file on the node-local tier, then
+/// exchange and write; the outcome is recorded.
+fn run_one(comm: &SimpleCommunicator, scheme: &Scheme, watch: &TierWatch, outcomes: &Outcomes, version: u64) {
+    let durable = watch.wait_durable(version);
+    let t = std::time::Instant::now();
+    let _span = crate::profile::Span::new("protect", version);
+    let outcome = protect(comm, scheme, version, durable)
+        .map(|bytes_written| Protection { bytes_written, seconds: t.elapsed().as_secs_f64() })
+        .map_err(|e| e.to_string());
+    if let Err(e) = &outcome {
+        tracing::warn!("version {version}: the node-local tier's copies were not made: {e}");
+    }
+    crate::sync::lock(&outcomes.done).insert(version, outcome);
+    outcomes.changed.notify_all();
+}
+
+/// The exchanges of one version: the copies, then every rank's commit
+/// part to every node. The bytes written here. Collective over `comm`.
+pub(crate) fn protect(comm: &SimpleCommunicator, scheme: &Scheme, version: u64, durable: bool) -> Result<u64> {
+    let storage = Posix::at(&scheme.root);
+    let mine = match durable {
+        true => bundle::make(&storage, scheme.me, version),
+        false => Err(Error::NotDurable {
+            version,
+            tier: "local".into(),
+            reason: format!("rank {}'s file is not durable there", scheme.me),
+        }),
+    };
+    let p = comm.size() as usize;
+    let mut written = 0u64;
+    let copies = match &scheme.plan {
+        Plan::None => Ok(0),
+        Plan::Partner { holder } => {
+            let mut out = vec![Vec::new(); p];
+            if let Ok(b) = &mine {
+                out[holder[scheme.me as usize] as usize] = b.clone();
+            }
+            let got = transfer::exchange(comm, &out)?;
+            write_partner_copies(&storage, scheme, version, &got)
+        }
+        Plan::Xor { .. } => write_parity(comm, &storage, scheme, version, mine.as_deref().ok()),
+    };
+    written += *copies.as_ref().unwrap_or(&0);
+    let parts = sync_parts(comm, &storage, scheme, version, durable);
+    written += *parts.as_ref().unwrap_or(&0);
+    // Every rank learns whether every rank's file and copies made it.
+    let ok = (|| -> Result<()> {
+        mine.as_ref().map_err(|e| Error::Collective(e.to_string()))?;
+        copies?;
+        parts?;
+        Ok(())
+    })();
+    super::mpi::all_agree(comm, "protecting the node-local tier", version, ok)?;
+    retire_copies(&storage, scheme);
+    Ok(written)
+}
+
+/// Writes the partner copies received (`got[r]`: rank r's bundle, empty
+/// when it had none); the bytes written.
+fn write_partner_copies(storage: &Posix, scheme: &Scheme, version: u64, got: &[Vec<u8>]) -> Result<u64> {
+    let mut written = 0;
+    for r in scheme.plan.held_by(scheme.me) {
+        let bytes = &got[r as usize];
+        if bytes.is_empty() {
+            return Err(Error::Collective(format!("rank {r} sent no copy of version {version}")));
+        }
+        let rel = partner_rel(r, version);
+        let b = bundle::decode(bytes, &storage.locate(&rel))?;
+        if (b.rank, b.version) != (r, version) {
+            return Err(Error::Collective(format!("rank {r} sent a copy of rank {} version {}", b.rank, b.version)));
+        }
+        write_durably(storage, &rel, bytes)?;
+        written += bytes.len() as u64;
+    }
+    Ok(written)
+}
+
+/// This rank's parity segment of its group's `version` (`mine`: its
+/// bundle, `None` when it has none); the bytes written.
+fn write_parity(
+    comm: &SimpleCommunicator,
+    storage: &Posix,
+    scheme: &Scheme,
+    version: u64,
+    mine: Option<&[u8]>,
+) -> Result<u64> {
+    let p = comm.size() as usize;
+    // Every rank's bundle length (0: none) and digest.
+    let mut word = [0u64; 5];
+    if let Some(b) = mine {
+        word[0] = b.len() as u64;
+        for (w, c) in word[1..].iter_mut().zip(blake3::hash(b).as_bytes().chunks_exact(8)) {
+            *w = u64::from_le_bytes(c.try_into().unwrap_or_default());
+        }
+    }
+    let mut all = vec![0u64; 5 * p];
+    comm.all_gather_into(&word[..], &mut all[..]);
+    let group = scheme.plan.group_of(scheme.me).map(<[u32]>::to_vec).unwrap_or_default();
+    let lens: Vec<u64> = group.iter().map(|&r| all[5 * r as usize]).collect();
+    let complete = lens.iter().all(|&l| l > 0);
+    let seg_len = parity::segment_len(lens.iter().copied().max().unwrap_or(0), group.len());
+    let pos = group.iter().position(|&r| r == scheme.me).unwrap_or(0);
+    let mut out = vec![Vec::new(); p];
+    if let (true, Some(b)) = (complete, mine) {
+        for (j, &r) in group.iter().enumerate().filter(|&(j, _)| j != pos) {
+            out[r as usize] = parity::segment(b, parity::slot(pos, j), seg_len);
+        }
+    }
+    let got = transfer::exchange(comm, &out)?;
+    if !complete {
+        let missing: Vec<u32> = group.iter().zip(&lens).filter(|(_, l)| **l == 0).map(|(r, _)| *r).collect();
+        return Err(Error::Collective(format!(
+            "rank(s) {missing:?} of the parity group have no file of version {version}"
+        )));
+    }
+    let mut seg = vec![0u8; seg_len as usize];
+    for &r in group.iter().filter(|&&r| r != scheme.me) {
+        parity::xor_into(&mut seg, &got[r as usize]);
+    }
+    let digests = group
+        .iter()
+        .map(|&r| {
+            let bytes: Vec<u8> =
+                all[5 * r as usize + 1..5 * r as usize + 5].iter().flat_map(|w| w.to_le_bytes()).collect();
+            crate::store::hex(&bytes)
+        })
+        .collect();
+    let header = parity::ParityHeader {
+        version,
+        holder: scheme.me,
+        members: group.clone(),
+        lens,
+        digests,
+        segment_len: seg_len,
+    };
+    let file = parity::encode(&header, &seg);
+    write_durably(storage, &parity_rel(scheme.me, version), &file)?;
+    Ok(file.len() as u64)
+}
+
+/// Every rank's commit part of `version` into every node's directory (the
+/// node's lowest rank writes those of other nodes' ranks); the bytes
+/// written. Collective.
+fn sync_parts(comm: &SimpleCommunicator, storage: &Posix, scheme: &Scheme, version: u64, durable: bool) -> Result<u64> {
+    if scheme.nodes.count() < 2 {
+        return Ok(0);
+    }
+    let mine = match durable {
+        true => storage.read(&part_rel(version, scheme.me))?.unwrap_or_default(),
+        false => Vec::new(),
+    };
+    let all = transfer::gather(comm, &mine)?;
+    if scheme.nodes.leader_of(scheme.me) != scheme.me {
+        return Ok(0);
+    }
+    let mut written = 0;
+    for (r, bytes) in all.iter().enumerate() {
+        let r = r as u32;
+        if bytes.is_empty() || scheme.nodes.node(r) == scheme.nodes.node(scheme.me) {
+            continue;
+        }
+        written += write_part(storage, version, r, bytes)?;
+    }
+    Ok(written)
+}
+
+/// Writes rank `rank`'s commit part of `version` (checked first) where it
+/// is not already; the bytes written.
+pub(crate) fn write_part(storage: &Posix, version: u64, rank: u32, bytes: &[u8]) -> Result<u64> {
+    let rel = part_rel(version, rank);
+    let part = CommitPart::decode(bytes, &storage.locate(&rel))?;
+    if (part.version, part.entry.rank) != (version, rank) {
+        return Err(Error::Collective(format!(
+            "rank {rank} sent the part of rank {} version {}",
+            part.entry.rank, part.version
+        )));
+    }
+    if storage.read(&rel)?.as_deref() == Some(bytes) {
+        return Ok(0);
+    }
+    storage.create_dir(Path::new(crate::store::commits::COMMITS_DIR))?;
+    write_durably(storage, &rel, bytes)?;
+    Ok(bytes.len() as u64)
+}
+
+/// Writes `bytes` at `rel` durably (file, rename, directory).
+fn write_durably(storage: &Posix, rel: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = rel.parent().unwrap_or(Path::new(""));
+    storage.create_dir(dir)?;
+    storage::write_bytes(storage, rel, bytes)?;
+    storage.barrier(dir)
+}
+
+/// Removes the copies this rank holds of versions older than the oldest
+/// one the node-local tier still commits (retention deleted them).
+fn retire_copies(storage: &Posix, scheme: &Scheme) {
+    let Ok(log) = CommitLog::load_from(storage) else { return };
+    let Some(oldest) = log.records().map(|r| r.version).min() else { return };
+    let mut dirs: Vec<PathBuf> = scheme
+        .plan
+        .held_by(scheme.me)
+        .into_iter()
+        .filter_map(|r| partner_rel(r, 0).parent().map(Path::to_path_buf))
+        .collect();
+    if let Some(d) = parity_rel(scheme.me, 0).parent() {
+        dirs.push(d.to_path_buf());
+    }
+    for dir in dirs {
+        for e in storage.list(&dir).unwrap_or_default() {
+            let v = e.name.strip_prefix('v').and_then(|n| n.split('.').next()).and_then(|n| n.parse::<u64>().ok());
+            if v.is_some_and(|v| v < oldest) {
+                let _ = storage.remove(&dir.join(&e.name));
+            }
+        }
+    }
+}
+
+/// The versions and ranks of the commit parts under `storage` written by `rank`.
+pub(crate) fn own_parts(storage: &Posix, rank: u32) -> Vec<u64> {
+    storage
+        .list(Path::new(crate::store::commits::COMMITS_DIR))
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|e| parse_part_name(&e.name))
+        .filter(|&(_, r)| r == rank)
+        .map(|(v, _)| v)
+        .collect()
+}
+
+/// Every rank's node: blocks of `ranks_per_node` ranks when it is set,
+/// else the ranks MPI says share memory. Collective.
+pub fn node_map<C: Communicator>(comm: &C, ranks_per_node: u32) -> Nodes {
+    if ranks_per_node > 0 {
+        return Nodes::blocks(comm.size() as u32, ranks_per_node);
+    }
+    let node = comm.split_shared(0);
+    let mut leader = comm.rank() as u64;
+    node.process_at_rank(0).broadcast_into(&mut leader);
+    let mut all = vec![0u64; comm.size() as usize];
+    comm.all_gather_into(&leader, &mut all[..]);
+    Nodes::from_ids(&all)
+}
+
+/// The scheme of `tiers` (the node-local root with `{node}` resolved) for
+/// this rank, if it has a node-local tier. Collective.
+pub(crate) fn scheme_of<C: Communicator>(
+    comm: &C,
+    local: Option<&Path>,
+    opts: &super::CollectiveOptions,
+) -> Result<Option<Scheme>> {
+    let nodes = node_map(comm, opts.ranks_per_node);
+    let me = comm.rank().max(0) as u32;
+    let Some(local) = local else {
+        return match opts.redundancy.is_some() {
+            true => Err(Error::InvalidOption(format!(
+                "redundancy = \"{}\" protects the node-local tier, and none is configured (set scratch)",
+                opts.redundancy
+            ))),
+            false => Ok(None),
+        };
+    };
+    let plan = Plan::new(&nodes, opts.redundancy)?;
+    let root = crate::redundancy::on_node(local, nodes.node(me));
+    Ok(Some(Scheme { me, nodes, plan, root }))
+}
