@@ -35,6 +35,11 @@ scripts/kill-collective-tiers.sh target/release/dckpt
 echo "restart tests: the heat example, 4 ranks"
 scripts/heat-restart.sh 4 target/release/examples/heat
 
+# A node's local checkpoints lost (emulated nodes): rebuilt from partner
+# copies and from parity, the same plate after the restart.
+echo "node-loss tests: the heat example, 3 ranks on 3 emulated nodes"
+scripts/node-loss.sh 3 target/release/examples/heat
+
 # The C and Fortran heat examples through the C ABI: killed, restarted, same plate.
 echo "restart tests: the heat example in C and Fortran, 2 ranks"
 scripts/c-fortran-restart.sh 2

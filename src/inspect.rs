@@ -84,6 +84,49 @@ pub struct StoreStats {
     pub bytes_on_disk: u64,
     /// Bytes on disk that are not committed diff files (the overhead over `total_stored_bytes`).
     pub overhead_bytes: u64,
+    /// The copies this node-local directory holds for other nodes' ranks
+    /// (issue #31): the redundancy level its versions have here.
+    pub copies: Copies,
+}
+
+/// The node-local tier's copies for other nodes under a root.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Copies {
+    /// Partner copies: (rank copied, versions held).
+    pub partner: Vec<(u32, Vec<u64>)>,
+    /// Parity segments: (holding rank, versions held).
+    pub parity: Vec<(u32, Vec<u64>)>,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+impl Copies {
+    /// The copies under `root` (`redundancy/partner/rank-R/vV.bundle`,
+    /// `redundancy/xor/rank-R/vV.parity`), by name only.
+    pub fn under(root: &Path) -> Copies {
+        let mut out = Copies::default();
+        for (kind, ext) in [("partner", ".bundle"), ("xor", ".parity")] {
+            let dir = root.join(crate::redundancy::REDUNDANCY_DIR).join(kind);
+            let Ok(ranks) = std::fs::read_dir(&dir) else { continue };
+            let mut found: Vec<(u32, Vec<u64>)> = ranks
+                .flatten()
+                .filter_map(|e| {
+                    let rank: u32 = e.file_name().to_str()?.strip_prefix("rank-")?.parse().ok()?;
+                    let mut versions: Vec<u64> = std::fs::read_dir(e.path())
+                        .ok()?
+                        .flatten()
+                        .filter_map(|f| f.file_name().to_str()?.strip_prefix('v')?.strip_suffix(ext)?.parse().ok())
+                        .collect();
+                    versions.sort_unstable();
+                    Some((rank, versions))
+                })
+                .collect();
+            found.sort();
+            out.bytes += bytes_on_disk(&dir);
+            if kind == "partner" { out.partner = found } else { out.parity = found }
+        }
+        out
+    }
 }
 
 /// Sum of the sizes of every regular file below `dir` (links not followed).
@@ -134,6 +177,7 @@ pub fn store_stats(root: &Path) -> Result<StoreStats> {
         max_over_mean: if mean > 0.0 { max as f64 / mean } else { 1.0 },
         bytes_on_disk: on_disk,
         overhead_bytes: on_disk.saturating_sub(total),
+        copies: Copies::under(root),
         versions,
         ranks,
     })

@@ -17,7 +17,7 @@ use super::transfer;
 use crate::error::{Error, Result};
 use crate::redundancy::{Nodes, Plan, bundle, parity, parity_rel, partner_rel};
 use crate::storage::{self, Posix, Storage};
-use crate::store::commits::{CommitLog, CommitPart, parse_part_name, part_rel};
+use crate::store::commits::{CommitLog, CommitPart, part_rel};
 use crate::tiers::TierWatch;
 use ::mpi::topology::SimpleCommunicator;
 use ::mpi::traits::*;
@@ -406,18 +406,6 @@ fn retire_copies(storage: &Posix, scheme: &Scheme) {
             }
         }
     }
-}
-
-/// The versions and ranks of the commit parts under `storage` written by `rank`.
-pub(crate) fn own_parts(storage: &Posix, rank: u32) -> Vec<u64> {
-    storage
-        .list(Path::new(crate::store::commits::COMMITS_DIR))
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|e| parse_part_name(&e.name))
-        .filter(|&(_, r)| r == rank)
-        .map(|(v, _)| v)
-        .collect()
 }
 
 /// Every rank's node: blocks of `ranks_per_node` ranks when it is set,

@@ -5,13 +5,13 @@
 //! before a restore, the owners' files its references name on other
 //! nodes are fetched into memory ([`fetch_for_restore`]). Collective.
 
-use super::protect::{Scheme, own_parts, write_part};
+use super::protect::{Scheme, write_part};
 use super::transfer::{self, pack, unpack};
 use crate::error::{Error, Result};
 use crate::format::diff_file::DiffReader;
 use crate::redundancy::{Plan, REDUNDANCY_DIR, bundle, parity, parity_rel, partner_rel};
 use crate::storage::{Posix, Storage};
-use crate::store::commits::part_rel;
+use crate::store::commits::parse_part_name;
 use crate::store::{Store, diff_file_name, rank_rel};
 use crate::tiers::RemoteFiles;
 use ::mpi::traits::*;
@@ -63,35 +63,66 @@ pub(crate) fn prepare<C: Communicator>(comm: &C, scheme: &Scheme) -> Result<Reco
         }
     }
     if scheme.nodes.count() > 1 {
-        let parts = super::mpi::all_agree(comm, "reading the commit parts", 0, share_parts(comm, scheme, &storage))?;
-        let _ = parts;
+        super::mpi::all_agree(comm, "sharing the commit parts and region tables", 0, share(comm, scheme, &storage))?;
     }
     Ok(out)
 }
 
-/// Every rank's own commit parts to every node (its lowest rank writes
-/// the others'). Collective.
-fn share_parts<C: Communicator>(comm: &C, scheme: &Scheme, storage: &Posix) -> Result<u64> {
-    let mine: Vec<(String, Vec<u8>)> = own_parts(storage, scheme.me)
-        .into_iter()
-        .filter_map(|v| Some((v.to_string(), storage.read(&part_rel(v, scheme.me)).ok()??)))
-        .collect();
+/// Every commit part and region table any node holds to every node: each
+/// node's lowest rank sends those in its directory and writes the others'
+/// (a part a lost node had reaches it again from another node's copy, and
+/// every node can read every rank's table). The bytes written. Collective.
+pub(crate) fn share<C: Communicator>(comm: &C, scheme: &Scheme, storage: &Posix) -> Result<u64> {
+    use crate::store::commits::COMMITS_DIR;
+    const TABLES: &str = "regions";
+    let leader = scheme.nodes.leader_of(scheme.me) == scheme.me;
+    let mut mine: Vec<(String, Vec<u8>)> = Vec::new();
+    if leader {
+        for (dir, keep) in [(COMMITS_DIR, is_part as fn(&str) -> bool), (TABLES, is_table)] {
+            for e in storage.list(Path::new(dir))?.into_iter().filter(|e| keep(&e.name)) {
+                if let Some(bytes) = storage.read(&Path::new(dir).join(&e.name))? {
+                    mine.push((format!("{dir}/{}", e.name), bytes));
+                }
+            }
+        }
+    }
     let all = transfer::gather(comm, &pack(&mine))?;
-    if scheme.nodes.leader_of(scheme.me) != scheme.me {
+    if !leader {
         return Ok(0);
     }
     let mut written = 0;
-    for (r, bytes) in all.iter().enumerate() {
-        let r = r as u32;
-        if scheme.nodes.node(r) == scheme.nodes.node(scheme.me) && r != scheme.me {
-            continue; // on this node already
-        }
-        for (v, part) in unpack(bytes, &format!("rank {r}"))? {
-            let v: u64 = v.parse().map_err(|_| Error::Collective(format!("rank {r} sent a part of version '{v}'")))?;
-            written += write_part(storage, v, r, &part)?;
+    for (r, bytes) in all.iter().enumerate().filter(|&(r, _)| r as u32 != scheme.me) {
+        for (name, body) in unpack(bytes, &format!("rank {r}"))? {
+            let bad = || Error::Collective(format!("rank {r} sent '{name}', not a commit part or a region table"));
+            let (dir, file) = name.split_once('/').ok_or_else(bad)?;
+            if dir == COMMITS_DIR && is_part(file) {
+                let (v, owner) = parse_part_name(file).ok_or_else(bad)?;
+                written += write_part(storage, v, owner, &body)?;
+            } else if dir == TABLES && is_table(file) {
+                let rel = Path::new(TABLES).join(file);
+                if storage.read(&rel)?.is_none() {
+                    storage.create_dir(Path::new(TABLES))?;
+                    crate::storage::write_bytes(storage, &rel, &body)?;
+                    storage.barrier(Path::new(TABLES))?;
+                    written += body.len() as u64;
+                }
+            } else {
+                return Err(bad());
+            }
         }
     }
     Ok(written)
+}
+
+fn is_part(name: &str) -> bool {
+    parse_part_name(name).is_some()
+}
+
+/// A region table's name, `rank-NNNNN.json`.
+fn is_table(name: &str) -> bool {
+    name.strip_prefix("rank-")
+        .and_then(|n| n.strip_suffix(".json"))
+        .is_some_and(|n| n.len() == 5 && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Each lost rank's bundles from its partner; the versions rebuilt here

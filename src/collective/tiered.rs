@@ -177,6 +177,17 @@ impl TieredCollective {
         }
     }
 
+    /// Gives every node's node-local directory every rank's commit parts
+    /// and region tables (after a program wrote its tables; nothing to do
+    /// on one node). Collective.
+    pub fn share_across_nodes<C: Communicator>(comm: &C, tiers: &TierOptions, opts: &CollectiveOptions) -> Result<()> {
+        let scheme =
+            all_agree(comm, "the node-local tier's redundancy", 0, scheme_of(comm, tiers.local.as_deref(), opts))?;
+        let Some(s) = scheme.filter(|s| s.nodes.count() > 1) else { return Ok(()) };
+        let shared = super::recover::share(comm, &s, &crate::storage::Posix::at(&s.root));
+        all_agree(comm, "sharing the commit parts and region tables", 0, shared).map(drop)
+    }
+
     /// What opening rebuilt on the node-local tier (a lost node's files).
     pub fn recovered(&self) -> &Recovered {
         &self.recovered

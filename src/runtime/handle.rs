@@ -152,6 +152,9 @@ impl Runtime {
             let _span = crate::profile::Span::new("runtime-tables", 0);
             let written = roots.iter().try_for_each(|root| table.write(root));
             all_agree(&self.comm, "writing the region tables", 0, written)?;
+            // Every node's directory holds every rank's table (a restart on
+            // another node count, or after a node loss, reads them there).
+            TieredCollective::share_across_nodes(&self.comm, &self.tiers(name), &opts)?;
             let staging = if let [_] = shapes[..] {
                 Staging::Direct
             } else if shapes.iter().any(|s| s.device) {

@@ -408,9 +408,16 @@ pub fn inspect(dir: &Path, json: bool) -> Result<ExitCode> {
             r.rank, r.versions, r.stored_bytes, r.cross_rank_references, r.cross_rank_chunks
         );
     }
+    for (r, v) in &all.copies.partner {
+        println!("partner copies of rank {r}: versions {v:?}");
+    }
+    for (r, v) in &all.copies.parity {
+        println!("parity segments held by rank {r}: versions {v:?}");
+    }
     println!(
-        "total: {} bytes stored in diff files, {} bytes on disk (+{} other files), max/mean over ranks {:.3}",
-        all.total_stored_bytes, all.bytes_on_disk, all.overhead_bytes, all.max_over_mean
+        "total: {} bytes stored in diff files, {} bytes on disk (+{} other files, of which {} copies for other nodes), \
+         max/mean over ranks {:.3}",
+        all.total_stored_bytes, all.bytes_on_disk, all.overhead_bytes, all.copies.bytes, all.max_over_mean
     );
     Ok(ExitCode::SUCCESS)
 }

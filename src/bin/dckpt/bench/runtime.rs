@@ -224,7 +224,8 @@ pub fn run(
     rt.wait(NAME, o.versions)?;
     let drain_ms = ms(t);
     world.barrier(); // every rank drained: the directories are whole
-    let tier_bytes = tiers_of(&config).into_iter().map(|(n, d)| (n, dir_bytes(&d))).collect::<Vec<_>>();
+    let nodes = world.size().max(1) as u32;
+    let tier_bytes = tiers_of(&config).into_iter().map(|(n, d)| (n, node_bytes(&d, nodes))).collect::<Vec<_>>();
     // latest + restart, into a poisoned region: in this job, then in a new
     // one (nothing open), then the plain restore.
     let want = buf.copy_out()?;
@@ -239,7 +240,8 @@ pub fn run(
     drop(want);
     rt.finalize()?;
     world.barrier();
-    let root = tiers_of(&config).into_iter().map(|(_, d)| d).next();
+    // A node-local directory per node ({node}) holds only its ranks' files.
+    let root = tiers_of(&config).into_iter().map(|(_, d)| d).find(|d| !d.to_string_lossy().contains("{node}"));
     let t = Instant::now();
     if let Some(root) = root {
         dckpt::restore::restore_version(&root, rank, latest)?;
@@ -450,6 +452,14 @@ fn local_rank(world: &SimpleCommunicator) -> usize {
 fn tiers_of(config: &Config) -> Vec<(String, PathBuf)> {
     let t = config.tier_options(NAME);
     [("local", t.local), ("shared", t.shared)].into_iter().filter_map(|(n, d)| Some((n.to_string(), d?))).collect()
+}
+
+/// Bytes under `dir`, summed over nodes `0..nodes` where it holds `{node}`.
+fn node_bytes(dir: &Path, nodes: u32) -> u64 {
+    match dir.to_string_lossy().contains("{node}") {
+        true => (0..nodes).map(|n| dir_bytes(&dckpt::redundancy::on_node(dir, n))).sum(),
+        false => dir_bytes(dir),
+    }
 }
 
 /// Bytes of the files under `dir` (every rank's; 0 when it is missing).
