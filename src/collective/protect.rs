@@ -97,6 +97,7 @@ impl Protector {
                 let spawned = std::thread::Builder::new()
                     .name(format!("dckpt-protect-{}", scheme.me))
                     .spawn(move || {
+                        background_priority();
                         for version in rx {
                             run_one(own.comm(), &scheme, &watch, &outcomes, version);
                         }
@@ -196,6 +197,7 @@ impl Drop for Protector {
 fn run_one(comm: &SimpleCommunicator, scheme: &Scheme, watch: &TierWatch, outcomes: &Outcomes, version: u64) {
     let durable = watch.wait_durable(version);
     let t = std::time::Instant::now();
+    meet_sleeping(comm);
     let _span = crate::profile::Span::new("protect", version);
     let outcome = protect(comm, scheme, version, durable)
         .map(|bytes_written| Protection { bytes_written, seconds: t.elapsed().as_secs_f64() })
@@ -205,6 +207,34 @@ fn run_one(comm: &SimpleCommunicator, scheme: &Scheme, watch: &TierWatch, outcom
     }
     crate::sync::lock(&outcomes.done).insert(version, outcome);
     outcomes.changed.notify_all();
+}
+
+/// Lowers this thread's scheduling priority to the least (nice 19): its
+/// work is never the application's, and MPI's calls spin while they wait
+/// for another rank under `MPI_THREAD_MULTIPLE`; at the least priority the
+/// spinning yields the CPU to the application's threads (on a node with
+/// fewer cores than threads, it took 40 ms a version from the calls).
+/// Best effort: where it is refused, the thread runs as it is.
+fn background_priority() {
+    let me = rustix::thread::gettid();
+    if let Err(e) = rustix::process::setpriority_process(Some(me), 19) {
+        tracing::debug!("the protection thread keeps its priority: {e}");
+    }
+}
+
+/// Waits until every rank's thread has reached the same version, asleep
+/// between polls: MPI's blocking calls spin under `MPI_THREAD_MULTIPLE`,
+/// and a thread spinning while a slower rank's flush finishes takes a CPU
+/// from the application. The exchanges after it find every rank there.
+fn meet_sleeping(comm: &SimpleCommunicator) {
+    let mut pending = comm.immediate_barrier();
+    loop {
+        match pending.test() {
+            Ok(_) => return,
+            Err(still) => pending = still,
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }
 
 /// The exchanges of one version: the copies, then every rank's commit
