@@ -140,7 +140,7 @@ fn check_copies(root: &Path) -> Vec<Problem> {
         files.sort();
         for path in files {
             let checked = std::fs::read(&path).map_err(|e| Error::io(&path, e)).and_then(|b| match kind {
-                "partner" => bundle::decode(&b, &path).map(drop),
+                "partner" => bundle::check(&b, &path).map(drop),
                 _ => parity::decode(&b, &path).map(drop),
             });
             if let Err(e) = checked {

@@ -249,30 +249,29 @@ pub(crate) fn protect(comm: &SimpleCommunicator, scheme: &Scheme, version: u64, 
             reason: format!("rank {}'s file is not durable there", scheme.me),
         }),
     };
+    let (mine, status) = match mine {
+        Ok(b) => (Some(b), Ok(())),
+        Err(e) => (None, Err(e)),
+    };
     let p = comm.size() as usize;
     let mut written = 0u64;
     let copies = match &scheme.plan {
         Plan::None => Ok(0),
         Plan::Partner { holder } => {
             let mut out = vec![Vec::new(); p];
-            if let Ok(b) = &mine {
-                out[holder[scheme.me as usize] as usize] = b.clone();
+            if let Some(b) = mine {
+                out[holder[scheme.me as usize] as usize] = b;
             }
             let got = transfer::exchange(comm, &out)?;
             write_partner_copies(&storage, scheme, version, &got)
         }
-        Plan::Xor { .. } => write_parity(comm, &storage, scheme, version, mine.as_deref().ok()),
+        Plan::Xor { .. } => write_parity(comm, &storage, scheme, version, mine.as_deref()),
     };
     written += *copies.as_ref().unwrap_or(&0);
     let parts = sync_parts(comm, &storage, scheme, version, durable);
     written += *parts.as_ref().unwrap_or(&0);
     // Every rank learns whether every rank's file and copies made it.
-    let ok = (|| -> Result<()> {
-        mine.as_ref().map_err(|e| Error::Collective(e.to_string()))?;
-        copies?;
-        parts?;
-        Ok(())
-    })();
+    let ok = status.and(copies.map(drop)).and(parts.map(drop));
     super::mpi::all_agree(comm, "protecting the node-local tier", version, ok)?;
     retire_copies(&storage, scheme);
     Ok(written)
@@ -288,9 +287,9 @@ fn write_partner_copies(storage: &Posix, scheme: &Scheme, version: u64, got: &[V
             return Err(Error::Collective(format!("rank {r} sent no copy of version {version}")));
         }
         let rel = partner_rel(r, version);
-        let b = bundle::decode(bytes, &storage.locate(&rel))?;
-        if (b.rank, b.version) != (r, version) {
-            return Err(Error::Collective(format!("rank {r} sent a copy of rank {} version {}", b.rank, b.version)));
+        let (rank, v) = bundle::check(bytes, &storage.locate(&rel))?;
+        if (rank, v) != (r, version) {
+            return Err(Error::Collective(format!("rank {r} sent a copy of rank {rank} version {v}")));
         }
         write_durably(storage, &rel, bytes)?;
         written += bytes.len() as u64;

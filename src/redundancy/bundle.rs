@@ -94,8 +94,21 @@ fn encode(rank: u32, version: u64, rels: &[PathBuf], files: &[Vec<u8>]) -> Vec<u
     out
 }
 
+/// Checks a bundle without copying its files: its rank and version.
+pub fn check(bytes: &[u8], path: &Path) -> Result<(u32, u64)> {
+    let (header, _) = parse(bytes, path)?;
+    Ok((header.rank, header.version))
+}
+
 /// Parses and checks a bundle (`path` names it in errors).
 pub fn decode(bytes: &[u8], path: &Path) -> Result<Bundle> {
+    let (header, slices) = parse(bytes, path)?;
+    let files = paths(header.rank, header.version).into_iter().zip(slices).map(|(rel, b)| (rel, b.to_vec())).collect();
+    Ok(Bundle { rank: header.rank, version: header.version, files })
+}
+
+/// The header and each file's bytes, every check made.
+fn parse<'b>(bytes: &'b [u8], path: &Path) -> Result<(Header, Vec<&'b [u8]>)> {
     let corrupt = |r: &str| Error::corrupt(path, format!("bundle: {r}"));
     let line = bytes.iter().position(|&b| b == b'\n').ok_or_else(|| corrupt("no header line"))?;
     let first = std::str::from_utf8(&bytes[..line]).map_err(|_| corrupt("header is not UTF-8"))?;
@@ -117,19 +130,19 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<Bundle> {
     }
     let mut payload = &rest[json_end + 1..];
     let mut files = Vec::with_capacity(expected.len());
-    for (f, rel) in header.files.iter().zip(expected) {
+    for f in &header.files {
         let len = usize::try_from(f.len).map_err(|_| corrupt("a file too large"))?;
         if payload.len() < len {
             return Err(corrupt("shorter than its files"));
         }
         let (bytes, tail) = payload.split_at(len);
-        files.push((rel, bytes.to_vec()));
+        files.push(bytes);
         payload = tail;
     }
     if !payload.is_empty() {
         return Err(corrupt("longer than its files"));
     }
-    Ok(Bundle { rank: header.rank, version: header.version, files })
+    Ok((header, files))
 }
 
 impl Bundle {
