@@ -59,6 +59,18 @@ for scheme in partner "xor:$ranks"; do
         echo "node-loss: $scheme, $what, node 1's directory deleted: restarted $from, same plate"
     done
 done
+# The newest copy of node 1's rank damaged too: that version cannot be
+# rebuilt, so the job falls back to the one before (set aside everywhere,
+# on every node's directory) and goes on to the same plate.
+dir="$work/damaged-copy"
+cfg=$(conf "$dir" partner)
+heat --config "$cfg" --crash-at 130 >/dev/null 2>&1 && { echo "FAILED: the run meant to die finished"; exit 1; }
+copy=$(ls "$dir"/node-2/*/redundancy/partner/rank-00001/*.bundle | tail -1)
+python3 -c 'import sys; p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[len(b) // 2] ^= 0x40; open(p, "wb").write(b)' "$copy"
+rm -rf "$dir/node-1"
+got=$(heat --config "$cfg" 2>&1 | tee "$work/log" | grep -o 'digest [0-9a-f]*') || { echo "FAILED: damaged copy: the restart failed"; cat "$work/log"; exit 1; }
+[ "$got" = "$want" ] || { echo "FAILED: damaged copy: $got, uninterrupted: $want"; cat "$work/log"; exit 1; }
+echo "node-loss: partner, node 1 lost and its newest copy ($(basename "$copy")) damaged: restarted $(grep -o 'from the checkpoint of step [0-9]*' "$work/log"), same plate"
 # Without copies, the same loss is refused with a clear error (never a wrong plate).
 dir="$work/none"
 cfg=$(conf "$dir" none)

@@ -108,7 +108,10 @@ pub fn set_aside_newer(root: &Path, rank: u32, keep_through: u64) -> Result<Vec<
                 crate::store::commits::parse_part_name(&name),
             ) {
                 (Some(v), _) => Some(v),
-                (None, Some((v, r))) if r == rank => Some(v),
+                // This rank's parts, and those of ranks stored elsewhere (a
+                // node-local directory holds every rank's parts, issue #31):
+                // no writer here sets those aside.
+                (None, Some((v, r))) if r == rank || !rank_dir(root, r).is_dir() => Some(v),
                 _ => None,
             };
             if let Some(v) = version.filter(|&v| v > keep_through) {
