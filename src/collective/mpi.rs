@@ -1,7 +1,7 @@
 //! What the collective driver ([`TieredCollective`](super::TieredCollective))
 //! does over MPI (rsmpi), apart from its commit: the agreements, the
 //! checks before a store opens, the exchange of layouts, and the step's
-//! first part ([`offer_and_reduce`]).
+//! first part (`offer_and_reduce`).
 //!
 //! Every step that can fail on one rank is followed by an agreement (an
 //! `MPI_Allgather` of a status word), so that all ranks fail together and

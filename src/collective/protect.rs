@@ -6,7 +6,7 @@
 //! tier commits the version on every node, and a restore there sees it).
 //!
 //! Runs on a thread of its own with its own communicator where MPI grants
-//! `MPI_THREAD_MULTIPLE` ([`Protector::start`]); otherwise the next
+//! `MPI_THREAD_MULTIPLE` (`Protector::start`); otherwise the next
 //! collective call (checkpoint, wait, finalize) runs what is queued. Every
 //! rank protects every version, in the order taken, so the ranks meet in
 //! the same exchanges; a rank whose file is not durable takes part with
@@ -99,7 +99,13 @@ impl Protector {
                     .spawn(move || {
                         background_priority();
                         for version in rx {
-                            run_one(own.comm(), &scheme, &watch, &outcomes, version);
+                            let run = || run_one(own.comm(), &scheme, &watch, &outcomes, version);
+                            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).is_err() {
+                                // A bug: recorded, so that no `wait` waits for it forever.
+                                crate::sync::lock(&outcomes.done)
+                                    .insert(version, Err("the protection thread panicked (a bug)".into()));
+                                outcomes.changed.notify_all();
+                            }
                         }
                         // `own` is freed here, on the thread that used it.
                     })
@@ -163,9 +169,13 @@ impl Protector {
                 done = crate::sync::wait(&self.outcomes.changed, done);
             }
         }
-        let failed = done.iter().find_map(|(v, o)| o.as_ref().err().map(|e| (*v, e.clone())));
+        let failed = handed.iter().find_map(|v| done.get(v)?.as_ref().err().map(|e| (*v, e.clone())));
+        let tier = match self.scheme.plan {
+            Plan::None => "local (the commit parts of other nodes)",
+            _ => "redundancy",
+        };
         match failed {
-            Some((version, reason)) => Err(Error::NotDurable { version, tier: "redundancy".into(), reason }),
+            Some((version, reason)) => Err(Error::NotDurable { version, tier: tier.into(), reason }),
             None => Ok(()),
         }
     }
@@ -242,6 +252,8 @@ fn meet_sleeping(comm: &SimpleCommunicator) {
 pub(crate) fn protect(comm: &SimpleCommunicator, scheme: &Scheme, version: u64, durable: bool) -> Result<u64> {
     let storage = Posix::at(&scheme.root);
     let mine = match durable {
+        // Without copies (several nodes, redundancy none) only the parts move.
+        true if scheme.plan == Plan::None => Ok(Vec::new()),
         true => bundle::make(&storage, scheme.me, version),
         false => Err(Error::NotDurable {
             version,
@@ -367,11 +379,14 @@ fn sync_parts(comm: &SimpleCommunicator, storage: &Posix, scheme: &Scheme, versi
     if scheme.nodes.count() < 2 {
         return Ok(0);
     }
-    let mine = match durable {
-        true => storage.read(&part_rel(version, scheme.me))?.unwrap_or_default(),
-        false => Vec::new(),
+    // A read that fails here still takes part in the gather (with nothing),
+    // and fails after it: every rank meets in the same collectives.
+    let read = match durable {
+        true => storage.read(&part_rel(version, scheme.me)).map(Option::unwrap_or_default),
+        false => Ok(Vec::new()),
     };
-    let all = transfer::gather(comm, &mine)?;
+    let all = transfer::gather(comm, read.as_deref().unwrap_or_default())?;
+    read?;
     if scheme.nodes.leader_of(scheme.me) != scheme.me {
         return Ok(0);
     }
@@ -381,14 +396,15 @@ fn sync_parts(comm: &SimpleCommunicator, storage: &Posix, scheme: &Scheme, versi
         if bytes.is_empty() || scheme.nodes.node(r) == scheme.nodes.node(scheme.me) {
             continue;
         }
-        written += write_part(storage, version, r, bytes)?;
+        written += write_part(storage, version, r, bytes, true)?;
     }
     Ok(written)
 }
 
 /// Writes rank `rank`'s commit part of `version` (checked first) where it
-/// is not already; the bytes written.
-pub(crate) fn write_part(storage: &Posix, version: u64, rank: u32, bytes: &[u8]) -> Result<u64> {
+/// is not already (or, unless `replace`, where there is none); the bytes
+/// written.
+pub(crate) fn write_part(storage: &Posix, version: u64, rank: u32, bytes: &[u8], replace: bool) -> Result<u64> {
     let rel = part_rel(version, rank);
     let part = CommitPart::decode(bytes, &storage.locate(&rel))?;
     if (part.version, part.entry.rank) != (version, rank) {
@@ -397,8 +413,9 @@ pub(crate) fn write_part(storage: &Posix, version: u64, rank: u32, bytes: &[u8])
             part.entry.rank, part.version
         )));
     }
-    if storage.read(&rel)?.as_deref() == Some(bytes) {
-        return Ok(0);
+    match storage.read(&rel)? {
+        Some(there) if there == bytes || !replace => return Ok(0),
+        _ => {}
     }
     storage.create_dir(Path::new(crate::store::commits::COMMITS_DIR))?;
     write_durably(storage, &rel, bytes)?;
@@ -427,6 +444,19 @@ fn retire_copies(storage: &Posix, scheme: &Scheme) {
     if let Some(d) = parity_rel(scheme.me, 0).parent() {
         dirs.push(d.to_path_buf());
     }
+    // Other nodes' ranks' parts older than that: their writers retire their
+    // own; here the node's lowest rank does.
+    if scheme.nodes.leader_of(scheme.me) == scheme.me {
+        let commits = Path::new(crate::store::commits::COMMITS_DIR);
+        for e in storage.list(commits).unwrap_or_default() {
+            let old_foreign = crate::store::commits::parse_part_name(&e.name).is_some_and(|(v, r)| {
+                v < oldest && r < scheme.nodes.ranks() && scheme.nodes.node(r) != scheme.nodes.node(scheme.me)
+            });
+            if old_foreign {
+                let _ = storage.remove(&commits.join(&e.name));
+            }
+        }
+    }
     for dir in dirs {
         for e in storage.list(&dir).unwrap_or_default() {
             let v = e.name.strip_prefix('v').and_then(|n| n.split('.').next()).and_then(|n| n.parse::<u64>().ok());
@@ -440,15 +470,26 @@ fn retire_copies(storage: &Posix, scheme: &Scheme) {
 /// Every rank's node: blocks of `ranks_per_node` ranks when it is set,
 /// else the ranks MPI says share memory. Collective.
 pub fn node_map<C: Communicator>(comm: &C, ranks_per_node: u32) -> Nodes {
-    if ranks_per_node > 0 {
-        return Nodes::blocks(comm.size() as u32, ranks_per_node);
-    }
+    // The same collectives whatever a rank's setting (ranks that disagree
+    // are refused at a name's first use, not left waiting here).
     let node = comm.split_shared(0);
     let mut leader = comm.rank() as u64;
     node.process_at_rank(0).broadcast_into(&mut leader);
     let mut all = vec![0u64; comm.size() as usize];
     comm.all_gather_into(&leader, &mut all[..]);
-    Nodes::from_ids(&all)
+    match ranks_per_node {
+        0 => Nodes::from_ids(&all),
+        k => Nodes::blocks(comm.size() as u32, k),
+    }
+}
+
+/// A number for each scheme (agreements compare them).
+fn redundancy_code(r: crate::redundancy::Redundancy) -> u64 {
+    match r {
+        crate::redundancy::Redundancy::None => 0,
+        crate::redundancy::Redundancy::Partner => 1,
+        crate::redundancy::Redundancy::Xor(n) => 100 + u64::from(n),
+    }
 }
 
 /// The scheme of `tiers` (the node-local root with `{node}` resolved) for
@@ -460,6 +501,15 @@ pub(crate) fn scheme_of<C: Communicator>(
 ) -> Result<Option<Scheme>> {
     let nodes = node_map(comm, opts.ranks_per_node);
     let me = comm.rank().max(0) as u32;
+    // Before anything depends on them: every rank the same scheme and nodes.
+    let mine = [redundancy_code(opts.redundancy), u64::from(opts.ranks_per_node), u64::from(local.is_some())];
+    let mut all = vec![0u64; 3 * comm.size() as usize];
+    comm.all_gather_into(&mine[..], &mut all[..]);
+    if all.chunks(3).any(|w| w != mine) {
+        return Err(Error::InvalidOption(
+            "ranks disagree on redundancy, ranks_per_node or whether there is a node-local tier".into(),
+        ));
+    }
     let Some(local) = local else {
         return match opts.redundancy.is_some() {
             true => Err(Error::InvalidOption(format!(

@@ -1,9 +1,9 @@
 //! A restart over node-local directories (issue #31): before a name is
 //! first used, the files of ranks whose node lost its directory are
 //! rebuilt from their partner copies or their group's parity, and every
-//! node's directory receives every rank's commit parts ([`prepare`]);
+//! node's directory receives every rank's commit parts (`prepare`);
 //! before a restore, the owners' files its references name on other
-//! nodes are fetched into memory ([`fetch_for_restore`]). Collective.
+//! nodes are fetched into memory (`fetch_for_restore`). Collective.
 
 use super::protect::{Scheme, write_part};
 use super::transfer::{self, pack, unpack};
@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// What [`prepare`] found and did.
+/// What `prepare` found and did (`TieredCollective::recovered`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Recovered {
     /// Ranks whose node-local store was gone.
@@ -76,28 +76,38 @@ pub(crate) fn share<C: Communicator>(comm: &C, scheme: &Scheme, storage: &Posix)
     use crate::store::commits::COMMITS_DIR;
     const TABLES: &str = "regions";
     let leader = scheme.nodes.leader_of(scheme.me) == scheme.me;
-    let mut mine: Vec<(String, Vec<u8>)> = Vec::new();
-    if leader {
-        for (dir, keep) in [(COMMITS_DIR, is_part as fn(&str) -> bool), (TABLES, is_table)] {
-            for e in storage.list(Path::new(dir))?.into_iter().filter(|e| keep(&e.name)) {
-                if let Some(bytes) = storage.read(&Path::new(dir).join(&e.name))? {
-                    mine.push((format!("{dir}/{}", e.name), bytes));
+    // A read that fails still takes part in the gather (with nothing), and
+    // fails after it: every rank meets in the same collectives.
+    let read = (|| -> Result<Vec<(String, Vec<u8>)>> {
+        let mut mine = Vec::new();
+        if leader {
+            for (dir, keep) in [(COMMITS_DIR, is_part as fn(&str) -> bool), (TABLES, is_table)] {
+                for e in storage.list(Path::new(dir))?.into_iter().filter(|e| keep(&e.name)) {
+                    if let Some(bytes) = storage.read(&Path::new(dir).join(&e.name))? {
+                        mine.push((format!("{dir}/{}", e.name), bytes));
+                    }
                 }
             }
         }
-    }
-    let all = transfer::gather(comm, &pack(&mine))?;
+        Ok(mine)
+    })();
+    let all = transfer::gather(comm, &pack(read.as_deref().unwrap_or_default()))?;
+    read?;
     if !leader {
         return Ok(0);
     }
     let mut written = 0;
-    for (r, bytes) in all.iter().enumerate().filter(|&(r, _)| r as u32 != scheme.me) {
+    let here = scheme.nodes.node(scheme.me);
+    // Other nodes' leaders only: this node's ranks wrote their own.
+    for (r, bytes) in all.iter().enumerate().filter(|&(r, _)| scheme.nodes.node(r as u32) != here) {
         for (name, body) in unpack(bytes, &format!("rank {r}"))? {
             let bad = || Error::Collective(format!("rank {r} sent '{name}', not a commit part or a region table"));
             let (dir, file) = name.split_once('/').ok_or_else(bad)?;
             if dir == COMMITS_DIR && is_part(file) {
                 let (v, owner) = parse_part_name(file).ok_or_else(bad)?;
-                written += write_part(storage, v, owner, &body)?;
+                // Only where none is: a copy from another node never replaces
+                // a part its own rank wrote here.
+                written += write_part(storage, v, owner, &body, false)?;
             } else if dir == TABLES && is_table(file) {
                 let rel = Path::new(TABLES).join(file);
                 if storage.read(&rel)?.is_none() {
@@ -183,6 +193,9 @@ fn rebuild_from_partners<C: Communicator>(
         Ok(())
     })();
     super::mpi::all_agree(comm, "rebuilding from the partner copies", 0, restored)?;
+    for s in &skipped {
+        tracing::warn!("rank {}: not rebuilt from its partner copy: {s}", scheme.me);
+    }
     Ok((rebuilt, skipped))
 }
 

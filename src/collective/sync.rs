@@ -85,11 +85,14 @@ impl Collective {
         data: impl Into<Protected<'a>>,
     ) -> Result<CollectiveReport<TieredReport>> {
         let t0 = Instant::now();
-        let mut report = self.driver.checkpoint(version, data)?;
-        {
+        let taken = self.driver.checkpoint(version, data);
+        // Collective: every rank waits, also one whose part of the call failed.
+        let waited = {
             let _span = crate::profile::Span::new("wait", version);
-            self.driver.wait(version)?;
-        }
+            self.driver.wait(version)
+        };
+        let mut report = taken?;
+        waited?;
         // The call's report is the settled one (the step ran in the call).
         let _ = self.driver.take_settled();
         report.total_seconds = t0.elapsed().as_secs_f64();

@@ -328,9 +328,12 @@ impl TieredCollective {
         // Every rank holds its version: from here it is taken everywhere.
         let checkpoint = {
             let _span = crate::profile::Span::new("submit", version);
-            self.engine.submit(cached)?
+            self.engine.submit(cached)
         };
+        // Every rank hands the version over, taken or not here (a rank
+        // without its file takes part with nothing), so the threads meet.
         self.protect(version);
+        let checkpoint = checkpoint?;
         let clock = StepClock { start: t0, offer_seconds, reduced_from, reduced_at };
         let report =
             CollectiveReport::new(me, self.layouts.len() as u32, checkpoint, offered, merged_entries, &conv, &clock);
@@ -364,9 +367,10 @@ impl TieredCollective {
         let handed = self.hand_over_agreed(version, input)?;
         let checkpoint = {
             let _span = crate::profile::Span::new("submit", version);
-            self.engine.submit_handed(handed)?
+            self.engine.submit_handed(handed)
         };
         self.protect(version);
+        let checkpoint = checkpoint?;
         let now = Instant::now();
         let clock = StepClock { start: t0, offer_seconds: 0.0, reduced_from: now, reduced_at: now };
         let me = self.comm.rank().max(0) as u32;
@@ -445,9 +449,10 @@ impl TieredCollective {
             let _span = crate::profile::Span::new("settle-submit", version);
             self.engine.submit(cached)
         };
+        // On every rank that agreed, taken here or not (see `checkpoint`).
+        self.protect(version);
         match submitted {
             Ok(checkpoint) => {
-                self.protect(version);
                 // The settled file; what the call waited and held stays the call's.
                 let call = std::mem::replace(&mut report.checkpoint, checkpoint);
                 report.checkpoint.total_seconds = call.total_seconds;
@@ -575,7 +580,10 @@ impl TieredCollective {
     /// ([`TieredEngine::restart_into`]). Call [`Self::settle_for_restore`]
     /// on every rank first.
     pub fn restart_into(&mut self, version: u64, dst: ProtectedMut<'_>) -> Result<()> {
-        self.engine.restart_into(version, dst)
+        let restored = self.engine.restart_into(version, dst);
+        // Other nodes' files were fetched for this restore only.
+        self.engine.set_remote_files(None);
+        restored
     }
 
     /// Readies a restore of `version` on every rank (a restart): a version

@@ -20,7 +20,8 @@ pub(crate) fn exchange<C: Communicator>(comm: &C, outgoing: &[Vec<u8>]) -> Resul
     let mut incoming_lens = vec![0u64; p];
     comm.all_to_all_into(&lens[..], &mut incoming_lens[..]);
     let mut incoming: Vec<Vec<u8>> = incoming_lens.iter().map(|&l| Vec::with_capacity(l as usize)).collect();
-    let per_peer = (ROUND_BYTES / p).max(1 << 20);
+    // Every round's counts and displacements stay within MPI's `int`.
+    let per_peer = (ROUND_BYTES / p).max(1);
     let mut sent = vec![0usize; p];
     loop {
         // Whether any rank has bytes left to send (every rank loops alike).
@@ -62,10 +63,31 @@ pub(crate) fn exchange<C: Communicator>(comm: &C, outgoing: &[Vec<u8>]) -> Resul
     Ok(incoming)
 }
 
-/// Every rank's `mine`, by rank. Collective.
+/// Every rank's `mine`, by rank (an `MPI_Allgatherv`; at most 1 GiB in all,
+/// else an error on every rank). Collective.
 pub(crate) fn gather<C: Communicator>(comm: &C, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
     let p = comm.size() as usize;
-    exchange(comm, &vec![mine.to_vec(); p])
+    let mut lens = vec![0u64; p];
+    comm.all_gather_into(&(mine.len() as u64), &mut lens[..]);
+    let total: u64 = lens.iter().sum();
+    if total > ROUND_BYTES as u64 {
+        return Err(Error::ResourcesExhausted {
+            what: "the files every rank gathers".into(),
+            reason: format!("{total} bytes, more than one gather carries ({ROUND_BYTES})"),
+        });
+    }
+    let counts: Vec<i32> = lens.iter().map(|&l| l as i32).collect();
+    let displs: Vec<i32> = lens.iter().scan(0i32, |at, &l| Some(std::mem::replace(at, *at + l as i32))).collect();
+    // Never an empty buffer (see `exchange`); the extra byte is outside every count.
+    let mut send = mine.to_vec();
+    send.push(0);
+    let mut recv = vec![0u8; total as usize + 1];
+    {
+        let mut part = PartitionMut::new(&mut recv[..], &counts[..], &displs[..]);
+        // An empty slice of a buffer of one byte points into it, not at 1.
+        comm.all_gather_varcount_into(&send[..mine.len()], &mut part);
+    }
+    Ok(lens.iter().zip(&displs).map(|(&l, &d)| recv[d as usize..d as usize + l as usize].to_vec()).collect())
 }
 
 /// Files as one byte string: for each, its name's length (u32 LE), the

@@ -124,7 +124,8 @@ impl Plan {
                     let on: Vec<Vec<u32>> = set.iter().map(|&node| nodes.ranks_on(node)).collect();
                     let widest = on.iter().map(Vec::len).max().unwrap_or(0);
                     for i in 0..widest {
-                        let group: Vec<u32> = on.iter().filter_map(|ranks| ranks.get(i).copied()).collect();
+                        let mut group: Vec<u32> = on.iter().filter_map(|ranks| ranks.get(i).copied()).collect();
+                        group.sort_unstable();
                         if let [alone] = group[..] {
                             return Err(Error::InvalidOption(format!(
                                 "redundancy = \"{scheme}\": rank {alone} is the only rank with local index {i} on \
@@ -187,8 +188,14 @@ mod tests {
     /// apart from a last set that a lone node joined.
     #[test]
     fn xor_groups_cover_every_rank_once_on_distinct_nodes() {
-        for (ranks, per_node, n) in [(8u32, 2u32, 4u32), (8, 1, 3), (6, 2, 2), (12, 3, 4), (5, 1, 2), (4, 2, 8)] {
-            let nodes = Nodes::blocks(ranks, per_node);
+        let layouts: Vec<(Nodes, u32)> = [(8u32, 2u32, 4u32), (8, 1, 3), (6, 2, 2), (12, 3, 4), (5, 1, 2), (4, 2, 8)]
+            .into_iter()
+            .map(|(ranks, per_node, n)| (Nodes::blocks(ranks, per_node), n))
+            // Nodes whose ranks interleave: groups must still come sorted.
+            .chain([(Nodes::from_ids(&[5, 9, 9, 5]), 2), (Nodes::from_ids(&[1, 2, 3, 3, 2, 1]), 3)])
+            .collect();
+        for (nodes, n) in layouts {
+            let (ranks, per_node) = (nodes.ranks(), nodes.ranks_on(0).len());
             let Plan::Xor { groups } = Plan::new(&nodes, Redundancy::Xor(n)).unwrap() else { panic!() };
             let mut seen: Vec<u32> = groups.iter().flatten().copied().collect();
             seen.sort_unstable();
@@ -198,6 +205,7 @@ mod tests {
                 on.dedup();
                 assert_eq!(on.len(), g.len(), "{g:?} shares a node");
                 assert!(g.len() >= 2 && g.len() < 2 * n as usize, "{g:?}");
+                assert!(g.windows(2).all(|w| w[0] < w[1]), "{g:?} is not sorted");
             }
         }
         let uneven = Plan::new(&Nodes::from_ids(&[0, 0, 1]), Redundancy::Xor(2)).unwrap_err().to_string();

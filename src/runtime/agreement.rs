@@ -12,7 +12,7 @@ use ::mpi::traits::*;
 /// a collective call the others never make, or write files they cannot
 /// use. Where the scratch and persistent directories are may differ; whether
 /// there is one may not.
-const AGREED: [&str; 12] = [
+const AGREED: [&str; 14] = [
     "mode",
     "chunk_size",
     "hash",
@@ -25,6 +25,8 @@ const AGREED: [&str; 12] = [
     "overlap",
     "max_versions",
     "tiers",
+    "redundancy",
+    "ranks_per_node",
 ];
 
 /// Each of [`AGREED`]'s values in `config`, as text.

@@ -291,10 +291,11 @@ impl Runtime {
         let _span = crate::profile::Span::new("runtime-latest", 0);
         if !self.names.contains_key(name) {
             // A lost node's files rebuilt first, from the other nodes' copies.
-            check_name(name).and_then(|()| {
-                let opts = self.config.collective_options();
-                TieredCollective::prepare(&self.comm, &self.tiers(name), &opts)
-            })?;
+            check_name(name)?;
+            // (Ranks that disagree on redundancy would meet in different collectives.)
+            super::agreement::agree_on_config(&self.comm, &self.config)?;
+            let opts = self.config.collective_options();
+            TieredCollective::prepare(&self.comm, &self.tiers(name), &opts)?;
         }
         let mine = match self.names.get_mut(name) {
             Some(named) => {

@@ -216,10 +216,11 @@ impl Storage for TierReader {
         if let Some(bytes) = self.overlay.as_ref().and_then(|o| o.read(rel)) {
             return Ok(Some(bytes));
         }
-        if let Some(bytes) = self.remote.as_ref().and_then(|r| r.get(rel)) {
-            return Ok(Some(bytes.to_vec()));
+        // Other nodes' files only where the home tier has none.
+        match (self.home().read(rel)?, self.remote.as_ref().and_then(|r| r.get(rel))) {
+            (None, Some(bytes)) => Ok(Some(bytes.to_vec())),
+            (here, _) => Ok(here),
         }
-        self.home().read(rel)
     }
 
     fn open(&self, rel: &Path) -> Result<Box<dyn ReadAt>> {
@@ -229,7 +230,10 @@ impl Storage for TierReader {
                 None => file,
             });
         }
-        if let Some(bytes) = self.remote.as_ref().and_then(|r| r.get(rel)) {
+        // Other nodes' files only where no tier here has one.
+        if let Some(bytes) = self.remote.as_ref().and_then(|r| r.get(rel))
+            && self.tiers.iter().all(|t| !t.locate(rel).exists())
+        {
             return Ok(Box::new(InMemory(Arc::clone(bytes))));
         }
         let key = diff_key(rel);
