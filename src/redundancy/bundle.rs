@@ -14,6 +14,7 @@
 //! names only these three paths for its own rank and version; any other
 //! path, a length that does not add up or a changed byte is refused.
 
+use super::envelope;
 use crate::error::{Error, Result};
 use crate::format::manifest::Manifest;
 use crate::storage::{self, Storage};
@@ -84,14 +85,8 @@ fn encode(rank: u32, version: u64, rels: &[PathBuf], files: &[Vec<u8>]) -> Vec<u
             .map(|(p, b)| FileEntry { path: p.to_string_lossy().into_owned(), len: b.len() as u64 })
             .collect(),
     };
-    let mut rest = serde_json::to_vec(&header).unwrap_or_default();
-    rest.push(b'\n');
-    for f in files {
-        rest.extend_from_slice(f);
-    }
-    let mut out = format!("{TAG} 1 {}\n", blake3::hash(&rest).to_hex()).into_bytes();
-    out.extend_from_slice(&rest);
-    out
+    let payload: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
+    envelope::encode(TAG, &header, &payload)
 }
 
 /// Checks a bundle without copying its files: its rank and version.
@@ -110,25 +105,13 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<Bundle> {
 /// The header and each file's bytes, every check made.
 fn parse<'b>(bytes: &'b [u8], path: &Path) -> Result<(Header, Vec<&'b [u8]>)> {
     let corrupt = |r: &str| Error::corrupt(path, format!("bundle: {r}"));
-    let line = bytes.iter().position(|&b| b == b'\n').ok_or_else(|| corrupt("no header line"))?;
-    let first = std::str::from_utf8(&bytes[..line]).map_err(|_| corrupt("header is not UTF-8"))?;
-    let rest = &bytes[line + 1..];
-    let mut words = first.split(' ');
-    if words.next() != Some(TAG) || words.next() != Some("1") {
-        return Err(corrupt("not a dckpt bundle of format 1"));
-    }
-    if words.next() != Some(blake3::hash(rest).to_hex().as_str()) {
-        return Err(corrupt("checksum mismatch"));
-    }
-    let json_end = rest.iter().position(|&b| b == b'\n').ok_or_else(|| corrupt("no file list"))?;
-    let header: Header = serde_json::from_slice(&rest[..json_end]).map_err(|e| corrupt(&e.to_string()))?;
+    let (header, mut payload): (Header, &[u8]) = envelope::decode(bytes, path, TAG, "bundle")?;
     let expected = paths(header.rank, header.version);
     let named_right = header.files.len() == expected.len()
         && header.files.iter().zip(&expected).all(|(f, p)| Path::new(&f.path) == p.as_path());
     if !named_right {
         return Err(corrupt("its files are not the rank's manifest, diff file and commit part"));
     }
-    let mut payload = &rest[json_end + 1..];
     let mut files = Vec::with_capacity(expected.len());
     for f in &header.files {
         let len = usize::try_from(f.len).map_err(|_| corrupt("a file too large"))?;

@@ -22,6 +22,7 @@
 //! ```
 
 pub mod bundle;
+mod envelope;
 pub mod nodes;
 pub mod parity;
 

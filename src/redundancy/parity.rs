@@ -12,6 +12,7 @@
 //! <the parity segment>
 //! ```
 
+use super::envelope;
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -67,30 +68,13 @@ pub fn xor_into(dst: &mut [u8], src: &[u8]) {
 
 /// The parity file of `header` and its segment.
 pub fn encode(header: &ParityHeader, segment: &[u8]) -> Vec<u8> {
-    let mut rest = serde_json::to_vec(header).unwrap_or_default();
-    rest.push(b'\n');
-    rest.extend_from_slice(segment);
-    let mut out = format!("{TAG} 1 {}\n", blake3::hash(&rest).to_hex()).into_bytes();
-    out.extend_from_slice(&rest);
-    out
+    envelope::encode(TAG, header, &[segment])
 }
 
 /// Parses and checks a parity file (`path` names it in errors).
 pub fn decode(bytes: &[u8], path: &Path) -> Result<(ParityHeader, Vec<u8>)> {
     let corrupt = |r: &str| Error::corrupt(path, format!("parity: {r}"));
-    let line = bytes.iter().position(|&b| b == b'\n').ok_or_else(|| corrupt("no header line"))?;
-    let first = std::str::from_utf8(&bytes[..line]).map_err(|_| corrupt("header is not UTF-8"))?;
-    let rest = &bytes[line + 1..];
-    let mut words = first.split(' ');
-    if words.next() != Some(TAG) || words.next() != Some("1") {
-        return Err(corrupt("not a dckpt parity file of format 1"));
-    }
-    if words.next() != Some(blake3::hash(rest).to_hex().as_str()) {
-        return Err(corrupt("checksum mismatch"));
-    }
-    let json_end = rest.iter().position(|&b| b == b'\n').ok_or_else(|| corrupt("no header"))?;
-    let h: ParityHeader = serde_json::from_slice(&rest[..json_end]).map_err(|e| corrupt(&e.to_string()))?;
-    let seg = &rest[json_end + 1..];
+    let (h, seg): (ParityHeader, &[u8]) = envelope::decode(bytes, path, TAG, "parity file")?;
     let consistent = h.members.len() >= 2
         && h.members.windows(2).all(|w| w[0] < w[1])
         && h.members.contains(&h.holder)
