@@ -240,11 +240,7 @@ pub(crate) fn exchange_layouts<C: Communicator>(
         opts.threshold as u64,
         opts.region_bytes,
         u64::from(opts.local_only),
-        match opts.redundancy {
-            crate::redundancy::Redundancy::None => 0,
-            crate::redundancy::Redundancy::Partner => 1,
-            crate::redundancy::Redundancy::Xor(n) => 100 + u64::from(n),
-        },
+        opts.redundancy.code(),
         u64::from(opts.ranks_per_node),
     ];
     let mut all = vec![0u64; mine.len() * comm.size() as usize];

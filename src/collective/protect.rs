@@ -483,15 +483,6 @@ pub fn node_map<C: Communicator>(comm: &C, ranks_per_node: u32) -> Nodes {
     }
 }
 
-/// A number for each scheme (agreements compare them).
-fn redundancy_code(r: crate::redundancy::Redundancy) -> u64 {
-    match r {
-        crate::redundancy::Redundancy::None => 0,
-        crate::redundancy::Redundancy::Partner => 1,
-        crate::redundancy::Redundancy::Xor(n) => 100 + u64::from(n),
-    }
-}
-
 /// The scheme of `tiers` (the node-local root with `{node}` resolved) for
 /// this rank, if it has a node-local tier. Collective.
 pub(crate) fn scheme_of<C: Communicator>(
@@ -502,7 +493,7 @@ pub(crate) fn scheme_of<C: Communicator>(
     let nodes = node_map(comm, opts.ranks_per_node);
     let me = comm.rank().max(0) as u32;
     // Before anything depends on them: every rank the same scheme and nodes.
-    let mine = [redundancy_code(opts.redundancy), u64::from(opts.ranks_per_node), u64::from(local.is_some())];
+    let mine = [opts.redundancy.code(), u64::from(opts.ranks_per_node), u64::from(local.is_some())];
     let mut all = vec![0u64; 3 * comm.size() as usize];
     comm.all_gather_into(&mine[..], &mut all[..]);
     if all.chunks(3).any(|w| w != mine) {

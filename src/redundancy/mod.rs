@@ -62,6 +62,15 @@ impl Redundancy {
     pub fn is_some(self) -> bool {
         self != Redundancy::None
     }
+
+    /// A number for the scheme, the same on every rank (what agreements compare).
+    pub fn code(self) -> u64 {
+        match self {
+            Redundancy::None => 0,
+            Redundancy::Partner => 1,
+            Redundancy::Xor(n) => 100 + u64::from(n),
+        }
+    }
 }
 
 impl fmt::Display for Redundancy {
