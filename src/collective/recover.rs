@@ -105,6 +105,14 @@ pub(crate) fn share<C: Communicator>(comm: &C, scheme: &Scheme, storage: &Posix)
             let (dir, file) = name.split_once('/').ok_or_else(bad)?;
             if dir == COMMITS_DIR && is_part(file) {
                 let (v, owner) = parse_part_name(file).ok_or_else(bad)?;
+                // A part of a rank of this node whose file is not here (a
+                // lost rank's version its copies could not rebuild) would
+                // list a version it cannot restore: left out.
+                let here_without_file = scheme.nodes.node(owner) == here
+                    && !storage.locate(&rank_rel(owner).join(diff_file_name(v))).exists();
+                if here_without_file {
+                    continue;
+                }
                 // Only where none is: a copy from another node never replaces
                 // a part its own rank wrote here.
                 written += write_part(storage, v, owner, &body, false)?;

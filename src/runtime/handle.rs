@@ -307,6 +307,28 @@ impl Runtime {
         let mine = all_agree(&self.comm, "finding the latest version", 0, mine)?;
         let mut newest = 0u64;
         self.comm.all_reduce_into(&mine, &mut newest, ::mpi::collective::SystemOperation::min());
+        let mut highest = 0u64;
+        self.comm.all_reduce_into(&mine, &mut highest, ::mpi::collective::SystemOperation::max());
+        if newest > 0 && highest > newest && !self.names.contains_key(name) {
+            // Versions some rank lists and another cannot (a lost node's
+            // versions its copies could not rebuild): no restart reaches
+            // them, and the job will take their numbers again. Set aside on
+            // every tier of every rank, as a fallback does.
+            let t = self.tiers(name);
+            let rank = self.rank();
+            let done = [t.local, t.shared]
+                .into_iter()
+                .flatten()
+                .try_for_each(|root| crate::repair::set_aside_newer(&root, rank, newest).map(drop));
+            all_agree(&self.comm, "setting aside the versions not every rank has", newest, done)?;
+            if rank == 0 {
+                tracing::warn!(
+                    "checkpoint '{name}': versions {}..={highest} are not on every rank; set aside (*.damaged), \
+                     the job restarts from version {newest}",
+                    newest + 1
+                );
+            }
+        }
         Ok((newest > 0).then_some(newest))
     }
 
