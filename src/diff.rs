@@ -18,7 +18,16 @@ pub struct FirstRun {
 }
 
 /// A run of chunks whose bytes are stored as FIRST data elsewhere:
-/// chunks `[src_start, src_start + count)` of `(src_version, src_rank)`.
+/// chunks `[src_start, src_start + count)` of `(src_version, src_rank)`, or,
+/// for a repeat (`period` p > 0), the source range `[src_start, src_start +
+/// p)` taken again every p chunks, the last copy cut short.
+///
+/// Repeats are how a device writes a repeated Merkle node (and how the file
+/// stores runs of one repeated source range, format v3). Decoded files give
+/// plain runs only ([`crate::format::decode_meta`]); a diff decoded for the
+/// collective step keeps them folded ([`crate::format::decode_meta_folded`]),
+/// so that describing, giving away and re-encoding a version cost in
+/// proportion to its entries, not to the chunks a repeat covers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ShiftRun {
     /// First chunk in this version.
@@ -36,6 +45,9 @@ pub struct ShiftRun {
     /// bytes for every rank that holds them (format v2). `verify` rehashes
     /// the owner's bytes against it.
     pub reference: Option<Digest>,
+    /// 0 for a plain run; p > 0: a repeat of a source range of p chunks
+    /// (never a reference; `count` > p).
+    pub period: u64,
 }
 
 /// How the FIRST runs are written to the file.
@@ -144,14 +156,45 @@ impl Diff {
 
 /// Merges each SHIFT run of `runs` (sorted) into the one before it where it
 /// continues it ([`ShiftRun::extended_by`]): [`Diff::coalesce`]'s SHIFT half.
+/// Repeats take part copy by copy: a repeat's first copy may continue the
+/// run before it and its last copy may be continued by the run after it,
+/// exactly as if it were expanded into plain runs, while its middle copies
+/// stay one repeat (no copy of a repeat continues the one before it). So
+/// the result, expanded, is the expanded runs coalesced, in time
+/// proportional to the entries.
 pub fn coalesce_shift(runs: &mut Vec<ShiftRun>) {
-    runs.dedup_by(|next, prev| {
-        let merge = prev.extended_by(next);
-        if merge {
-            prev.count += next.count;
+    if !runs.iter().any(|r| r.period > 0) {
+        runs.dedup_by(|next, prev| {
+            let merge = prev.extended_by(next);
+            if merge {
+                prev.count += next.count;
+            }
+            merge
+        });
+        return;
+    }
+    let mut out: Vec<ShiftRun> = Vec::with_capacity(runs.len() + 2);
+    let push_plain = |out: &mut Vec<ShiftRun>, r: ShiftRun| match out.last_mut() {
+        Some(prev) if prev.extended_by(&r) => prev.count += r.count,
+        _ => out.push(r),
+    };
+    for r in runs.drain(..) {
+        if r.period == 0 || r.count <= r.period {
+            push_plain(&mut out, ShiftRun { period: 0, ..r });
+            continue;
         }
-        merge
-    });
+        let p = r.period;
+        let copies = r.count.div_ceil(p);
+        push_plain(&mut out, ShiftRun { count: p, period: 0, ..r });
+        match copies - 2 {
+            0 => {}
+            1 => out.push(ShiftRun { start: r.start + p, count: p, period: 0, ..r }),
+            middle => out.push(ShiftRun { start: r.start + p, count: middle * p, ..r }),
+        }
+        let last = r.start + (copies - 1) * p;
+        push_plain(&mut out, ShiftRun { start: last, count: r.start + r.count - last, period: 0, ..r });
+    }
+    *runs = out;
 }
 
 impl ShiftRun {
@@ -165,5 +208,45 @@ impl ShiftRun {
             && self.src_start + self.count == next.src_start
             && self.reference.is_none()
             && next.reference.is_none()
+            && self.period == 0
+            && next.period == 0
+    }
+
+    /// Chunks of the source range one copy takes: `count` for a plain run,
+    /// the period for a repeat.
+    pub fn source_count(&self) -> u64 {
+        match self.period {
+            0 => self.count,
+            p => p.min(self.count),
+        }
+    }
+
+    /// The plain runs this run stands for, pushed onto `out` (itself for a
+    /// plain run; one per copy for a repeat).
+    pub fn expand_into(&self, out: &mut Vec<ShiftRun>) {
+        let p = match self.period {
+            0 => self.count,
+            p => p,
+        };
+        let mut at = 0;
+        while at < self.count {
+            let count = p.min(self.count - at);
+            out.push(ShiftRun { start: self.start + at, count, period: 0, ..*self });
+            at += count;
+        }
+    }
+}
+
+impl Diff {
+    /// The same diff with every repeat expanded into plain runs (what a
+    /// decoded file holds).
+    pub fn expand_repeats(&mut self) {
+        if self.shift.iter().any(|s| s.period > 0) {
+            let mut out = Vec::with_capacity(self.shift.len());
+            for s in &self.shift {
+                s.expand_into(&mut out);
+            }
+            self.shift = out;
+        }
     }
 }

@@ -215,7 +215,7 @@ impl Rewrite {
             return Ok(None);
         }
         let header = DiffHeader::decode(&meta[..HEADER_LEN as usize]).map_err(invalid)?;
-        let diff = crate::format::decode_meta(meta, header.data_bytes).map_err(invalid)?;
+        let diff = crate::format::decode_meta_folded(meta, header.data_bytes).map_err(invalid)?;
         Ok(Some(Rewrite::new(diff.clone(), diff, meta.len())))
     }
 
@@ -298,6 +298,7 @@ pub fn apply(diff: &mut Diff, conv: &[Conversion]) -> Option<Diff> {
         src_rank: c.owner,
         src_start: c.owner_start,
         reference: Some(c.region.digest),
+        period: 0,
     }));
     // Two sorted sequences (the runs kept, the references): the stable
     // sort merges them in linear time (the starts are distinct).
@@ -316,11 +317,28 @@ pub fn apply(diff: &mut Diff, conv: &[Conversion]) -> Option<Diff> {
 /// its source crosses converted regions: the pieces inside one point at the
 /// owner's copy instead (the bytes left this file), the others stay. A run
 /// whose source meets no converted region is appended as it is.
+///
+/// A repeat ([`ShiftRun::period`]) stays one run where its source range
+/// meets no converted region, or lies inside one (every copy then points at
+/// the owner's copy); otherwise each copy is redirected as a plain run.
 fn redirect_into(s: &ShiftRun, conv: &[Conversion], out: &mut Vec<ShiftRun>) {
-    let (mut at, end) = (s.src_start, s.src_start + s.count);
+    let (mut at, end) = (s.src_start, s.src_start + s.source_count());
     let mut k = conv.partition_point(|x| x.region.start + x.region.count <= at);
     if conv.get(k).is_none_or(|x| x.region.start >= end) {
         out.push(*s);
+        return;
+    }
+    if s.period > 0 {
+        let x = conv[k];
+        if x.region.start <= at && end <= x.region.start + x.region.count {
+            out.push(ShiftRun { src_rank: x.owner, src_start: x.owner_start + (at - x.region.start), ..*s });
+        } else {
+            let mut copies = Vec::new();
+            s.expand_into(&mut copies);
+            for c in &copies {
+                redirect_into(c, conv, out);
+            }
+        }
         return;
     }
     while at < end {
@@ -415,6 +433,7 @@ mod tests {
         use crate::diff::RegionEncoding;
         let layout = Layout::new(64 * 64, 64).unwrap();
         let own = |start, count, src_start| ShiftRun {
+            period: 0,
             start,
             count,
             src_version: 3,
@@ -507,6 +526,82 @@ mod tests {
                 level = level.chunks(2).map(|p| if let [l, r] = p { hash.node(*l, *r) } else { p[0] }).collect();
                 k += 1;
             }
+        }
+    }
+
+    /// A baseline diff of `n` chunks: FIRST runs from `first` (start,
+    /// count) and SHIFT runs laid after them from `segments` (count, source
+    /// start, copies: a plain run, or a repeat of `copies` ≥ 2), sources in
+    /// this version's first 16 chunks; returned folded (repeats kept) and
+    /// expanded (one run per copy, coalesced, as a decoded file gives).
+    fn folded_and_expanded(segments: &[(u64, u64, u64)]) -> (Diff, Diff) {
+        use crate::diff::RegionEncoding;
+        let mut shift = Vec::new();
+        let mut at = 16;
+        for &(count, src_start, copies) in segments {
+            let period = if copies > 1 { count } else { 0 };
+            shift.push(ShiftRun {
+                start: at,
+                count: count * copies,
+                src_version: 3,
+                src_rank: 0,
+                src_start,
+                reference: None,
+                period,
+            });
+            at += count * copies + 1; // one FIXED chunk between runs
+        }
+        let mut folded = Diff {
+            version: 3,
+            rank: 0,
+            layout: Layout::new((at + 1) * 64, 64).unwrap(),
+            hash: HashAlgo::Murmur3,
+            method: crate::method::Method::Tree,
+            baseline: true,
+            dense: false,
+            first: vec![FirstRun { start: 0, count: 16 }],
+            shift,
+            encoding: RegionEncoding::Table,
+        };
+        folded.coalesce();
+        let mut expanded = folded.clone();
+        expanded.expand_repeats();
+        expanded.coalesce();
+        (folded, expanded)
+    }
+
+    proptest::proptest! {
+        /// Giving regions away from a diff whose repeats are kept folded
+        /// gives the diff and the file that the expanded runs give: the
+        /// same runs once expanded, the same encoded tables, and no more
+        /// runs than the folded diff had plus what the conversions cut.
+        #[test]
+        fn a_give_away_on_folded_repeats_is_the_give_away_on_their_copies(
+            segments in proptest::collection::vec((1u64..5, 0u64..12, proptest::prop_oneof![proptest::strategy::Just(1u64), 2u64..40]), 0..30),
+            cuts in proptest::collection::vec((0u64..16, 1u64..5, 0u64..64), 0..4),
+        ) {
+            let (folded, expanded) = folded_and_expanded(&segments);
+            // Disjoint conversions inside the FIRST run 0..16, sorted.
+            let mut conv: Vec<Conversion> = Vec::new();
+            let mut at = 0;
+            for (gap, count, owner_start) in cuts {
+                let start = at + gap % 4;
+                if start + count > 16 {
+                    break;
+                }
+                let region = Region { digest: Digest(u128::from(start)), node: NodeId::new(0, start), start, count, bytes: count * 64 };
+                conv.push(Conversion { region, owner: 1, owner_start });
+                at = start + count;
+            }
+            let (mut f, mut e) = (folded.clone(), expanded.clone());
+            apply(&mut f, &conv);
+            apply(&mut e, &conv);
+            proptest::prop_assert_eq!(crate::format::encode_meta(&f), crate::format::encode_meta(&e));
+            let runs = f.shift.len();
+            f.expand_repeats();
+            f.coalesce();
+            proptest::prop_assert_eq!(&f.shift, &e.shift);
+            proptest::prop_assert!(runs <= 3 * (folded.shift.len() + 1) + 16 * 40 * conv.len());
         }
     }
 }

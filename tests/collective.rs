@@ -235,6 +235,7 @@ fn v2_reference_tables_round_trip_and_malformed_ones_are_rejected() {
     let layout = Layout::new(64 * 10, 64).unwrap();
     let data = noise(640, 5);
     let reference = |start, src_rank, digest| ShiftRun {
+        period: 0,
         start,
         count: 2,
         src_version: 3,
@@ -253,7 +254,7 @@ fn v2_reference_tables_round_trip_and_malformed_ones_are_rejected() {
         first: vec![FirstRun { start: 0, count: 2 }],
         shift: vec![
             reference(2, 0, 0xabc),
-            ShiftRun { start: 4, count: 1, src_version: 2, src_rank: 1, src_start: 0, reference: None },
+            ShiftRun { start: 4, count: 1, src_version: 2, src_rank: 1, src_start: 0, reference: None, period: 0 },
             reference(6, 2, 0xdef),
         ],
         encoding: RegionEncoding::Table,

@@ -399,6 +399,7 @@ fn shift_run(start: u64, count: u64, src: &RecordEntry) -> ShiftRun {
         src_rank: src.rank,
         src_start: src.node.first_chunk(),
         reference: None,
+        period: 0,
     }
 }
 

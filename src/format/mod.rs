@@ -11,7 +11,7 @@ pub mod manifest;
 
 pub use compress::{Compression, compress_file};
 pub use diff_file::{
-    DiffHeader, DiffReader, data_start_of, decode_body, decode_meta, encode_body, encode_diff, encode_meta,
-    finish_body, seal, trailer_of,
+    DiffHeader, DiffReader, data_start_of, decode_body, decode_meta, decode_meta_folded, encode_body, encode_diff,
+    encode_meta, finish_body, seal, trailer_of,
 };
 pub use manifest::{Manifest, VersionEntry};

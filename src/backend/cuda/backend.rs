@@ -431,7 +431,7 @@ impl Backend for CudaBackend {
         let describe: crate::backend::Describe<GpuPending> = Box::new(move |read| {
             let mut meta = vec![0u8; data_start];
             read(0, &mut meta)?;
-            let diff = crate::format::decode_meta(&meta, data_len as u64)
+            let diff = crate::format::decode_meta_folded(&meta, data_len as u64)
                 .map_err(|e| Error::Gpu(format!("the GPU produced an invalid diff: {e}")))?;
             let dense = diff.dense;
             let pending = GpuPending { file: GpuFile::Handed, data_start, dense, given: None, rewrite: None, repeats };

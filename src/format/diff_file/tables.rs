@@ -11,12 +11,13 @@ use crate::method::Method;
 
 /// The header of `diff`'s file, its SHIFT runs folded (one pass over them).
 pub(super) fn header_of(diff: &Diff) -> DiffHeader {
-    header_with(diff, stored_shift_entries(diff))
+    let (entries, folds) = shift_entries(&diff.shift).fold((0u64, false), |(n, f), e| (n + 1, f || e.period > 0));
+    header_with(diff, entries, folds)
 }
 
 /// The header of `diff`'s file with `shift_count` SHIFT entries: v3 where
-/// that is fewer than its runs (some fold), v2 otherwise.
-pub(super) fn header_with(diff: &Diff, shift_count: u64) -> DiffHeader {
+/// some entries fold runs (`folds`), v2 otherwise.
+pub(super) fn header_with(diff: &Diff, shift_count: u64, folds: bool) -> DiffHeader {
     let bitmap_len = match diff.encoding {
         RegionEncoding::Bitmap => diff.layout.chunks().div_ceil(8),
         RegionEncoding::Table => 0,
@@ -36,7 +37,7 @@ pub(super) fn header_with(diff: &Diff, shift_count: u64) -> DiffHeader {
         data_bytes: diff.data_bytes(),
         block_size: BLOCK_SIZE,
         reference_count: diff.shift.iter().filter(|s| s.reference.is_some()).count() as u64,
-        format_version: match shift_count < diff.shift.len() as u64 {
+        format_version: match folds {
             true => FORMAT_VERSION_REPEATS,
             false => FORMAT_VERSION,
         },
@@ -59,28 +60,44 @@ pub(super) struct ShiftEntry {
 /// (each carries its own region digest). A buffer of one repeated chunk, or
 /// of one repeated page, so costs one entry where it cost one per copy.
 /// Expanding the entries ([`expand_repeat`]) gives `shift` back exactly.
+///
+/// `shift` may hold repeats ([`ShiftRun::period`]): they are read copy by
+/// copy, as if expanded, but a repeat's copies of the period being folded
+/// are taken in one step, so the entries of a folded diff cost time in
+/// proportion to its runs, not to its chunks, and are the same entries as
+/// its expanded runs'.
 pub(super) fn shift_entries(shift: &[ShiftRun]) -> impl Iterator<Item = ShiftEntry> + '_ {
-    let mut i = 0;
+    let mut runs = Copies { shift, next: 0, rest: None };
     std::iter::from_fn(move || {
-        let first = *shift.get(i)?;
-        i += 1;
+        let first = runs.take_copy()?;
         let p = first.count;
         if first.reference.is_some() || p > MAX_PERIOD {
             return Some(ShiftEntry { run: first, period: 0 });
         }
         let mut total = p;
-        while let Some(next) = shift.get(i) {
+        while let Some(next) = runs.peek() {
+            let copy = next.source_count();
             let repeats = next.reference.is_none()
                 && next.start == first.start + total
                 && (next.src_rank, next.src_version, next.src_start)
                     == (first.src_rank, first.src_version, first.src_start)
-                && next.count <= p;
+                && copy <= p;
             if !repeats {
                 break;
             }
-            total += next.count;
-            i += 1;
-            if next.count < p {
+            if next.period == p {
+                // Every full copy in one step, then a shorter last one, which ends the repeat.
+                let full = next.count / p;
+                total += next.count;
+                runs.skip();
+                if full * p < next.count {
+                    break;
+                }
+                continue;
+            }
+            total += copy;
+            let _ = runs.take_copy();
+            if copy < p {
                 break; // a shorter run ends the repeat
             }
         }
@@ -91,15 +108,47 @@ pub(super) fn shift_entries(shift: &[ShiftRun]) -> impl Iterator<Item = ShiftEnt
     })
 }
 
+/// Runs read one copy at a time: a repeat's copies one by one (or all at
+/// once, [`Copies::skip`]), a plain run whole.
+struct Copies<'a> {
+    shift: &'a [ShiftRun],
+    next: usize,
+    /// What is left of a repeat whose first copies were taken.
+    rest: Option<ShiftRun>,
+}
+
+impl Copies<'_> {
+    /// The next run or what is left of a repeat, not taken.
+    fn peek(&self) -> Option<ShiftRun> {
+        self.rest.or_else(|| self.shift.get(self.next).copied())
+    }
+
+    /// Takes what [`Copies::peek`] shows, whole.
+    fn skip(&mut self) {
+        if self.rest.take().is_none() {
+            self.next += 1;
+        }
+    }
+
+    /// Takes the next copy: a plain run whole, or a repeat's first copy
+    /// (what is left of it stays).
+    fn take_copy(&mut self) -> Option<ShiftRun> {
+        let run = self.peek()?;
+        self.skip();
+        let copy = run.source_count();
+        if run.period > 0 && copy < run.count {
+            let left = run.count - copy;
+            let period = if left > run.period { run.period } else { 0 };
+            self.rest = Some(ShiftRun { start: run.start + copy, count: left, period, ..run });
+        }
+        Some(ShiftRun { count: copy, period: 0, ..run })
+    }
+}
+
 /// The runs a repeat entry of `period` chunks stands for, pushed onto
 /// `out`: its source range once per period, the last copy cut short.
 pub(super) fn expand_repeat(entry: ShiftRun, period: u64, out: &mut Vec<ShiftRun>) {
-    let mut at = 0;
-    while at < entry.count {
-        let count = period.min(entry.count - at);
-        out.push(ShiftRun { start: entry.start + at, count, ..entry });
-        at += count;
-    }
+    ShiftRun { period, ..entry }.expand_into(out);
 }
 
 /// Whether the SHIFT table of a device-made file's metadata (`meta`:
@@ -175,7 +224,7 @@ pub fn file_len_of(diff: &Diff) -> u64 {
 /// the bound on a device's output buffer is taken on this length, by both
 /// backends alike, so that both store the same versions whole.
 pub fn device_file_len(diff: &Diff, shift_entries: u64) -> u64 {
-    file_len_from(&header_with(diff, shift_entries))
+    file_len_from(&header_with(diff, shift_entries, shift_entries < diff.shift.len() as u64))
 }
 
 /// Header, tables and bitmap of `diff` (the body without its data).
@@ -248,6 +297,20 @@ pub fn decode_body(body: &[u8]) -> Result<(DiffHeader, Diff, usize), String> {
 /// (`data_bytes` of it) is elsewhere (still on a device): the diff it
 /// describes. Checks that `meta` is exactly what its header describes.
 pub fn decode_meta(meta: &[u8], data_bytes: u64) -> Result<Diff, String> {
+    decode_meta_with(meta, data_bytes, false)
+}
+
+/// [`decode_meta`] with the repeat entries kept as repeats
+/// ([`ShiftRun::period`]) rather than expanded into one run per copy: the
+/// same diff, expanded ([`Diff::expand_repeats`]), in time and memory that
+/// follow the file's entries, not the chunks they cover. For the collective
+/// step, which describes a device-made file, gives regions away and encodes
+/// it again; restores and checks read files through [`decode_meta`].
+pub fn decode_meta_folded(meta: &[u8], data_bytes: u64) -> Result<Diff, String> {
+    decode_meta_with(meta, data_bytes, true)
+}
+
+fn decode_meta_with(meta: &[u8], data_bytes: u64, folded: bool) -> Result<Diff, String> {
     if meta.len() < HEADER_LEN as usize {
         return Err("metadata shorter than a header".into());
     }
@@ -266,7 +329,7 @@ pub fn decode_meta(meta: &[u8], data_bytes: u64) -> Result<Diff, String> {
             HEADER_LEN as usize + meta_len
         ));
     }
-    let diff = decode_tables(&header, &meta[HEADER_LEN as usize..])?;
+    let diff = decode_tables_with(&header, &meta[HEADER_LEN as usize..], folded)?;
     // The FIRST runs must cover the data exactly (what a reader checks).
     if diff.data_bytes() != data_bytes {
         return Err(format!("the FIRST runs cover {} bytes, the data is {data_bytes}", diff.data_bytes()));
@@ -275,6 +338,11 @@ pub fn decode_meta(meta: &[u8], data_bytes: u64) -> Result<Diff, String> {
 }
 
 pub(super) fn decode_tables(h: &DiffHeader, meta: &[u8]) -> Result<Diff, String> {
+    decode_tables_with(h, meta, false)
+}
+
+/// The tables decoded, repeat entries expanded or (`folded`) kept.
+fn decode_tables_with(h: &DiffHeader, meta: &[u8], folded: bool) -> Result<Diff, String> {
     let layout = h.layout()?;
     let n = layout.chunks();
     let mut c = Cursor::new(meta);
@@ -292,6 +360,8 @@ pub(super) fn decode_tables(h: &DiffHeader, meta: &[u8]) -> Result<Diff, String>
     let mut shift = Vec::with_capacity(h.shift_count as usize);
     let mut flagged = Vec::new();
     let mut expanded = false;
+    // Runs the entries stand for, expanded (at most one per chunk).
+    let mut runs = 0u64;
     let known_flags = match h.format_version {
         v if v >= FORMAT_VERSION_REPEATS => SHIFT_FLAG_REFERENCE | SHIFT_FLAG_REPEAT | !0 << PERIOD_SHIFT,
         _ => SHIFT_FLAG_REFERENCE,
@@ -304,6 +374,7 @@ pub(super) fn decode_tables(h: &DiffHeader, meta: &[u8]) -> Result<Diff, String>
             src_version: le_u64(&e[24..32]),
             src_rank: u32::from_le_bytes([e[32], e[33], e[34], e[35]]),
             reference: None,
+            period: 0,
         };
         let flags = u32::from_le_bytes([e[36], e[37], e[38], e[39]]);
         // v1 wrote zero here but never checked it; v2 defines bit 0, v3
@@ -330,17 +401,23 @@ pub(super) fn decode_tables(h: &DiffHeader, meta: &[u8]) -> Result<Diff, String>
                 if s.count / period >= n {
                     return Err(format!("SHIFT run at chunk {} expands past the layout's {n} chunks", s.start));
                 }
-                expand_repeat(s, period, &mut shift);
+                match folded {
+                    true => shift.push(ShiftRun { period, ..s }),
+                    false => expand_repeat(s, period, &mut shift),
+                }
+                runs += s.count.div_ceil(period);
                 expanded = true;
             } else if flags >> PERIOD_SHIFT != 0 {
                 return Err(format!("SHIFT run at chunk {} has a period but no repeat flag", s.start));
             } else {
                 shift.push(s);
+                runs += 1;
             }
         } else {
             shift.push(s);
+            runs += 1;
         }
-        if shift.len() as u64 > n {
+        if runs > n {
             return Err(format!("more SHIFT runs than the layout's {n} chunks"));
         }
     }
@@ -397,7 +474,7 @@ pub(super) fn decode_tables(h: &DiffHeader, meta: &[u8]) -> Result<Diff, String>
         if h.baseline && s.src_version != h.version {
             return Err(format!("baseline references version {}", s.src_version));
         }
-        s.src_start.checked_add(s.count).ok_or_else(|| "SHIFT source range overflows".to_string())?;
+        s.src_start.checked_add(s.source_count()).ok_or_else(|| "SHIFT source range overflows".to_string())?;
         if s.reference.is_some() && (s.src_version != h.version || s.src_rank == h.rank) {
             return Err(format!("cross-rank reference at chunk {} must name another rank's same version", s.start));
         }

@@ -41,7 +41,15 @@ fn diff_of(pieces: &[(u64, Option<u64>)]) -> Diff {
     let mut at = 8; // chunks 0..8 are FIRST: the sources
     for &(count, src) in pieces {
         if let Some(src_start) = src {
-            shift.push(ShiftRun { start: at, count, src_version: 1, src_rank: 0, src_start, reference: None });
+            shift.push(ShiftRun {
+                start: at,
+                count,
+                src_version: 1,
+                src_rank: 0,
+                src_start,
+                reference: None,
+                period: 0,
+            });
         }
         at += count;
     }
@@ -70,7 +78,7 @@ fn pieces() -> impl Strategy<Value = Vec<(u64, Option<u64>)>> {
 /// device writes it.
 fn unfolded_meta(diff: &Diff) -> Vec<u8> {
     let mut out = Vec::new();
-    header_with(diff, diff.shift.len() as u64).encode(&mut out);
+    header_with(diff, diff.shift.len() as u64, false).encode(&mut out);
     for r in &diff.first {
         out.put_u64(r.start);
         out.put_u64(r.count);
@@ -101,8 +109,15 @@ fn device_meta(segments: &[(u64, Option<u64>, u64)]) -> (Vec<u8>, Diff) {
     let mut at = 8;
     for &(count, src, copies) in segments {
         if let Some(src_start) = src {
-            let run =
-                ShiftRun { start: at, count: count * copies, src_version: 1, src_rank: 0, src_start, reference: None };
+            let run = ShiftRun {
+                start: at,
+                count: count * copies,
+                src_version: 1,
+                src_rank: 0,
+                src_start,
+                reference: None,
+                period: 0,
+            };
             match entries.last_mut() {
                 Some((prev, 0)) if copies == 1 && prev.extended_by(&run) => prev.count += run.count,
                 _ => entries.push((run, if copies > 1 { count } else { 0 })),
@@ -112,11 +127,7 @@ fn device_meta(segments: &[(u64, Option<u64>, u64)]) -> (Vec<u8>, Diff) {
     }
     cpu.coalesce();
     let mut out = Vec::new();
-    let mut header = header_with(&cpu, entries.len() as u64);
-    header.format_version = match entries.iter().any(|e| e.1 > 0) {
-        true => FORMAT_VERSION_REPEATS,
-        false => FORMAT_VERSION,
-    };
+    let header = header_with(&cpu, entries.len() as u64, entries.iter().any(|e| e.1 > 0));
     header.encode(&mut out);
     for r in &cpu.first {
         out.put_u64(r.start);
@@ -152,6 +163,17 @@ proptest! {
             prop_assert!(runs_fold(&device).expect("scans"));
         }
         prop_assert_eq!(encode_meta(&back), encode_meta(&cpu));
+        // Kept folded: an entry or two more per repeat at most (its first
+        // and last copies merged into neighbours), the same runs expanded,
+        // the same file encoded.
+        let mut folded = decode_meta_folded(&device, cpu.data_bytes()).expect("decodes folded");
+        let entries = DiffHeader::decode(&device[..HEADER_LEN as usize]).expect("header").shift_count;
+        prop_assert!(folded.shift.len() as u64 <= 3 * entries, "{} runs for {entries} entries", folded.shift.len());
+        prop_assert_eq!(encode_meta(&folded), encode_meta(&cpu));
+        prop_assert_eq!(stored_shift_entries(&folded), stored_shift_entries(&cpu));
+        prop_assert_eq!(file_len_of(&folded), file_len_of(&cpu));
+        folded.expand_repeats();
+        prop_assert_eq!(&folded.shift, &cpu.shift);
     }
 }
 
@@ -188,6 +210,36 @@ proptest! {
         let header = DiffHeader::decode(&meta[..HEADER_LEN as usize]).expect("header");
         let folds = header.shift_count < diff.shift.len() as u64;
         prop_assert_eq!(header.format_version, if folds { FORMAT_VERSION_REPEATS } else { FORMAT_VERSION });
+        // Kept folded: one run per entry, the same file again.
+        let mut folded = decode_meta_folded(&meta, diff.data_bytes()).expect("decodes folded");
+        prop_assert_eq!(folded.shift.len() as u64, header.shift_count);
+        prop_assert_eq!(encode_meta(&folded), meta);
+        folded.expand_repeats();
+        prop_assert_eq!(&folded.shift, &diff.shift);
+    }
+}
+
+proptest! {
+    /// The entries of runs holding repeats, short last copies included, are
+    /// the entries of the same runs expanded one copy at a time.
+    #[test]
+    fn entries_of_folded_runs_are_the_entries_of_their_copies(
+        segments in proptest::collection::vec((1u64..5, 0u64..3, 1u64..6, 0u64..5, any::<bool>()), 0..40)
+    ) {
+        let mut folded = diff_of(&[]);
+        let mut at = 8;
+        for (period, src_start, copies, tail, gap) in segments {
+            let count = period * copies + tail % period;
+            let period = if count > period { period } else { 0 };
+            folded.shift.push(ShiftRun { start: at, count, src_version: 1, src_rank: 0, src_start, reference: None, period });
+            at += count + u64::from(gap);
+        }
+        folded.layout = Layout::new((at + 1) * 64, 64).expect("layout");
+        let mut expanded = folded.clone();
+        expanded.expand_repeats();
+        let entries = |d: &Diff| shift_entries(&d.shift).collect::<Vec<_>>();
+        prop_assert_eq!(entries(&folded), entries(&expanded));
+        prop_assert_eq!(encode_meta(&folded), encode_meta(&expanded));
     }
 }
 

@@ -204,7 +204,7 @@ impl GpuDedup {
             Some(_) => return Err(Error::Internal("a prepared file of an unknown shape".into())),
             None => return Err(Error::Internal("a prepared file without pieces".into())),
         };
-        crate::format::decode_meta(meta, p.data_len as u64)
+        crate::format::decode_meta_folded(meta, p.data_len as u64)
             .map_err(|e| Error::Gpu(format!("the GPU produced an invalid diff: {e}")))
     }
 
