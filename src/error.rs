@@ -236,6 +236,17 @@ pub enum ErrorKind {
     Internal = 99,
 }
 
+/// Refuses version 0 (what `latest` answers for "none" in C and Fortran,
+/// and what no store can list): every way of taking a checkpoint (the
+/// runtime, the C ABI, the CLI, the collective and local engines) refuses it
+/// with this one error before anything is written.
+pub fn check_version_number(version: u64) -> Result<()> {
+    match version {
+        0 => Err(Error::InvalidOption("version 0: versions start at 1 (0 means none)".into())),
+        _ => Ok(()),
+    }
+}
+
 impl Error {
     /// Wraps an `std::io::Error` with the path it concerned (a full disk
     /// becomes [`Error::NoSpace`]).

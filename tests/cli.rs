@@ -220,6 +220,62 @@ fn collective_checkpoint_under_mpirun_then_offline_restore_verify_inspect() {
     assert!(ok(&["verify", "--dir", s(&dir)]).starts_with("ok: 3 ranks, 6 versions"));
 }
 
+/// Version 0 is no version (`latest`'s "none" in C and Fortran): the
+/// collective CLI, over one directory and through the tiers, and the local
+/// CLI refuse it with the one error every API gives, write nothing, and the
+/// next version, 1, is kept (it once deleted the store's version 0 and
+/// stored 1 as a new baseline, exit 0).
+#[cfg(feature = "mpi")]
+#[test]
+fn version_zero_is_refused_everywhere_and_version_one_is_kept() {
+    let t = tempfile::tempdir().unwrap();
+    let ranks = 2;
+    let file = |r: usize, v: usize| noise(100_000, 10 * r as u64 + v as u64);
+    for v in 0..=1 {
+        for r in 0..ranks {
+            std::fs::write(t.path().join(format!("in-{r}-{v}.bin")), file(r, v)).unwrap();
+        }
+    }
+    let shared = t.path().join("shared");
+    let local = t.path().join("local");
+    let layouts: [&[&str]; 2] = [&["--dir", s(&shared)], &["--dir", s(&shared), "--local", s(&local)]];
+    for (i, layout) in layouts.iter().enumerate() {
+        let _ = std::fs::remove_dir_all(&shared);
+        let _ = std::fs::remove_dir_all(&local);
+        let take = |v: usize| {
+            let pattern = t.path().join(format!("in-{{rank}}-{v}.bin"));
+            let v_s = v.to_string();
+            let mut args = vec!["checkpoint", "--collective", "--version", &v_s];
+            args.extend_from_slice(layout);
+            args.push(s(&pattern));
+            let out = mpirun(ranks, &args);
+            (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+        };
+        let (zero_ok, err) = take(0);
+        assert!(!zero_ok, "layout {i}: version 0 was taken");
+        assert!(err.contains("version 0: versions start at 1") && !err.contains("panicked"), "layout {i}: {err}");
+        let (one_ok, err) = take(1);
+        assert!(one_ok, "layout {i}: version 1 failed: {err}");
+        for r in 0..ranks {
+            let out = t.path().join("out.bin");
+            let r_s = r.to_string();
+            ok(&["restore", "--dir", s(&shared), "--rank", &r_s, "--version", "1", "--output", s(&out)]);
+            assert!(std::fs::read(&out).unwrap() == file(r, 1), "layout {i}: rank {r} version 1");
+            let out0 = dckpt(&["restore", "--dir", s(&shared), "--rank", &r_s, "--version", "0", "--output", s(&out)]);
+            assert!(!out0.status.success(), "layout {i}: rank {r} lists a version 0");
+        }
+        assert!(ok(&["verify", "--dir", s(&shared)]).starts_with("ok: 2 ranks, 2 versions"), "layout {i}");
+    }
+    // The local CLI, one rank: the same error, nothing written.
+    let alone = t.path().join("alone");
+    fails(
+        &["checkpoint", "--dir", s(&alone), "--version", "0", s(&t.path().join("in-0-0.bin"))],
+        "version 0: versions start at 1",
+    );
+    ok(&["checkpoint", "--dir", s(&alone), "--version", "1", s(&t.path().join("in-0-1.bin"))]);
+    assert!(ok(&["verify", "--dir", s(&alone)]).starts_with("ok: 1 ranks, 1 versions"));
+}
+
 #[test]
 fn collective_options_need_collective() {
     fails(&["checkpoint", "--dir", "d", "--version", "1", "--threshold", "8", "f"], "--collective");

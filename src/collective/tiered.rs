@@ -487,6 +487,8 @@ impl TieredCollective {
             let versions: Vec<u64> = words.iter().map(|w| w[0]).collect();
             return Err(Error::Collective(format!("ranks asked for different versions {versions:?}")));
         }
+        // The same version everywhere: every rank refuses 0 here, together.
+        crate::error::check_version_number(version)?;
         if words.iter().any(|w| w[1] != 0 || w[2] != mine[2]) {
             self.engine.force_baseline();
         }

@@ -225,6 +225,7 @@ impl Engine {
     }
 
     fn check_version(&self, version: u64) -> Result<()> {
+        crate::error::check_version_number(version)?;
         match self.store.manifest().latest() {
             Some(latest) if latest.version >= version => {
                 Err(Error::VersionNotNewer { latest: latest.version, requested: version })

@@ -225,10 +225,7 @@ impl Runtime {
 
     fn checkpoint_untimed(&mut self, name: &str, version: u64) -> Result<CollectiveReport<TieredReport>> {
         // 0 is `latest`'s "none" in C and Fortran: never a version.
-        let numbered = match version {
-            0 => Err(Error::InvalidOption(format!("checkpoint '{name}': versions start at 1 (0 means none)"))),
-            _ => Ok(()),
-        };
+        let numbered = crate::error::check_version_number(version);
         all_agree(&self.comm, "the version number", version, numbered)?;
         let regions = self.regions.clone();
         let sync = self.config.mode == Mode::Sync;

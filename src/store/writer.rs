@@ -191,6 +191,7 @@ impl StoreWriter {
     }
 
     fn check_newer(&self, version: u64) -> Result<()> {
+        crate::error::check_version_number(version)?;
         match self.view.manifest.latest() {
             Some(latest) if latest.version >= version => {
                 Err(Error::VersionNotNewer { latest: latest.version, requested: version })

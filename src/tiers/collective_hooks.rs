@@ -128,6 +128,7 @@ impl TieredEngine {
         let t0 = Instant::now();
         let _quiet = self.quiet(version);
         self.rebuild_if_pending();
+        crate::error::check_version_number(version)?;
         if let Some(latest) = self.latest.filter(|&l| l >= version) {
             return Err(Error::VersionNotNewer { latest, requested: version });
         }
@@ -161,6 +162,7 @@ impl TieredEngine {
     pub(crate) fn deduplicate_local<'a>(&mut self, version: u64, input: Protected<'a>) -> Result<LocalCheckpoint<'a>> {
         let _quiet = self.quiet(version);
         self.rebuild_if_pending();
+        crate::error::check_version_number(version)?;
         if let Some(latest) = self.latest.filter(|&l| l >= version) {
             return Err(Error::VersionNotNewer { latest, requested: version });
         }
