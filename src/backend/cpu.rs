@@ -103,7 +103,10 @@ impl Backend for CpuBackend {
         self.forget_restarted();
         let outcome = self.method.deduplicator().deduplicate(&self.state, &DedupInput { data, version, baseline })?;
         self.restart_pending = outcome.pending.bounds().record_restarts > 0;
-        Ok(Deduplicated { diff: outcome.diff, pending: CpuPending(outcome.pending, None, 0), gpu: None })
+        let mut diff = outcome.diff;
+        // Repeats kept as the file stores them: what follows costs entries.
+        crate::format::fold_repeats(&mut diff);
+        Ok(Deduplicated { diff, pending: CpuPending(outcome.pending, None, 0), gpu: None })
     }
 
     /// The rewritten diff encoded from the buffer at once (the same bytes

@@ -12,6 +12,6 @@ pub mod manifest;
 pub use compress::{Compression, compress_file};
 pub use diff_file::{
     DiffHeader, DiffReader, data_start_of, decode_body, decode_meta, decode_meta_folded, encode_body, encode_diff,
-    encode_meta, finish_body, seal, trailer_of,
+    encode_meta, finish_body, fold_repeats, seal, trailer_of,
 };
 pub use manifest::{Manifest, VersionEntry};

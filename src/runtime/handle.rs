@@ -486,8 +486,15 @@ impl Runtime {
         if !self.names.contains_key(name) {
             self.check_rank_count(name)?;
         }
-        let named = self.named(name)?;
-        named.ckpt.settle_for_restore(version);
+        let named = {
+            let _span = crate::profile::Span::new("restart-open", version);
+            self.named(name)?
+        };
+        {
+            let _span = crate::profile::Span::new("restart-settle", version);
+            named.ckpt.settle_for_restore(version);
+        }
+        let _span = crate::profile::Span::new("restart-restore", version);
         match &mut named.staging {
             Staging::Host(buf) => named.ckpt.restart_into(version, ProtectedMut::Host(buf)).map(|()| {
                 scatter_host(&regions, buf);

@@ -188,6 +188,17 @@ pub fn runs_fold(meta: &[u8]) -> Result<bool, String> {
     Ok(folds)
 }
 
+/// Keeps `diff`'s runs of one repeated source range as the repeats its file
+/// stores them as ([`ShiftRun::period`]): the same runs expanded, the same
+/// file, but a version's later steps (the collective step's regions and
+/// give-away, its encoding) cost its entries, not the copies. One pass.
+pub fn fold_repeats(diff: &mut Diff) {
+    let folded: Vec<ShiftRun> = shift_entries(&diff.shift).map(|e| ShiftRun { period: e.period, ..e.run }).collect();
+    if folded.len() < diff.shift.len() {
+        diff.shift = folded;
+    }
+}
+
 /// How many SHIFT entries `diff`'s file stores (repeats folded): its SHIFT
 /// regions as reported.
 pub fn stored_shift_entries(diff: &Diff) -> u64 {

@@ -240,6 +240,14 @@ proptest! {
         let entries = |d: &Diff| shift_entries(&d.shift).collect::<Vec<_>>();
         prop_assert_eq!(entries(&folded), entries(&expanded));
         prop_assert_eq!(encode_meta(&folded), encode_meta(&expanded));
+        // Folding the expanded runs as the file stores them: the same
+        // entries again, one run per entry, the same runs once expanded.
+        let mut refolded = expanded.clone();
+        fold_repeats(&mut refolded);
+        prop_assert_eq!(refolded.shift.len(), entries(&expanded).len().min(expanded.shift.len()));
+        prop_assert_eq!(entries(&refolded), entries(&expanded));
+        refolded.expand_repeats();
+        prop_assert_eq!(&refolded.shift, &expanded.shift);
     }
 }
 
