@@ -354,6 +354,52 @@ fn reopening_every_version_stores_within_two_percent_of_an_uninterrupted_run() {
     assert!(dckpt::verify::verify_store(reopened_dir.path()).unwrap().problems.is_empty());
 }
 
+/// An owner's file rewritten whole with other bytes in its FIRST data (a
+/// file that checks clean on its own): the owner restores what it now
+/// holds, but every rank that references its regions refuses the restore
+/// with `BrokenReference` (each reference's digest checked against the
+/// bytes it brought), never other bytes.
+#[test]
+fn a_reference_to_an_owner_whose_bytes_changed_is_refused() {
+    let len = 1 << 16;
+    let ranks = 3;
+    let dir = tempfile::tempdir().unwrap();
+    let o = opts(Method::Tree, 64, HashAlgo::Murmur3);
+    let mut engines = open_all(dir.path(), ranks, &[len; 3], &o);
+    let level = max_region_level(64, dckpt::collective::auto_region_bytes(len as u64, ranks as u32));
+    let bufs = vec![noise(len, 9); ranks];
+    collective_version(&mut engines, 1, &bufs, level, 1 << 17);
+    let referencing: Vec<u32> = (0..ranks as u32).filter(|&r| !owner_of_dir(dir.path(), r).is_empty()).collect();
+    assert!(!referencing.is_empty(), "identical buffers: some rank references another");
+    let owner = owner_of_dir(dir.path(), referencing[0])[0];
+    // The owner's file re-encoded from other bytes: the same tables, a clean file.
+    let path = engines[owner as usize].store().diff_path(1);
+    let diff = DiffReader::open(&path).unwrap().diff;
+    let other = noise(len, 77);
+    let file = dckpt::format::encode_diff(&diff, &other);
+    std::fs::write(&path, &file).unwrap();
+    drop(engines);
+    // Its manifest entry follows (as a swapped-in directory's would).
+    let manifest_path = path.with_file_name("MANIFEST");
+    let mut m = dckpt::format::Manifest::decode(&std::fs::read(&manifest_path).unwrap(), &manifest_path).unwrap();
+    let trailer: String = file[file.len() - 32..].iter().map(|b| format!("{b:02x}")).collect();
+    m.versions[0] = dckpt::format::VersionEntry { file_len: file.len() as u64, trailer, ..m.versions[0].clone() };
+    std::fs::write(&manifest_path, m.encode()).unwrap();
+    let mine = dckpt::restore::restore_version(dir.path(), owner, 1).unwrap();
+    assert!(mine != bufs[owner as usize], "the owner holds the new bytes");
+    for r in referencing.into_iter().filter(|&r| owner_of_dir(dir.path(), r).contains(&owner)) {
+        let e = dckpt::restore::restore_version(dir.path(), r, 1).expect_err("a broken reference restored");
+        assert_eq!(e.kind(), dckpt::ErrorKind::BrokenReference, "rank {r}: {e}");
+    }
+}
+
+/// The owners rank `r`'s version 1 references, read from its file under `root`.
+fn owner_of_dir(root: &Path, r: u32) -> Vec<u32> {
+    let store = dckpt::store::Store::open(root, r).unwrap();
+    let path = store.diff_path(1);
+    DiffReader::open(&path).unwrap().diff.shift.iter().filter(|s| s.reference.is_some()).map(|s| s.src_rank).collect()
+}
+
 #[test]
 fn prune_keeps_the_owners_files_that_kept_versions_reference() {
     let len = 1 << 16;

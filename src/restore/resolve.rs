@@ -212,8 +212,10 @@ pub(super) fn concat_parallel<P: Sync, T: Copy + Send + Sync>(parts: &[P], list:
 }
 
 /// Checks each followed cross-rank reference against its region digest:
-/// restored bytes that came wholly from it are hashed in `out`, the others
-/// are read from the owner again. A mismatch is an error, never other bytes.
+/// restored bytes that came wholly from it are hashed in `out` (in
+/// parallel: with a shared base most of the buffer is references), the
+/// others are read from the owner again. A mismatch is an error (the first
+/// reference in order that fails), never other bytes.
 pub fn check_references(
     catalog: &mut Catalog,
     rank: u32,
@@ -221,22 +223,32 @@ pub fn check_references(
     refs: &[UsedReference],
     out: Option<&[u8]>,
 ) -> Result<()> {
+    use rayon::prelude::*;
     let (hash, cs) = {
         let m = catalog.store(rank)?.manifest();
         (m.hash, m.chunk_size)
     };
-    for r in refs {
-        let digest = match out.filter(|_| r.whole) {
-            Some(out) => {
+    // `Some(true)`: hashed in `out` and matched; `Some(false)`: did not;
+    // `None`: to read from the owner.
+    let in_out: Vec<Option<bool>> = refs
+        .par_iter()
+        .with_min_len(16)
+        .map(|r| {
+            out.filter(|_| r.whole).map(|out| {
                 let b = layout.chunk_bytes(r.dst..r.dst + r.count);
-                subtree_digest(hash, cs, &out[b.start as usize..b.end as usize])
-            }
+                subtree_digest(hash, cs, &out[b.start as usize..b.end as usize]) == r.digest
+            })
+        })
+        .collect();
+    for (r, checked) in refs.iter().zip(in_out) {
+        let matched = match checked {
+            Some(m) => m,
             None => {
                 let owner = owner_reader(catalog, rank, r.owner, r.version)?;
-                subtree_digest(hash, cs, &owner.read_chunks(r.src..r.src + r.count)?)
+                subtree_digest(hash, cs, &owner.read_chunks(r.src..r.src + r.count)?) == r.digest
             }
         };
-        if digest != r.digest {
+        if !matched {
             return Err(Error::BrokenReference {
                 path: r.path.clone(),
                 reason: format!(
