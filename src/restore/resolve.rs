@@ -212,10 +212,10 @@ pub(super) fn concat_parallel<P: Sync, T: Copy + Send + Sync>(parts: &[P], list:
 }
 
 /// Checks each followed cross-rank reference against its region digest:
-/// restored bytes that came wholly from it are hashed in `out` (in
-/// parallel: with a shared base most of the buffer is references), the
-/// others are read from the owner again. A mismatch is an error (the first
-/// reference in order that fails), never other bytes.
+/// restored bytes that came wholly from it are hashed in `out`, the others
+/// are read from the owner again (through its verified blocks), both in
+/// parallel: with a shared base most of a buffer is references. A mismatch
+/// is an error (the first reference in order that fails), never other bytes.
 pub fn check_references(
     catalog: &mut Catalog,
     rank: u32,
@@ -228,27 +228,45 @@ pub fn check_references(
         let m = catalog.store(rank)?.manifest();
         (m.hash, m.chunk_size)
     };
-    // `Some(true)`: hashed in `out` and matched; `Some(false)`: did not;
-    // `None`: to read from the owner.
-    let in_out: Vec<Option<bool>> = refs
+    // Whether each reference matched; `None`: to read from its owner.
+    let mut matched: Vec<Option<Result<bool>>> = refs
         .par_iter()
         .with_min_len(16)
         .map(|r| {
             out.filter(|_| r.whole).map(|out| {
                 let b = layout.chunk_bytes(r.dst..r.dst + r.count);
-                subtree_digest(hash, cs, &out[b.start as usize..b.end as usize]) == r.digest
+                Ok(subtree_digest(hash, cs, &out[b.start as usize..b.end as usize]) == r.digest)
             })
         })
         .collect();
-    for (r, checked) in refs.iter().zip(in_out) {
-        let matched = match checked {
-            Some(m) => m,
-            None => {
-                let owner = owner_reader(catalog, rank, r.owner, r.version)?;
-                subtree_digest(hash, cs, &owner.read_chunks(r.src..r.src + r.count)?) == r.digest
+    // The rest, owner file by owner file (each opened once), in parallel within one.
+    let mut by_file: std::collections::BTreeMap<(u32, u64), Vec<usize>> = std::collections::BTreeMap::new();
+    for (i, r) in refs.iter().enumerate().filter(|(i, _)| matched[*i].is_none()) {
+        by_file.entry((r.owner, r.version)).or_default().push(i);
+    }
+    for ((owner, version), indices) in by_file {
+        let reader = match owner_reader(catalog, rank, owner, version) {
+            Ok(reader) => reader,
+            Err(e) => {
+                matched[indices[0]] = Some(Err(e));
+                continue;
             }
         };
-        if !matched {
+        let results: Vec<Result<bool>> = indices
+            .par_iter()
+            .map(|&i| {
+                let r = &refs[i];
+                Ok(subtree_digest(hash, cs, &reader.read_chunks(r.src..r.src + r.count)?) == r.digest)
+            })
+            .collect();
+        for (i, result) in indices.into_iter().zip(results) {
+            matched[i] = Some(result);
+        }
+    }
+    for (r, m) in refs.iter().zip(matched) {
+        // Every index was set above; an unset one would be a bug, never a pass.
+        let ok = m.ok_or_else(|| Error::Internal("a reference left unchecked".into()))??;
+        if !ok {
             return Err(Error::BrokenReference {
                 path: r.path.clone(),
                 reason: format!(
