@@ -494,16 +494,28 @@ impl Runtime {
             let _span = crate::profile::Span::new("restart-settle", version);
             named.ckpt.settle_for_restore(version);
         }
-        let _span = crate::profile::Span::new("restart-restore", version);
+        let restored = {
+            let _span = crate::profile::Span::new("restart-restore", version);
+            Self::restart_named(named, &regions, version)
+        };
+        // The host cache is made from now on: nothing was allocated beside
+        // the restore and the copy into the application's memory.
+        named.ckpt.engine().make_cache();
+        restored
+    }
+
+    /// The restore of a restart into `named`'s staging and the regions.
+    fn restart_named(named: &mut Named, regions: &BTreeMap<u32, Region>, version: u64) -> Result<()> {
         match &mut named.staging {
             Staging::Host(buf) => named.ckpt.restart_into(version, ProtectedMut::Host(buf)).map(|()| {
-                scatter_host(&regions, buf);
+                let _span = crate::profile::Span::new("restart-scatter", version);
+                scatter_host(regions, buf);
             }),
             Staging::Device(staging) => staging
                 .region()
                 .and_then(|region| named.ckpt.restart_into(version, ProtectedMut::Device(region)))
-                .and_then(|()| staging.scatter(&mut raw::pieces_mut(&regions))),
-            Staging::Direct => match raw::pieces_mut(&regions).pop() {
+                .and_then(|()| staging.scatter(&mut raw::pieces_mut(regions))),
+            Staging::Direct => match raw::pieces_mut(regions).pop() {
                 Some((_, region)) => named.ckpt.restart_into(version, region),
                 None => Err(Error::Internal("a direct name has one region".into())),
             },

@@ -224,7 +224,9 @@ impl TieredEngine {
             0 => None,
             bytes => Some(prefetch::Prefetcher::new(rank, roots.clone(), bytes, tiers.eviction)?),
         };
-        let cache = Arc::new(HostCache::with_memory(tiers.host_cache_bytes, parts.backend.host_segments())?);
+        // Made once the first checkpoint or restore asks for quiet, or after
+        // a restart's restore: nothing allocated beside that restore.
+        let cache = Arc::new(HostCache::held(tiers.host_cache_bytes, parts.backend.host_segments())?);
         let progress = Progress::new(stores.iter().map(|(n, _)| n.clone()).collect());
         let restore_cache = prefetch.as_ref().map(|p| p.cache().clone());
         let shared = Arc::new(Shared {
@@ -292,6 +294,13 @@ impl TieredEngine {
     /// device work runs ([`HostCache::quiet`]); the wait for an allocation
     /// in progress is span `cache-quiet`.
     fn quiet(&self, version: u64) -> cache::Quiet {
+        self.shared.cache.release();
+        self.quiet_held(version)
+    }
+
+    /// [`TieredEngine::quiet`] without releasing a cache still held (a
+    /// restart's restore).
+    fn quiet_held(&self, version: u64) -> cache::Quiet {
         let quiet = self.shared.cache.quiet();
         crate::profile::record("cache-quiet", version, quiet.waited);
         quiet

@@ -25,8 +25,12 @@ impl TieredEngine {
     /// A version older than the newest taken makes the next checkpoint a
     /// baseline (the record points into its chain, which retention may
     /// drop once newer chains exist).
+    ///
+    /// A host cache not made yet stays so (nothing allocated beside the
+    /// restore): the next checkpoint, or [`TieredEngine::make_cache`] once
+    /// the caller has placed the bytes, lets it be made.
     pub fn restart_into(&mut self, version: u64, mut dst: ProtectedMut<'_>) -> Result<()> {
-        let _quiet = self.quiet(version);
+        let _quiet = self.quiet_held(version);
         let map = self.restore_mapped(version, &mut dst)?;
         let _span = crate::profile::Span::new("restart-rebuild", version);
         let data = match &dst {
@@ -48,6 +52,12 @@ impl TieredEngine {
             self.force_baseline = true;
         }
         Ok(())
+    }
+
+    /// Lets the host cache be made from now on, if it waits (a restart
+    /// holds it until the application's memory is restored).
+    pub fn make_cache(&self) {
+        self.shared.cache.release();
     }
 
     /// Rebuilds the backend's state from the newest committed version if

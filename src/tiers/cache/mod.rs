@@ -297,6 +297,27 @@ impl HostCache {
     /// spilled meanwhile ([`Cached::spilled`]), so no checkpoint waits for
     /// an allocation.
     pub fn with_memory(bytes: u64, alloc: Option<SegmentAlloc>) -> Result<Self> {
+        Self::make(bytes, alloc, false)
+    }
+
+    /// [`HostCache::with_memory`], its thread making nothing until
+    /// [`HostCache::release`] (or a file waiting for segments): a store
+    /// opened for a restart restores before anything is allocated beside it.
+    pub fn held(bytes: u64, alloc: Option<SegmentAlloc>) -> Result<Self> {
+        Self::make(bytes, alloc, true)
+    }
+
+    /// Lets the background thread make the segments (once held).
+    pub fn release(&self) {
+        let mut st = self.pool.lock();
+        if st.held {
+            st.held = false;
+            drop(st);
+            self.pool.returned.notify_all();
+        }
+    }
+
+    fn make(bytes: u64, alloc: Option<SegmentAlloc>, held: bool) -> Result<Self> {
         let segments = usize::try_from(bytes.div_ceil(SEGMENT_BYTES as u64))
             .map_err(|_| Error::InvalidOption(format!("host cache of {bytes} bytes")))?
             .max(1);
@@ -310,6 +331,7 @@ impl HostCache {
             quiet: 0,
             allocating: false,
             waiting: 0,
+            held,
         };
         let pool = Arc::new(Pool { state: Mutex::new(state), returned: Condvar::new() });
         let weak = Arc::downgrade(&pool);
@@ -323,6 +345,7 @@ impl HostCache {
     /// Waits until the background thread has made every segment (tests and
     /// benchmarks that must not see spills).
     pub fn wait_made(&self) {
+        self.release();
         let mut st = self.pool.lock();
         while st.made < st.total {
             st = crate::sync::wait(&self.pool.returned, st);

@@ -36,6 +36,10 @@ pub(super) struct PoolState {
     /// Takers waiting for segments (the background thread then goes on
     /// allocating, quiet or not: they may need what it makes).
     pub(super) waiting: usize,
+    /// Whether the background thread waits for [`super::HostCache::release`]
+    /// before it makes anything (a restart's restore first: nothing made
+    /// beside it competes with it), unless a taker waits.
+    pub(super) held: bool,
 }
 
 /// What [`Pool::take`] lends.
@@ -94,11 +98,12 @@ impl Pool {
         self.returned.notify_all();
     }
 
-    /// Waits until no call asked for quiet (or a taker waits for
-    /// segments), then marks a page-locking allocation as running.
+    /// Waits until the cache is released and no call asked for quiet (or
+    /// a taker waits for segments), then marks a page-locking allocation as
+    /// running.
     pub(super) fn begin_allocation(&self) {
         let mut st = self.lock();
-        while st.quiet > 0 && st.waiting == 0 {
+        while (st.held || st.quiet > 0) && st.waiting == 0 {
             st = crate::sync::wait(&self.returned, st);
         }
         st.allocating = true;

@@ -134,6 +134,31 @@ fn no_allocation_begins_while_a_call_asks_for_quiet() {
 }
 
 #[test]
+fn a_held_cache_makes_nothing_until_released_or_a_file_waits() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let begun = Arc::new(AtomicUsize::new(0));
+    let cache = HostCache::held(4 * SEGMENT_BYTES as u64, Some(slow_alloc(&begun))).expect("cache");
+    std::thread::sleep(Duration::from_millis(60));
+    assert_eq!(begun.load(Ordering::SeqCst), 0, "a held cache allocated");
+    cache.release();
+    cache.wait_made();
+    assert_eq!(begun.load(Ordering::SeqCst), 4);
+    // Held again: a file too large to spill beside a live spilled one
+    // waits for segments, and the thread makes them for it.
+    let begun = Arc::new(AtomicUsize::new(0));
+    let cache = Arc::new(HostCache::held(4 * SEGMENT_BYTES as u64, Some(slow_alloc(&begun))).expect("cache"));
+    let (done, got) = std::sync::mpsc::channel();
+    let c = Arc::clone(&cache);
+    std::thread::spawn(move || {
+        let (first, _) = c.store_parts(&[&vec![1u8; 3 * SEGMENT_BYTES]]).expect("first");
+        let (second, _) = c.store_parts(&[&vec![2u8; 3 * SEGMENT_BYTES]]).expect("second");
+        let _ = done.send((first.spilled(), second.spilled()));
+    });
+    let (first, second) = got.recv_timeout(Duration::from_secs(20)).expect("no deadlock");
+    assert!(first && !second, "the first spills, the second takes segments made for it");
+}
+
+#[test]
 fn a_file_waiting_for_segments_lets_the_allocation_go_on_during_quiet() {
     use std::sync::atomic::AtomicUsize;
     let begun = Arc::new(AtomicUsize::new(0));
