@@ -268,7 +268,7 @@ impl Runtime {
         let named = self.names.get_mut(name).ok_or_else(|| Error::Internal("named checkpoint".into()))?;
         match &mut named.staging {
             Staging::Host(buf) => {
-                gather_host(regions, buf);
+                raw::gather_host(regions, buf);
                 Ok(())
             }
             Staging::Device(staging) => {
@@ -509,7 +509,7 @@ impl Runtime {
         match &mut named.staging {
             Staging::Host(buf) => named.ckpt.restart_into(version, ProtectedMut::Host(buf)).map(|()| {
                 let _span = crate::profile::Span::new("restart-scatter", version);
-                scatter_host(regions, buf);
+                raw::scatter_host(regions, buf);
             }),
             Staging::Device(staging) => staging
                 .region()
@@ -651,26 +651,6 @@ fn check_table(root: &std::path::Path, table: &RegionTable) -> Result<()> {
 
 fn describe(shapes: &[Shape]) -> Vec<String> {
     shapes.iter().map(|s| format!("{}:{}{}", s.id, s.len, if s.device { " (device)" } else { "" })).collect()
-}
-
-/// Copies the host regions into `buf`, in id order.
-fn gather_host(regions: &BTreeMap<u32, Region>, buf: &mut [u8]) {
-    let mut at = 0;
-    for r in regions.values() {
-        let bytes = raw::host(r);
-        buf[at..at + bytes.len()].copy_from_slice(bytes);
-        at += bytes.len();
-    }
-}
-
-/// Copies `buf` back into the host regions, in id order.
-fn scatter_host(regions: &BTreeMap<u32, Region>, buf: &[u8]) {
-    let mut at = 0;
-    for r in regions.values() {
-        let len = r.len();
-        raw::host_mut(r).copy_from_slice(&buf[at..at + len]);
-        at += len;
-    }
 }
 
 impl Runtime {

@@ -88,6 +88,27 @@ pub(super) fn host_mut(r: &Region) -> &mut [u8] {
     }
 }
 
+/// Copies the host regions into `buf`, in id order (1 MiB pieces in parallel).
+pub(super) fn gather_host(regions: &BTreeMap<u32, Region>, buf: &mut [u8]) {
+    let mut at = 0;
+    for r in regions.values() {
+        let bytes = host(r);
+        crate::memory::parallel_copy(&mut buf[at..at + bytes.len()], bytes);
+        at += bytes.len();
+    }
+}
+
+/// Copies `buf` back into the host regions, in id order (1 MiB pieces in
+/// parallel: a restart's first touch of the application's pages).
+pub(super) fn scatter_host(regions: &BTreeMap<u32, Region>, buf: &[u8]) {
+    let mut at = 0;
+    for r in regions.values() {
+        let len = r.len();
+        crate::memory::parallel_copy(host_mut(r), &buf[at..at + len]);
+        at += len;
+    }
+}
+
 /// Every region with its offset in the gathered buffer (ids in order).
 pub(super) fn pieces(regions: &BTreeMap<u32, Region>) -> Vec<(usize, Protected<'_>)> {
     placed(regions, |r| match *r {
