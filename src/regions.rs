@@ -529,11 +529,11 @@ mod tests {
         }
     }
 
-    /// A baseline diff of `n` chunks: FIRST runs from `first` (start,
-    /// count) and SHIFT runs laid after them from `segments` (count, source
-    /// start, copies: a plain run, or a repeat of `copies` ≥ 2), sources in
-    /// this version's first 16 chunks; returned folded (repeats kept) and
-    /// expanded (one run per copy, coalesced, as a decoded file gives).
+    /// A baseline diff whose chunks 0..16 are one FIRST run and whose SHIFT
+    /// runs follow them from `segments` (count, source start, copies: a
+    /// plain run, or a repeat of `copies` ≥ 2), each a FIXED chunk apart,
+    /// sources in chunks 0..16; returned folded (repeats kept) and expanded
+    /// (one run per copy, coalesced, as a decoded file gives).
     fn folded_and_expanded(segments: &[(u64, u64, u64)]) -> (Diff, Diff) {
         use crate::diff::RegionEncoding;
         let mut shift = Vec::new();
