@@ -382,7 +382,7 @@ fn main() {
     if w.rank == 0 {
         println!("mpi-tests: backend auto (set DCKPT_MPI_TEST_BACKEND=cpu|cuda to choose)");
     }
-    let tests: [(&str, Test); 15] = [
+    let tests: [(&str, Test); 16] = [
         ("reduction", reduction),
         ("identical", |w, r| {
             identical(w, r);
@@ -400,6 +400,7 @@ fn main() {
         ("retention", retention),
         ("tier-faults", tier_faults),
         ("background-failure", background_failure),
+        ("step-beside-the-call", step_beside_the_call),
         ("runtime", runtime::runtime),
         ("node-loss", node_loss::node_loss),
     ];

@@ -40,7 +40,10 @@ pub(super) fn tiered(w: &World, root: &Path) {
 pub(super) fn tiered_with(w: &World, root: &Path, overlap: bool) {
     use dckpt::collective::TieredCollective;
     let backend = test_backend();
-    let opts = CollectiveOptions { backend, overlap: overlap.into(), ..CollectiveOptions::default() };
+    // Waiting for every late step: the same bytes as the synchronous path
+    // whatever the timing (`step_beside_the_call` keeps a late version's).
+    let late_step = dckpt::collective::LateStep::Wait;
+    let opts = CollectiveOptions { backend, overlap: overlap.into(), late_step, ..CollectiveOptions::default() };
     let tiers = two_tiers(root, (None, None));
     let s = Scenario::Partial;
     let mut sync = Collective::open(w.comm, &root.join("sync"), len() as u64, &store_opts(), &opts).expect("open sync");
@@ -358,9 +361,9 @@ pub(super) fn retention_with_dense_versions(w: &World, root: &Path, opts: &Colle
 }
 
 /// The collective step on its background thread fails on one rank after
-/// every call returned: that version is abandoned on every rank (`wait`
-/// says why), the next version continues the chain before it, and every
-/// other version restores byte-exactly on every rank.
+/// every call returned: that rank keeps version 2's regions (its file as
+/// cached), nothing is abandoned, and every version is durable and
+/// restores byte-exactly on every rank.
 pub(super) fn background_failure(w: &World, root: &Path) {
     use dckpt::collective::TieredCollective;
     // On: `auto` keeps the step in the call for a CPU rank with one CPU.
@@ -371,40 +374,96 @@ pub(super) fn background_failure(w: &World, root: &Path) {
         return; // one rank, or no MPI_THREAD_MULTIPLE: no background step
     }
     let s = Scenario::Partial;
+    let failing = w.rank == w.size - 1;
     for v in 1..=4u64 {
         if v == 2 {
-            // Version 1's step is over everywhere: the failure hits version 2's.
+            // Version 1's step is over: the failure hits version 2's.
             c.settle();
-            if w.rank == w.size - 1 {
+            if failing {
                 dckpt::failpoint::fail_next("collective.reduced");
             }
         }
         c.checkpoint(v, &buffer(s, w.rank, v)).expect("every call returns");
     }
-    let waited = c.wait(2);
-    w.check(
-        waited
-            .as_ref()
-            .is_err_and(|e| e.kind() == dckpt::ErrorKind::NotDurable && e.to_string().contains("collective step")),
-        &format!("the abandoned version: wait says {waited:?}"),
-    );
-    for v in [1, 3, 4] {
-        c.wait(v).expect("the other versions are durable");
+    for v in 1..=4 {
+        c.wait(v).expect("every version is durable, the failed step's too");
     }
-    let settled: Vec<u64> = c.take_settled().iter().map(|r| r.checkpoint.version).collect();
-    w.check(settled == [1, 3, 4], &format!("settled reports {settled:?}"));
-    // Finalizing reports the abandoned version, and nothing else.
-    if let Err(e) = c.finalize() {
-        w.check(e.to_string().contains("collective step"), &format!("finalize: {e}"));
+    let settled = c.take_settled();
+    let versions: Vec<u64> = settled.iter().map(|r| r.checkpoint.version).collect();
+    w.check(versions == [1, 2, 3, 4], &format!("settled reports {versions:?}"));
+    if failing {
+        let two = settled.iter().find(|r| r.checkpoint.version == 2);
+        w.check(two.is_some_and(|r| r.regions_referenced == 0), "the failed step gave regions away");
     }
+    c.finalize().expect("finalize");
     w.comm.barrier();
     for r in 0..w.size {
-        for v in [1, 3, 4] {
+        for v in 1..=4 {
             let got = dckpt::restore::restore_version(&root.join("shared"), r as u32, v);
             w.check(got.is_ok_and(|g| g == buffer(s, r, v)), &format!("rank {r} version {v} after the failure"));
         }
-        let gone = dckpt::restore::restore_version(&root.join("shared"), r as u32, 2);
-        w.check(gone.is_err(), &format!("rank {r}: the abandoned version 2 restores"));
+    }
+}
+
+/// The collective step runs beside the call: with one rank's step slowed
+/// down (each reduction on its thread pauses), the next calls return
+/// without waiting for it — that rank settles version 2 as late, keeping
+/// its regions — and a version whose call returned becomes durable on
+/// every tier with no later collective call. Every version restores
+/// byte-exactly, on every rank, the kept one too.
+pub(super) fn step_beside_the_call(w: &World, root: &Path) {
+    use dckpt::collective::{LateStep, TieredCollective};
+    use std::time::{Duration, Instant};
+    let opts = CollectiveOptions {
+        backend: test_backend(),
+        overlap: Overlap::On,
+        late_step: LateStep::Keep,
+        ..CollectiveOptions::default()
+    };
+    let mut c = TieredCollective::open(w.comm, &two_tiers(root, (None, None)), len() as u64, &store_opts(), &opts)
+        .expect("open");
+    if w.size == 1 {
+        return; // one rank: no collective step
+    }
+    w.check(c.overlapped(), "overlap on, MPI_THREAD_MULTIPLE granted: the step is not on its thread");
+    let s = Scenario::Partial;
+    let slow = w.rank == w.size - 1;
+    c.checkpoint(1, &buffer(s, w.rank, 1)).expect("checkpoint 1");
+    c.settle();
+    if slow {
+        // Every later reduction on this rank's step thread pauses.
+        dckpt::failpoint::delay("collective.reduced", Duration::from_secs(2));
+    }
+    c.checkpoint(2, &buffer(s, w.rank, 2)).expect("checkpoint 2");
+    c.checkpoint(3, &buffer(s, w.rank, 3)).expect("checkpoint 3");
+    if slow {
+        dckpt::failpoint::delay("collective.reduced", Duration::ZERO);
+    }
+    let late: Vec<u64> = c.take_settled().iter().filter(|r| r.late).map(|r| r.checkpoint.version).collect();
+    w.check(
+        !slow || late == [2],
+        &format!("the slow rank's call for version 3 waited for version 2's step (late: {late:?})"),
+    );
+    // No collective call from here until version 3 is committed everywhere.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let durable = |c: &TieredCollective| ["local", "shared"].iter().all(|t| c.is_durable(3, t));
+    while !durable(&c) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    w.check(durable(&c), "version 3 was not committed on every tier without a later call");
+    w.comm.barrier();
+    c.finalize().expect("finalize");
+    w.comm.barrier();
+    for tier in ["local", "shared"] {
+        for r in 0..w.size {
+            for v in 1..=3 {
+                let got = dckpt::restore::restore_version(&root.join(tier), r as u32, v);
+                w.check(
+                    got.as_ref().is_ok_and(|g| *g == buffer(s, r, v)),
+                    &format!("rank {r} version {v} from {tier}: {:?}", got.err()),
+                );
+            }
+        }
     }
 }
 

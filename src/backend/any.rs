@@ -6,7 +6,9 @@
 
 use super::cpu::{CpuBackend, CpuPending};
 use super::cuda::{CudaBackend, GpuPending};
-use super::{Backend, BackendKind, Deduplicated, DiffBytes, Handed, PendingVersion, Sink, VersionMut, budget, foreign};
+use super::{
+    Backend, BackendKind, Deduplicated, DiffBytes, Handed, PendingVersion, Sink, StepDiff, VersionMut, budget, foreign,
+};
 use crate::diff::Diff;
 use crate::error::Result;
 use crate::layout::Layout;
@@ -184,8 +186,24 @@ impl Backend for AnyBackend {
         typed_mut!(self, version, |b, v| b.hand_over(v, data, sink))
     }
 
-    fn settle_given_away(&mut self, version: VersionMut<'_, AnyPending>) -> Result<Option<Rewrite>> {
-        typed_mut!(self, version, |b, v| b.settle_given_away(v))
+    fn commit_before_step(&mut self, handed: Handed) -> Result<StepDiff> {
+        let Handed { pending, baseline, describe, gpu } = handed;
+        match self {
+            AnyBackend::Cpu(b) => {
+                let pending = pending.map(into_cpu).transpose()?;
+                b.commit_before_step(Handed { pending, baseline, describe: None, gpu })
+            }
+            AnyBackend::Cuda(b) => {
+                let describe = describe.map(|describe| -> super::Describe<_> {
+                    Box::new(move |read| describe(read).and_then(|(d, start)| Ok((into_cuda(d)?, start))))
+                });
+                b.commit_before_step(Handed { pending: None, baseline, describe, gpu })
+            }
+        }
+    }
+
+    fn settle_step(&mut self, version: u64, dense: bool, conv: &[Conversion], layouts: &[Layout]) -> Result<()> {
+        each!(self, |b| b.settle_step(version, dense, conv, layouts))
     }
 
     fn commit(&mut self, version: Deduplicated) -> Result<()> {
@@ -209,16 +227,6 @@ impl Backend for AnyBackend {
 
     fn host_segments(&self) -> Option<crate::memory::SegmentAlloc> {
         each!(self, |b| b.host_segments())
-    }
-
-    fn checkpoint_into(
-        &mut self,
-        version: u64,
-        input: Protected<'_>,
-        baseline: bool,
-        sink: Sink<'_>,
-    ) -> Result<Option<super::cuda::GpuTimings>> {
-        each!(self, |b| b.checkpoint_into(version, input, baseline, sink))
     }
 
     fn hand_over_new(&mut self, version: u64, input: Protected<'_>, baseline: bool, sink: Sink<'_>) -> Result<Handed> {

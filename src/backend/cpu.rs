@@ -1,8 +1,8 @@
 //! The CPU backend: the methods of [`crate::dedup`] over a [`DedupState`],
 //! the FIRST bytes read from the protected host buffer.
 
-use super::{Backend, BackendKind, Deduplicated, DiffBytes, PendingVersion, VersionMut};
-use crate::dedup::{DedupInput, DedupState, Pending};
+use super::{Backend, BackendKind, Deduplicated, DiffBytes, Handed, PendingVersion, StepDiff, VersionMut};
+use crate::dedup::{DedupInput, DedupState, HeldInserts, Pending};
 use crate::diff::Diff;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
@@ -22,6 +22,10 @@ pub struct CpuBackend {
     /// A state being rebuilt on a thread of its own (after a restart's
     /// restore): installed by the next call that needs the state.
     rebuilding: Option<std::thread::JoinHandle<DedupState>>,
+    /// The record entries of the version committed before its collective
+    /// step ran ([`Backend::commit_before_step`]), until
+    /// [`Backend::settle_step`] moves them.
+    held: Option<(u64, HeldInserts)>,
 }
 
 impl CpuBackend {
@@ -34,7 +38,16 @@ impl CpuBackend {
 
     /// A backend continuing from `state` with `method`.
     pub fn new(state: DedupState, method: Method) -> Self {
-        CpuBackend { state, method, restart_pending: false, rebuilding: None }
+        CpuBackend { state, method, restart_pending: false, rebuilding: None, held: None }
+    }
+
+    /// Drops record entries still held for a collective step that never
+    /// settled (fewer entries store more bytes, never wrong ones: the
+    /// step may have given their bytes away).
+    fn drop_unsettled(&mut self) {
+        if let Some((version, held)) = self.held.take() {
+            tracing::debug!("version {version}: {} record entries dropped, its step never settled", held.len());
+        }
     }
 
     /// Installs the state rebuilt in the background, waiting for it if
@@ -97,6 +110,7 @@ impl Backend for CpuBackend {
 
     fn deduplicate(&mut self, version: u64, input: Protected<'_>, baseline: bool) -> Result<Deduplicated<CpuPending>> {
         self.settle_rebuild();
+        self.drop_unsettled();
         let Protected::Host(data) = input else {
             return Err(Error::InvalidOption("device memory needs the CUDA backend".into()));
         };
@@ -140,14 +154,34 @@ impl Backend for CpuBackend {
         Ok((DiffBytes::Owned(crate::format::finish_body(body, p.2)), None))
     }
 
-    fn settle_given_away(&mut self, version: VersionMut<'_, CpuPending>) -> Result<Option<Rewrite>> {
-        // The record already moved with the give-away (`remap_entries`).
-        let p = version.pending;
-        Ok(p.1.take().map(|before| Rewrite::new(before, version.diff.clone(), p.2)))
+    fn commit_before_step(&mut self, handed: Handed<CpuPending>) -> Result<StepDiff> {
+        let d = handed.pending.ok_or_else(|| Error::Internal("a handed-over CPU version without its state".into()))?;
+        self.settle_rebuild();
+        self.drop_unsettled();
+        let Deduplicated { diff, pending, .. } = d;
+        let held = self.state.commit_holding_inserts(pending.0);
+        self.held = Some((diff.version, held));
+        self.restart_pending = false;
+        Ok(StepDiff::Known(diff))
+    }
+
+    fn settle_step(&mut self, version: u64, _dense: bool, conv: &[Conversion], layouts: &[Layout]) -> Result<()> {
+        let Some((held_version, mut held)) = self.held.take() else { return Ok(()) };
+        if held_version != version {
+            tracing::debug!("version {held_version}: its record entries dropped, version {version} settles");
+            return Ok(());
+        }
+        if !conv.is_empty() {
+            let (me, layout) = (self.state.rank, self.state.layout);
+            held.remap(|e| regions::relocate(e, me, &layout, conv, layouts));
+        }
+        self.state.absorb(held);
+        Ok(())
     }
 
     fn commit(&mut self, version: Deduplicated<CpuPending>) -> Result<()> {
         self.settle_rebuild();
+        self.drop_unsettled();
         let Deduplicated { diff, pending, .. } = version;
         // The diff's lists are freed off the call.
         crate::memory::drop_later(diff);
@@ -158,6 +192,7 @@ impl Backend for CpuBackend {
 
     fn rollback(&mut self) -> Result<()> {
         self.settle_rebuild();
+        self.drop_unsettled();
         // Nothing changed before commit, but a dropped record restart.
         self.forget_restarted();
         Ok(())
@@ -171,6 +206,7 @@ impl Backend for CpuBackend {
             return Err(Error::InvalidOption("the CPU backend rebuilds from host memory".into()));
         };
         self.settle_rebuild();
+        self.drop_unsettled();
         self.forget_restarted();
         let (layout, hash, rank) = (self.state.layout, self.state.hash, self.state.rank);
         let method = self.method;

@@ -236,12 +236,20 @@ pub trait Backend: Send {
         hand_over_bytes(self, version, data, sink)
     }
 
-    /// For a version handed over ([`Backend::hand_over`]) before regions were
-    /// given away (the collective step finished in the background): moves
-    /// the record entries of the regions given away since (the device table
-    /// on the CUDA backend) and returns the rewrite the handed-over file
-    /// now needs, if any.
-    fn settle_given_away(&mut self, version: VersionMut<'_, Self::Pending>) -> Result<Option<Rewrite>>;
+    /// Commits a version [`Backend::hand_over_new`] handed over whose
+    /// collective step has not run yet: its state is permanent but for the
+    /// record entries it adds, held (the CPU's) or left in the device's
+    /// table until [`Backend::settle_step`] says where the step put their
+    /// bytes. Returns what the step reads of it.
+    fn commit_before_step(&mut self, handed: Handed<Self::Pending>) -> Result<StepDiff>;
+
+    /// The collective step of `version`, committed by
+    /// [`Backend::commit_before_step`], is over: the record entries of the
+    /// regions in `conv`, which its file gives away (empty: it kept them
+    /// all), move to the owners' copies (`layouts[r]` is rank r's layout),
+    /// and the held ones join the record. `dense`: the version's diff was
+    /// dense (it added no entries). Called before the next de-duplication.
+    fn settle_step(&mut self, version: u64, dense: bool, conv: &[Conversion], layouts: &[Layout]) -> Result<()>;
 
     /// Makes a serialized version's state permanent (its files are durable).
     fn commit(&mut self, version: Deduplicated<Self::Pending>) -> Result<()>;
@@ -270,28 +278,7 @@ pub trait Backend: Send {
         None
     }
 
-    /// The asynchronous tiers' path, all in one: de-duplicates `input`,
-    /// hands its diff file to `sink` (as parts, or written into the sink's
-    /// buffers), then commits.
-    /// `sealed` is false when the backend left the file's last 32 bytes (its
-    /// trailer) unwritten, so that nothing but the de-duplication precedes
-    /// the hand-off: the consumer seals it ([`crate::format::seal`]). On any
-    /// error, the sink's included, the version is rolled back. Returns the
-    /// device-side times (CUDA backend).
-    fn checkpoint_into(
-        &mut self,
-        version: u64,
-        input: Protected<'_>,
-        baseline: bool,
-        sink: Sink<'_>,
-    ) -> Result<Option<cuda::GpuTimings>> {
-        let handed = self.hand_over_new(version, input, baseline, sink)?;
-        let gpu = handed.gpu;
-        self.commit_handed(handed)?;
-        Ok(gpu)
-    }
-
-    /// [`Backend::checkpoint_into`] without its commit: de-duplicates
+    /// The asynchronous tiers' path: de-duplicates
     /// `input` and hands its file to `sink`, the version left pending until
     /// [`Backend::commit_handed`] (or [`Backend::rollback`], when another
     /// rank failed). Nothing but what the file needs happens on the host:
@@ -329,6 +316,32 @@ pub trait Backend: Send {
             None => Err(Error::Internal("a handed-over version without its pending state".into())),
         }
     }
+}
+
+/// What the collective step reads of a version committed before it ran
+/// ([`Backend::commit_before_step`]).
+pub enum StepDiff {
+    /// The diff, on the host already (the CPU).
+    Known(Diff),
+    /// How to decode it from the handed-over file (a device-made file).
+    Later(DescribeDiff),
+}
+
+/// Decodes a handed-over file's diff (folded, as the file stores it) given
+/// a reader of the file.
+pub type DescribeDiff = Box<dyn FnOnce(&mut dyn FnMut(u64, &mut [u8]) -> Result<()>) -> Result<Described> + Send>;
+
+/// A handed-over file's diff, decoded by a [`DescribeDiff`].
+#[derive(Debug)]
+pub struct Described {
+    /// The diff, its repeats folded as the file stores them.
+    pub diff: Diff,
+    /// Where the file's FIRST data start.
+    pub data_start: usize,
+    /// Whether the file holds runs the encoder would fold (a device wrote
+    /// them one by one): its bytes are brought to the encoder's form before
+    /// they are stored, rewritten even where no region is given away.
+    pub unfolded: bool,
 }
 
 /// Describes a version handed over without its diff on the host

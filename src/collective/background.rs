@@ -1,29 +1,51 @@
-//! The collective step off the application's path: a thread with its own
-//! communicator runs each version's reduction and give-away while the
-//! application computes. The call that checkpoints hands it the version
-//! (already cached) and its regions; the thread builds the tuple set, so
-//! its sort never delays the application. The next collective call
-//! collects the outcome and commits or abandons it. Tasks run one at a time,
-//! in the order every rank submits them, so the threads of all ranks meet
-//! in the same reductions.
+//! The collective step beside the application: a thread with its own
+//! communicator runs each version's description, reduction and give-away
+//! while the application computes. The call commits the version and queues
+//! it before the step runs; the step's outcome goes through the version's
+//! [`StepGate`]:
+//!
+//! - the flush of the version waits at the gate, then writes the file as
+//!   the step rewrote it (regions given away) or as it was cached;
+//! - the next collective call settles the gate before it de-duplicates: the
+//!   record entries of the regions given away move to their owners' copies
+//!   ([`crate::tiers::TieredEngine::settle_step`]). A step still running
+//!   then is **late**: the call keeps the version's regions
+//!   ([`super::LateStep`] says when it waits instead), and the step's
+//!   outcome is dropped when it comes.
+//!
+//! Giving regions away or keeping them is each rank's own choice: an owner
+//! never gives its own regions away, so a rank that keeps its copies breaks
+//! no other rank's reference, and no agreement is needed. Tasks run one at
+//! a time, in the order every rank submits them, so the threads of all
+//! ranks meet in the same reductions (a rank with nothing to offer, or
+//! whose version is kept already, offers an empty set).
 
 use super::reduce::{Reducer, ThreadComm};
 use super::regions::{Conversion, conversions};
 use super::step::tuple_set;
+use crate::backend::Described;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-use crate::tiers::{CachedVersion, HandedVersion};
-use std::sync::Arc;
-use std::sync::mpsc::{Receiver, Sender, channel};
+use crate::regions::Rewrite;
+use crate::tiers::{LateRewrite, StepFile};
+use std::sync::mpsc::{Sender, channel};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-/// A version handed to the background step: cached, not yet committed,
-/// with nothing found in the call but the file (the thread decodes a
-/// device-made diff from the cached file and hashes its FIRST regions).
+/// Why a version kept its regions when its step had not decided by the
+/// next call (or had not started when the call kept them).
+pub(crate) const LATE: &str = "the step was late";
+
+/// A version handed to the background step: committed and queued, its
+/// flush waiting at `gate`.
 pub(crate) struct Task {
-    /// The version, cached and not yet committed.
-    pub handed: HandedVersion,
+    /// The version as the step reads it (`None`: this rank could not commit
+    /// it, and takes part in the reduction with nothing).
+    pub file: Option<StepFile>,
+    /// Where the outcome goes; kept (the file as cached) if the task is
+    /// dropped before it ran.
+    pub gate: GateGuard,
     /// The largest region's level (nodes of at most `2^max_level` chunks).
     pub max_level: u32,
 }
@@ -41,24 +63,136 @@ pub(crate) struct StepParams {
     pub min_region_bytes: u64,
 }
 
-/// What the background step made of a [`Task`].
-pub(crate) struct Settled {
-    /// The version, its regions given away (not yet committed).
-    pub cached: CachedVersion,
+/// What a version's step gave away.
+#[derive(Debug)]
+pub(crate) struct StepOutcome {
+    /// The regions given away (each a reference to its owner's copy).
+    pub conv: Vec<Conversion>,
+    /// Whether the version's diff was dense (it added no record entries).
+    pub dense: bool,
     /// Regions offered to the reduction.
     pub offered: usize,
     /// Entries of the reduction's result.
     pub merged: usize,
-    /// The regions given away.
-    pub conv: Vec<Conversion>,
-    /// Seconds of the reduction and the give-away.
+    /// The file's length once rewritten (`None`: as cached).
+    pub file_bytes: Option<u64>,
+    /// Seconds of the step (description, reduction, give-away).
     pub seconds: f64,
+}
+
+/// How a version's step ended, as its settle sees it.
+#[derive(Debug)]
+pub(crate) enum Decision {
+    /// The file gives the regions of the outcome away.
+    Given(StepOutcome),
+    /// The file keeps every region: the step was late, failed here, or
+    /// never ran (why).
+    Kept(String),
+}
+
+enum GateState {
+    /// The step has not decided.
+    Open,
+    /// Regions given away: the flush's rewrite and the settle's outcome,
+    /// each taken once.
+    Given { rewrite: Option<Box<Rewrite>>, outcome: Option<StepOutcome> },
+    /// Every region kept, and why.
+    Kept(String),
+}
+
+/// Where a version's step outcome meets its flush and its settle: decided
+/// once, by the step ([`StepGate::give`]) or by whoever keeps the regions
+/// first ([`StepGate::keep`]).
+pub(crate) struct StepGate {
+    state: Mutex<GateState>,
+    decided: Condvar,
+}
+
+impl StepGate {
+    /// An open gate.
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(StepGate { state: Mutex::new(GateState::Open), decided: Condvar::new() })
+    }
+
+    /// The step gives regions away, unless the regions were kept already
+    /// (false then: the outcome is dropped).
+    fn give(&self, rewrite: Option<Rewrite>, outcome: StepOutcome) -> bool {
+        let mut state = crate::sync::lock(&self.state);
+        if !matches!(*state, GateState::Open) {
+            return false;
+        }
+        *state = GateState::Given { rewrite: rewrite.map(Box::new), outcome: Some(outcome) };
+        self.decided.notify_all();
+        true
+    }
+
+    /// Keeps every region, unless the step decided already.
+    pub(crate) fn keep(&self, why: &str) {
+        let mut state = crate::sync::lock(&self.state);
+        if matches!(*state, GateState::Open) {
+            *state = GateState::Kept(why.to_string());
+            self.decided.notify_all();
+        }
+    }
+
+    /// Whether the regions are kept already (the step need not look).
+    fn is_kept(&self) -> bool {
+        matches!(*crate::sync::lock(&self.state), GateState::Kept(_))
+    }
+
+    /// The settle's side: the decision, waiting for the step if `wait`,
+    /// else keeping the regions of a step still running (late).
+    pub(crate) fn settle(&self, wait: bool) -> Decision {
+        let mut state = crate::sync::lock(&self.state);
+        if matches!(*state, GateState::Open) && !wait {
+            *state = GateState::Kept(LATE.into());
+            self.decided.notify_all();
+        }
+        while matches!(*state, GateState::Open) {
+            state = self.decided.wait(state).unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        match &mut *state {
+            GateState::Given { outcome, .. } => match outcome.take() {
+                Some(o) => Decision::Given(o),
+                None => Decision::Kept("settled twice".into()),
+            },
+            GateState::Kept(why) => Decision::Kept(why.clone()),
+            GateState::Open => Decision::Kept("undecided".into()),
+        }
+    }
+
+    /// Whether the step has decided (or the regions were kept).
+    pub(crate) fn is_decided(&self) -> bool {
+        !matches!(*crate::sync::lock(&self.state), GateState::Open)
+    }
+}
+
+impl LateRewrite for StepGate {
+    fn wait(&self) -> Option<Rewrite> {
+        let mut state = crate::sync::lock(&self.state);
+        while matches!(*state, GateState::Open) {
+            state = self.decided.wait(state).unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        match &mut *state {
+            GateState::Given { rewrite, .. } => rewrite.take().map(|r| *r),
+            _ => None,
+        }
+    }
+}
+
+/// A task's hold on its gate: a task dropped before it decided (its thread
+/// stopped) keeps the regions, so that no flush waits forever.
+pub(crate) struct GateGuard(pub Arc<StepGate>);
+
+impl Drop for GateGuard {
+    fn drop(&mut self) {
+        self.0.keep("the collective step's thread stopped before it ran");
+    }
 }
 
 /// The background thread of one [`super::TieredCollective`].
 pub(crate) struct StepWorker {
     tasks: Option<Sender<Task>>,
-    done: Receiver<Result<Settled>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -66,41 +200,32 @@ impl StepWorker {
     /// Starts the thread over its own communicator.
     pub(crate) fn start(comm: ThreadComm, params: StepParams) -> Result<Self> {
         let (tasks, todo) = channel::<Task>();
-        let (report, done) = channel();
         let thread = std::thread::Builder::new()
             .name(format!("dckpt-collective-{}", params.me))
             .spawn(move || {
                 let mut reducer = Reducer::default();
                 for task in todo {
-                    let outcome = run(comm.comm(), &params, &mut reducer, task);
-                    if report.send(outcome).is_err() {
-                        break;
-                    }
+                    run(comm.comm(), &params, &mut reducer, task);
                 }
                 // `comm` is freed here, on the thread that used it.
             })
             .map_err(|e| Error::no_thread("the collective step's thread", e))?;
-        Ok(StepWorker { tasks: Some(tasks), done, thread: Some(thread) })
+        Ok(StepWorker { tasks: Some(tasks), thread: Some(thread) })
     }
 
-    /// Hands `task` to the thread.
+    /// Hands `task` to the thread (on error its gate keeps the regions).
     pub(crate) fn submit(&self, task: Task) -> Result<()> {
         self.tasks
             .as_ref()
             .and_then(|t| t.send(task).ok())
             .ok_or_else(|| Error::Internal("the collective step's thread has stopped".into()))
     }
-
-    /// Waits for the outcome of the oldest task not collected yet.
-    pub(crate) fn collect(&self) -> Result<Settled> {
-        self.done.recv().map_err(|_| Error::Internal("the collective step's thread has stopped".into()))?
-    }
 }
 
 impl Drop for StepWorker {
     fn drop(&mut self) {
-        // The thread finishes the task it has (every rank submitted it, so
-        // its reduction completes) and frees its communicator.
+        // The thread finishes the tasks it has (every rank submitted them,
+        // so their reductions complete) and frees its communicator.
         drop(self.tasks.take());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -108,36 +233,70 @@ impl Drop for StepWorker {
     }
 }
 
-/// One task: the tuple set, the reduction over `comm`, then the give-away
-/// of the regions other ranks own.
-fn run(
-    comm: &::mpi::topology::SimpleCommunicator,
-    params: &StepParams,
-    reducer: &mut Reducer,
-    task: Task,
-) -> Result<Settled> {
+/// One task: the regions (unless the version is kept already), the tuple
+/// set, the reduction over `comm` (always: every rank's thread meets
+/// there), then the give-away of the regions other ranks own, offered at
+/// the gate.
+fn run(comm: &::mpi::topology::SimpleCommunicator, params: &StepParams, reducer: &mut Reducer, task: Task) {
     let t = Instant::now();
     let StepParams { me, ref layouts, threshold, min_region_bytes } = *params;
-    let Task { handed, max_level } = task;
-    let version = handed.version();
-    let (mut cached, mut regions) = {
-        let _span = crate::profile::Span::new("step-describe", version);
-        handed.describe(max_level)?
+    let Task { file, gate, max_level } = task;
+    let version = file.as_ref().map(StepFile::version).unwrap_or(0);
+    let described = match file {
+        Some(_) if gate.0.is_kept() => Err(LATE.to_string()),
+        Some(file) => {
+            let _span = crate::profile::Span::new("step-describe", version);
+            file.describe(max_level).map_err(|e| e.to_string())
+        }
+        None => Err("this rank did not take the version".into()),
+    };
+    let (mut described, mut regions) = match described {
+        Ok((described, regions)) => (Some(described), regions),
+        Err(why) => {
+            gate.0.keep(&why);
+            (None, Vec::new())
+        }
     };
     let set = tuple_set(me, &mut regions, min_region_bytes, threshold);
     crate::profile::count("offered-entries", version, set.len() as u64);
     let merged = {
         let _span = crate::profile::Span::new("reduce", version);
-        reducer.reduce(comm, &set, threshold)?
+        reducer.reduce(comm, &set, threshold)
     };
     crate::failpoint::hit("collective.reduced");
-    if crate::failpoint::failed("collective.reduced") {
-        return Err(Error::Internal("an injected failure of the collective step (test)".into()));
-    }
+    let merged = match merged {
+        Ok(_) if crate::failpoint::failed("collective.reduced") => {
+            return gate.0.keep("an injected failure of the collective step (test)");
+        }
+        Ok(m) => m,
+        Err(e) => return gate.0.keep(&format!("the reduction failed: {e}")),
+    };
+    let Some(Described { mut diff, data_start, unfolded }) = described.take() else { return };
     let conv = conversions(me, &regions, merged, layouts);
-    {
+    // Before the give-away, which makes a dense diff with references no
+    // longer dense: whether the version added record entries.
+    let dense = diff.dense;
+    let rewrite = {
         let _span = crate::profile::Span::new("step-give-away", version);
-        cached.give_away(&conv, layouts)?;
+        match crate::regions::apply(&mut diff, &conv) {
+            Some(before) => Some(Rewrite::new(before, diff.clone(), data_start)),
+            // Nothing given away: a device's file still brought to the
+            // encoder's form (the flush would fold it otherwise; here the
+            // report learns the length).
+            None => unfolded.then(|| Rewrite::new(diff.clone(), diff.clone(), data_start)),
+        }
+    };
+    let file_bytes = rewrite.as_ref().map(Rewrite::file_len);
+    let outcome = StepOutcome {
+        conv,
+        dense,
+        offered: regions.len(),
+        merged: merged.len(),
+        file_bytes,
+        seconds: t.elapsed().as_secs_f64(),
+    };
+    if !gate.0.give(rewrite, outcome) {
+        crate::profile::count("step-late", version, 1);
     }
-    Ok(Settled { cached, offered: regions.len(), merged: merged.len(), conv, seconds: t.elapsed().as_secs_f64() })
+    crate::memory::drop_later(diff);
 }

@@ -111,6 +111,10 @@ pub struct CollectiveOptions {
     /// the next collective call: checkpoint, wait, finalize), or in the
     /// call ([`Overlap`]; `auto` by default).
     pub overlap: Overlap,
+    /// What a checkpoint call does when the previous version's collective
+    /// step, running beside the application, has not decided yet
+    /// ([`LateStep`]; `baseline` by default).
+    pub late_step: LateStep,
     /// How the node-local tier is protected against the loss of a node
     /// (partner copies or XOR parity on other nodes; `none` by default).
     /// Needs a node-local tier. All ranks must use the same.
@@ -119,6 +123,63 @@ pub struct CollectiveOptions {
     /// next `k` on node 1, … (emulated nodes, or a layout MPI cannot see);
     /// 0: the nodes MPI reports (ranks sharing memory).
     pub ranks_per_node: u32,
+}
+
+/// What a checkpoint call does when the collective step of an earlier
+/// version, running on its background thread ([`Overlap`]), has not
+/// decided yet. Waiting gives every version the same stored bytes
+/// whatever the timing; keeping returns at once and stores that version's
+/// regions on this rank (correct either way: an owner never gives its own
+/// regions away). `wait`, `finalize` and a restart always wait.
+///
+/// Written `"baseline"`, `"keep"` or `"wait"` in a configuration file and
+/// in `DCKPT_LATE_STEP`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LateStep {
+    /// Wait for a baseline's step (where a shared initial state is given
+    /// away: most of what the collective step saves), keep the regions of
+    /// any other version (the default).
+    #[default]
+    Baseline,
+    /// Never wait: the version keeps its regions.
+    Keep,
+    /// Always wait (the stored bytes do not depend on timing).
+    Wait,
+}
+
+impl LateStep {
+    /// Whether a call waits for the late step of a version that is a
+    /// `baseline` or not.
+    pub fn waits_for(self, baseline: bool) -> bool {
+        match self {
+            LateStep::Baseline => baseline,
+            LateStep::Keep => false,
+            LateStep::Wait => true,
+        }
+    }
+}
+
+impl fmt::Display for LateStep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LateStep::Baseline => "baseline",
+            LateStep::Keep => "keep",
+            LateStep::Wait => "wait",
+        })
+    }
+}
+
+impl FromStr for LateStep {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "baseline" => Ok(LateStep::Baseline),
+            "keep" => Ok(LateStep::Keep),
+            "wait" => Ok(LateStep::Wait),
+            _ => Err(Error::InvalidOption(format!("unknown late_step '{s}' (expected baseline, keep or wait)"))),
+        }
+    }
 }
 
 /// Where the collective step of a checkpoint through the tiers runs. The
@@ -231,6 +292,7 @@ impl Default for CollectiveOptions {
             local_only: false,
             min_region_bytes: 0,
             overlap: Overlap::Auto,
+            late_step: LateStep::Baseline,
             redundancy: Redundancy::None,
             ranks_per_node: 0,
         }

@@ -61,6 +61,11 @@ pub struct CollectiveReport<R = TieredReport> {
     /// de-duplicated locally; the settled report follows from
     /// [`TieredCollective::take_settled`](super::TieredCollective::take_settled).
     pub settled: bool,
+    /// Whether the version kept every region because its collective step,
+    /// running beside the application, had not decided when the next call
+    /// settled it ([`LateStep`](super::LateStep)): it stores its own copies
+    /// of regions other ranks own.
+    pub late: bool,
 }
 
 /// When the steps of one collective checkpoint started and ended on this rank.
@@ -100,6 +105,7 @@ impl<R> CollectiveReport<R> {
             reduce_seconds: (clock.reduced_at - clock.reduced_from).as_secs_f64(),
             total_seconds: clock.start.elapsed().as_secs_f64(),
             settled: true,
+            late: false,
         }
     }
 }

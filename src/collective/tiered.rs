@@ -7,17 +7,20 @@
 //! owner's file that is not durable on the tier it reads.
 //!
 //! Where MPI grants `MPI_THREAD_MULTIPLE` (and `CollectiveOptions::overlap`
-//! wants it on every rank: [`Overlap`](super::Overlap)) the reduction and
-//! the give-away run on a background thread with its own communicator, off
-//! the application's path; the next collective call (checkpoint, wait,
-//! finalize) settles the version:
+//! wants it on every rank: [`Overlap`](super::Overlap)) the collective step
+//! runs beside the call, on a background thread with its own communicator:
+//! the call commits and queues the version as local-only does, and the
+//! step's outcome reaches the version's flush (the file's rewrite) and the
+//! next call (the record's moves) through the version's gate
+//! (`background::StepGate`):
 //!
 //! ```text
-//! checkpoint(v): settle(v-1) ─► agree(baseline?) ─► dedup ─► regions ─► cache ─► agree ─► hand to the thread ─► return
-//!                the step's thread (own communicator): region digests (from the device) ─► tuple set ─► reduce ─► give away
-//! settle(v):     collect ─► record moves, rewrite attached ─► agree ─► commit + queue (or abandon everywhere)
-//!                each rank's flush workers, in the background: rewrite ─► file durable on tier t ─► its part on tier t
-//! wait(v):       settle ─► every rank waits for its own flushes ─► allgather ─► durable on tier t iff on every rank
+//! checkpoint(v): settle(<v) ─► agree(baseline?) ─► dedup ─► cache ─► agree ─► commit + queue ─► hand to the thread ─► return
+//!                the step's thread (own communicator): describe (from the cached file) ─► tuple set ─► reduce ─► give away ─► gate
+//!                each rank's flush workers, in the background: wait at the gate ─► rewrite ─► file durable on tier t ─► its part on tier t
+//! settle(v):     the gate's decision: the record entries of the regions given away move to their owners'
+//!                copies; a step not decided yet is late: the version keeps its regions (LateStep)
+//! wait(v):       settle (waiting) ─► every rank waits for its own flushes ─► allgather ─► durable on tier t iff on every rank
 //! ```
 //!
 //! Otherwise the step runs in the call: `agree ─► dedup ─► agree ─► reduce
@@ -26,11 +29,12 @@
 //! A flush that fails on any rank makes the next version a baseline on
 //! every rank (the first agreement of each checkpoint carries it), so no
 //! chain on any tier is built over a version some rank could not write. A
-//! version whose background step fails anywhere is abandoned on every rank
-//! (its `wait` says why); the next one continues the chain before it.
+//! rank whose background step fails keeps the version's regions (an owner
+//! never gives its own away, so no other rank's reference breaks): nothing
+//! is abandoned.
 
 use super::CollectiveOptions;
-use super::background::{Settled, StepParams, StepWorker, Task};
+use super::background::{Decision, GateGuard, StepGate, StepParams, StepWorker, Task};
 use super::merge::HashFreq;
 use super::mpi::{
     CollectiveReport, StepClock, agree_or_abandon, all_agree, alone, cpu_share, exchange_layouts, offer_and_reduce,
@@ -43,16 +47,25 @@ use super::step;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
+use crate::regions::Conversion;
 use crate::store::StoreOptions;
 use crate::tiers::{Listing, TierOptions, TieredEngine, TieredReport};
 use ::mpi::topology::SimpleCommunicator;
 use ::mpi::traits::*;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
 /// Settled reports a handle keeps for [`TieredCollective::take_settled`]
 /// (older ones are dropped when nobody takes them).
 pub const KEPT_REPORTS: usize = 4096;
+
+/// A version whose step runs beside the application: the call's report and
+/// its step's gate.
+struct InFlight {
+    report: CollectiveReport<TieredReport>,
+    gate: Arc<StepGate>,
+}
 
 /// A rank's collective checkpointing through the asynchronous tiers.
 ///
@@ -89,8 +102,9 @@ pub struct TieredCollective {
     opts: CollectiveOptions,
     layouts: Arc<Vec<Layout>>,
     max_level: u32,
-    /// The call's report of the version handed to `worker`, not settled yet.
-    in_flight: Option<CollectiveReport<TieredReport>>,
+    /// The versions handed to `worker` and not settled yet, oldest first:
+    /// each call's report and the gate its step decides.
+    in_flight: VecDeque<InFlight>,
     /// Settled reports not taken yet ([`TieredCollective::take_settled`]),
     /// the newest [`KEPT_REPORTS`] at most.
     settled: Vec<CollectiveReport<TieredReport>>,
@@ -157,7 +171,7 @@ impl TieredCollective {
             layouts,
             max_level,
             worker,
-            in_flight: None,
+            in_flight: VecDeque::new(),
             settled: Vec::new(),
             reduction,
         })
@@ -286,7 +300,7 @@ impl TieredCollective {
     ) -> Result<CollectiveReport<TieredReport>> {
         let input = data.into();
         let t0 = Instant::now();
-        self.settle();
+        self.settle_steps(false);
         if let Some(p) = &mut self.protector {
             // Without a thread of its own, the protection runs here.
             p.run_queued();
@@ -379,13 +393,16 @@ impl TieredCollective {
         Ok(report)
     }
 
-    /// The call's part when the step runs in the background: the local
+    /// The call's part when the step runs beside it: the local
     /// de-duplication and the hand-over of its file to the host cache, as
     /// local-only takes them (no device-made metadata decoded, no region
-    /// found or hashed in the call), one agreement, then the version goes
-    /// to the step's thread, which decodes the diff from the cached file
-    /// (where the device made it) and hashes its FIRST regions from the
-    /// cached bytes. The returned report is not settled.
+    /// found or hashed in the call), one agreement, then the version is
+    /// committed and queued at once and goes to the step's thread, which
+    /// decodes the diff from the cached file (where the device made it),
+    /// hashes its FIRST regions from the cached bytes, reduces and gives
+    /// regions away. The version's flush waits for the step; the next
+    /// collective call settles it ([`TieredCollective::settle`]). The
+    /// returned report is not settled.
     fn checkpoint_handed(
         &mut self,
         version: u64,
@@ -393,12 +410,25 @@ impl TieredCollective {
         t0: Instant,
     ) -> Result<CollectiveReport<TieredReport>> {
         let handed = self.hand_over_agreed(version, input)?;
-        let checkpoint = handed.report();
+        let gate = StepGate::new();
+        let submitted = {
+            let _span = crate::profile::Span::new("submit", version);
+            self.engine.submit_before_step(handed, Arc::clone(&gate) as Arc<dyn crate::tiers::LateRewrite>)
+        };
+        // Every rank that agreed hands the version on, taken here or not,
+        // so that the protection's and the step's threads meet.
+        self.protect(version);
+        let (checkpoint, file) = match submitted {
+            Ok((checkpoint, file)) => (Ok(checkpoint), Some(file)),
+            Err(e) => (Err(e), None),
+        };
+        let task = Task { file, gate: GateGuard(Arc::clone(&gate)), max_level: self.max_level };
         let worker = self.worker.as_ref().ok_or_else(|| Error::Internal("no collective step thread".into()))?;
-        if let Err(e) = worker.submit(Task { handed, max_level: self.max_level }) {
-            let _ = self.engine.abandon();
-            return Err(e);
+        if let Err(e) = worker.submit(task) {
+            // The dropped task kept the version's regions: its flush goes on.
+            tracing::warn!("version {version}: {e}; its regions are kept");
         }
+        let checkpoint = checkpoint?;
         let report = CollectiveReport {
             rank: self.comm.rank().max(0) as u32,
             ranks: self.layouts.len() as u32,
@@ -412,66 +442,77 @@ impl TieredCollective {
             reduce_seconds: 0.0,
             total_seconds: t0.elapsed().as_secs_f64(),
             settled: false,
+            late: false,
         };
-        self.in_flight = Some(report.clone());
+        self.in_flight.push_back(InFlight { report: report.clone(), gate });
         Ok(report)
     }
 
-    /// Settles the version whose collective step runs in the background,
-    /// if any: waits for the step's thread, moves the record entries and
-    /// attaches the file's rewrite, then every rank agrees and commits and
-    /// queues it, or abandons it everywhere (its `wait` then says why).
-    /// Collective; a no-op when nothing is in flight (the same on every
-    /// rank). Called by every collective call first; call it before
-    /// [`TieredCollective::take_settled`] to have every version's report.
+    /// Settles every version whose step runs beside the application,
+    /// oldest first, waiting for each step to decide. Not collective (each
+    /// rank settles its own versions; the steps' threads meet on their
+    /// own); call it before [`TieredCollective::take_settled`] to have
+    /// every version's report. The collective calls settle what is in
+    /// flight themselves: `checkpoint` without waiting for a late step
+    /// ([`LateStep`](super::LateStep)), `wait`, `finalize` and a restart
+    /// waiting.
     pub fn settle(&mut self) {
-        let (Some(worker), Some(mut report)) = (self.worker.as_ref(), self.in_flight.take()) else { return };
-        let version = report.checkpoint.version;
-        let _span = crate::profile::Span::new("settle", version);
-        let collected = {
-            let _span = crate::profile::Span::new("settle-collect", version);
-            worker.collect()
-        };
-        let collected = collected.and_then(|mut s| {
-            let _span = crate::profile::Span::new("settle-record", version);
-            self.engine.settle_given_away(&mut s.cached)?;
-            Ok(s)
-        });
-        let agreed = {
-            let _span = crate::profile::Span::new("settle-agree", version);
-            agree_or_abandon(&self.comm, &mut self.engine, "the collective step", version, collected)
-        };
-        let Settled { cached, offered, merged, conv, seconds } = match agreed {
-            Ok(s) => s,
-            Err(e) => return self.engine.fail_version(version, &e.to_string()),
-        };
-        let submitted = {
-            let _span = crate::profile::Span::new("settle-submit", version);
-            self.engine.submit(cached)
-        };
-        // On every rank that agreed, taken here or not (see `checkpoint`).
-        self.protect(version);
-        match submitted {
-            Ok(checkpoint) => {
-                // The settled file; what the call waited and held stays the call's.
-                let call = std::mem::replace(&mut report.checkpoint, checkpoint);
-                report.checkpoint.total_seconds = call.total_seconds;
-                report.checkpoint.held_on_gpu = call.held_on_gpu;
-                report.regions_offered = offered;
-                report.merged_entries = merged;
-                report.regions_referenced = conv.len();
-                report.bytes_referenced = conv.iter().map(|c| c.region.bytes).sum();
-                report.reduce_seconds = seconds;
-                report.settled = true;
-                crate::memory::drop_later(conv);
-                self.keep(report);
-            }
-            // This rank's history lacks the version the others took: the
-            // next checkpoint's first agreement makes it a baseline everywhere.
-            Err(e) => {
+        self.settle_steps(true);
+    }
+
+    /// Settles the versions in flight, oldest first ([`TieredCollective::settle`]):
+    /// a step that decided gives its regions away (its record entries
+    /// move to their owners' copies); one still running is waited for if
+    /// `wait` or the [`LateStep`](super::LateStep) policy says so, and
+    /// otherwise keeps the version's regions (its outcome is dropped when
+    /// it comes; the flush writes the file as cached).
+    fn settle_steps(&mut self, wait: bool) {
+        while let Some(InFlight { mut report, gate }) = self.in_flight.pop_front() {
+            let version = report.checkpoint.version;
+            let _span = crate::profile::Span::new("settle", version);
+            let waits = wait || self.opts.late_step.waits_for(report.checkpoint.baseline);
+            let decision = if waits && !gate.is_decided() {
+                let _span = crate::profile::Span::new("settle-wait", version);
+                gate.settle(true)
+            } else {
+                gate.settle(waits)
+            };
+            let (conv, dense): (&[Conversion], bool) = match &decision {
+                Decision::Given(o) => (&o.conv, o.dense),
+                Decision::Kept(_) => (&[], false),
+            };
+            let moved = {
+                let _span = crate::profile::Span::new("settle-record", version);
+                self.engine.settle_step(version, dense, conv, &self.layouts)
+            };
+            if let Err(e) = moved {
+                // The record may name bytes given away: start over.
+                tracing::warn!("version {version}: the record entries of its regions did not move: {e}");
                 self.engine.force_baseline();
-                self.engine.fail_version(version, &e.to_string());
             }
+            match decision {
+                Decision::Given(o) => {
+                    report.regions_offered = o.offered;
+                    report.merged_entries = o.merged;
+                    report.regions_referenced = o.conv.len();
+                    report.bytes_referenced = o.conv.iter().map(|c| c.region.bytes).sum();
+                    report.reduce_seconds = o.seconds;
+                    if let Some(bytes) = o.file_bytes {
+                        report.checkpoint.file_bytes = bytes;
+                    }
+                    crate::memory::drop_later(o.conv);
+                }
+                Decision::Kept(why) if why == super::background::LATE => {
+                    report.late = true;
+                    crate::profile::count("settle-kept-late", version, 1);
+                    tracing::debug!("version {version}: its collective step was late; every region kept");
+                }
+                Decision::Kept(why) => {
+                    tracing::warn!("version {version}: every region kept: {why}");
+                }
+            }
+            report.settled = true;
+            self.keep(report);
         }
     }
 

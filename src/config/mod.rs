@@ -17,6 +17,7 @@
 //! min_region_bytes = 0           # smallest region offered (0: all; larger: a shorter reduction, more bytes)
 //! overlap = "auto"               # the reduction on a background thread (needs MPI_THREAD_MULTIPLE): auto | true | false
 //!                                # (auto: in the call for a CPU-backend rank with fewer than two CPUs)
+//! late_step = "baseline"         # a call finding the last step still running: baseline (wait for a baseline's) | keep | wait
 //! host_cache_size = "4G"         # bytes, or a size with K, M, G, T
 //! prefetch_cache_size = "2G"     # the restore cache (0: none)
 //! eviction = "gap-aware"         # fifo | lru | gap-aware
@@ -40,7 +41,7 @@
 //! the same keys and the same parser).
 
 use crate::backend::BackendKind;
-use crate::collective::{CollectiveOptions, Overlap};
+use crate::collective::{CollectiveOptions, LateStep, Overlap};
 use crate::error::{Error, Result};
 use crate::format::Compression;
 use crate::hash::HashAlgo;
@@ -141,6 +142,10 @@ pub struct Config {
     /// `auto` (yes, but in the call for a CPU-backend rank with fewer than
     /// two CPUs: bound to one, or oversubscribed), `true` or `false`.
     pub overlap: Overlap,
+    /// What a checkpoint call does when the previous version's collective
+    /// step is still running on its thread: `baseline` (wait for a
+    /// baseline's step, keep the regions of any other), `keep` or `wait`.
+    pub late_step: LateStep,
     /// Host memory for diffs on their way to the disks, allocated at open.
     pub host_cache_size: Bytes,
     /// Host memory for prefetched restores (0: none).
@@ -183,6 +188,7 @@ impl Default for Config {
             region_bytes: Bytes(collective.region_bytes),
             min_region_bytes: Bytes(collective.min_region_bytes),
             overlap: collective.overlap,
+            late_step: collective.late_step,
             host_cache_size: Bytes(tiers.host_cache_bytes),
             prefetch_cache_size: Bytes(tiers.prefetch_cache_bytes),
             eviction: tiers.eviction,
@@ -211,6 +217,7 @@ pub const KEYS: &[&str] = &[
     "region_bytes",
     "min_region_bytes",
     "overlap",
+    "late_step",
     "host_cache_size",
     "prefetch_cache_size",
     "eviction",
@@ -376,6 +383,7 @@ impl Config {
             region_bytes: self.region_bytes.0,
             min_region_bytes: self.min_region_bytes.0,
             overlap: self.overlap,
+            late_step: self.late_step,
             backend: self.backend,
             local_only: !self.collective,
             redundancy: self.redundancy,

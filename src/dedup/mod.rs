@@ -108,6 +108,31 @@ impl Pending {
     }
 }
 
+/// The record entries of a committed version, held back from the record
+/// until its collective step has said which of its regions other ranks
+/// store ([`DedupState::commit_holding_inserts`]).
+#[derive(Debug)]
+pub struct HeldInserts {
+    inserts: Record,
+}
+
+impl HeldInserts {
+    /// Rewrites (or drops, on `None`) the held entries.
+    pub fn remap(&mut self, f: impl Fn(&RecordEntry) -> Option<RecordEntry> + Sync) {
+        self.inserts.remap(f);
+    }
+
+    /// Number of entries held.
+    pub fn len(&self) -> usize {
+        self.inserts.len()
+    }
+
+    /// Whether none is held.
+    pub fn is_empty(&self) -> bool {
+        self.inserts.is_empty()
+    }
+}
+
 impl Outcome {
     /// The record entries this checkpoint adds, sorted by digest.
     pub fn pending_entries(&self) -> Vec<(Digest, RecordEntry)> {
@@ -137,14 +162,36 @@ impl DedupState {
 
     /// Applies a written checkpoint's changes.
     pub fn commit(&mut self, pending: Pending) {
+        let held = self.commit_holding_inserts(pending);
+        self.absorb(held);
+    }
+
+    /// Applies a checkpoint's changes but its record entries, which come
+    /// back to be moved (the collective step gives regions away after the
+    /// version is committed) and added by [`DedupState::absorb`] before the
+    /// next de-duplication. A version restarting the record empties it now.
+    pub fn commit_holding_inserts(&mut self, pending: Pending) -> HeldInserts {
         self.bounds_hit.record_restarts += pending.bounds.record_restarts;
         self.bounds_hit.stored_whole += pending.bounds.stored_whole;
         if pending.replace_record {
-            self.record = pending.inserts;
-        } else {
-            self.record.absorb(pending.inserts);
+            self.record.clear();
         }
-        match pending.leaves {
+        self.commit_leaves(pending.leaves);
+        HeldInserts { inserts: pending.inserts }
+    }
+
+    /// Adds record entries held back by [`DedupState::commit_holding_inserts`]
+    /// (an entry already there stays: either names the same bytes).
+    pub fn absorb(&mut self, held: HeldInserts) {
+        if self.record.is_empty() {
+            self.record = held.inserts;
+        } else {
+            self.record.absorb(held.inserts);
+        }
+    }
+
+    fn commit_leaves(&mut self, leaves: LeafUpdate) {
+        match leaves {
             LeafUpdate::Keep => {}
             LeafUpdate::Replace(v) => self.previous = Some(v),
             LeafUpdate::Patch(changes) => {
@@ -462,4 +509,60 @@ pub struct Root {
     pub node: NodeId,
     /// Where its bytes are stored, for a SHIFT region.
     pub source: Option<RecordEntry>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hash::HashAlgo;
+
+    /// A buffer of 64 chunks of 64 bytes: chunk i holds `f(i)` repeated.
+    fn buffer(f: impl Fn(usize) -> u8) -> Vec<u8> {
+        (0..64 * 64).map(|b| f(b / 64)).collect()
+    }
+
+    /// Committing with the record entries held, then absorbing them, leaves
+    /// the state a plain commit leaves (a baseline restarting the record
+    /// too), and entries remapped while held come back remapped.
+    #[test]
+    fn holding_the_inserts_then_absorbing_them_is_a_commit() {
+        let layout = Layout::new(64 * 64, 64).expect("layout");
+        let versions = [
+            buffer(|i| i as u8),
+            buffer(|i| if i % 7 == 0 { 200 } else { i as u8 }),
+            buffer(|i| (i * 3 % 64) as u8),
+            buffer(|i| if i < 20 { 9 } else { i as u8 }),
+        ];
+        let mut plain = DedupState::new(layout, HashAlgo::Murmur3, 0);
+        let mut held = DedupState::new(layout, HashAlgo::Murmur3, 0);
+        for (v, data) in versions.iter().enumerate() {
+            let version = v as u64 + 1;
+            let baseline = version == 1 || version == 3;
+            let input = DedupInput { data, version, baseline };
+            let a = Method::Tree.deduplicator().deduplicate(&plain, &input).expect("dedup");
+            let b = Method::Tree.deduplicator().deduplicate(&held, &input).expect("dedup");
+            assert_eq!(a.diff, b.diff, "version {version}: the states differ already");
+            plain.commit(a.pending);
+            let h = held.commit_holding_inserts(b.pending);
+            assert!(baseline || held.record.len() <= plain.record.len());
+            held.absorb(h);
+            assert_eq!(plain.record.sorted_entries(), held.record.sorted_entries(), "version {version}: records");
+            assert_eq!(plain.previous, held.previous, "version {version}: leaves");
+        }
+        // Remapped while held: every entry of the next version moves.
+        let changed = buffer(|i| match i {
+            40..48 => 100 + i as u8,
+            0..20 => 9,
+            _ => i as u8,
+        });
+        let input = DedupInput { data: &changed, version: 5, baseline: false };
+        let out = Method::Tree.deduplicator().deduplicate(&held, &input).expect("dedup");
+        let mut h = held.commit_holding_inserts(out.pending);
+        let added = h.len();
+        assert!(added > 0, "the version added no entries");
+        h.remap(|e| Some(RecordEntry { rank: 7, ..*e }));
+        held.absorb(h);
+        let moved = held.record.sorted_entries().iter().filter(|(_, e)| e.rank == 7).count();
+        assert_eq!(moved, added);
+    }
 }

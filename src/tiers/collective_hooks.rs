@@ -1,8 +1,12 @@
 //! What the collective step asks of the tiers between a version's
-//! de-duplication and its submission: a version handed over or cached,
-//! described, its regions given away, then submitted or abandoned.
+//! de-duplication and its submission: a version handed over and committed
+//! before its step runs (the step reads it from the cache, the flush waits
+//! for its rewrite, the record for [`TieredEngine::settle_step`]), or
+//! cached with its regions given away in the call, then submitted or
+//! abandoned.
 
 use super::*;
+use crate::backend::{Described, StepDiff};
 
 /// A version handed to the host cache with no regions to offer
 /// ([`TieredEngine::hand_over`]), not yet committed nor queued.
@@ -12,47 +16,48 @@ pub(crate) struct HandedVersion {
     sealed: bool,
     report: TieredReport,
     t0: Instant,
-    cache_started: Instant,
-    copied: Duration,
-    waited: Duration,
 }
 
-impl HandedVersion {
-    /// What the version cost the application until now.
-    pub(crate) fn report(&self) -> TieredReport {
-        self.report.clone()
-    }
+/// A version committed before its collective step ran, as the step reads
+/// it: its diff (or how to decode it) and its cached file.
+pub(crate) struct StepFile {
+    version: u64,
+    diff: StepDiff,
+    cached: Arc<Cached>,
+}
 
+impl StepFile {
     /// The version's number.
     pub(crate) fn version(&self) -> u64 {
-        self.report.version
+        self.version
     }
 
-    /// The collective step's side of a version handed over before its
-    /// diff was on the host (any thread; the application is not waiting):
-    /// the diff decoded from the cached file's metadata, and its FIRST
+    /// The step's side of the version (any thread; the application is not
+    /// waiting): the diff decoded from the cached file's metadata where the
+    /// device made it (folded, as the file stores it), and its FIRST
     /// regions (nodes of at most `2^max_level` chunks) hashed from the
     /// cached FIRST bytes, by the digest rule every backend shares.
-    pub(crate) fn describe(mut self, max_level: u32) -> Result<(CachedVersion, Vec<Region>)> {
-        self.cached.ready()?;
+    pub(crate) fn describe(self, max_level: u32) -> Result<(Described, Vec<Region>)> {
         let cached = &self.cached;
+        cached.ready()?;
         let short = || Error::Internal("a cached diff file shorter than its tables".into());
         let mut read = |at: u64, buf: &mut [u8]| cached.read_at(at as usize, buf).ok_or_else(short);
-        let (version, data_start) = match (self.handed.pending.take(), self.handed.describe.take()) {
-            (_, Some(describe)) => describe(&mut read)?,
-            // Described already (the CPU): the data's place from the header.
-            (Some(version), None) => {
+        let described = match self.diff {
+            StepDiff::Later(describe) => describe(&mut read)?,
+            // Described already (the CPU, folded as its encoder folds): the
+            // data's place from the header.
+            StepDiff::Known(diff) => {
                 let mut header = [0u8; crate::format::diff_file::HEADER_LEN as usize];
                 read(0, &mut header)?;
                 let at = crate::format::data_start_of(&header, cached.len() as u64)
                     .map_err(|e| Error::Internal(format!("a cached diff file: {e}")))?;
-                (version, at as usize)
+                Described { diff, data_start: at as usize, unfolded: false }
             }
-            (None, None) => return Err(Error::Internal("a handed-over version with nothing to describe it".into())),
         };
+        let (diff, data_start) = (&described.diff, described.data_start);
         // The FIRST data where it lies in one segment (a spilled file),
         // else gathered.
-        let data = data_start..data_start + version.diff.data_bytes() as usize;
+        let data = data_start..data_start + diff.data_bytes() as usize;
         let copied;
         let first = match cached.contiguous(data.clone()) {
             Some(bytes) => bytes,
@@ -63,14 +68,9 @@ impl HandedVersion {
                 &copied
             }
         };
-        let regions = crate::regions::first_regions(
-            &version.diff,
-            &crate::regions::FirstBytes::gathered(&version.diff, first),
-            max_level,
-        );
-        let HandedVersion { cached, sealed, t0, cache_started, copied, waited, .. } = self;
-        let c = CachedVersion { version, cached, sealed, rewrite: None, started: t0, cache_started, copied, waited };
-        Ok((c, regions))
+        let regions =
+            crate::regions::first_regions(diff, &crate::regions::FirstBytes::gathered(diff, first), max_level);
+        Ok((described, regions))
     }
 }
 
@@ -89,14 +89,6 @@ pub(crate) struct CachedVersion {
 }
 
 impl CachedVersion {
-    /// Turns the converted regions into references to their owners after
-    /// the hand-over (the collective step run in the background): the diff
-    /// and the pending record change; the cached bytes wait for
-    /// [`TieredEngine::settle_given_away`]'s rewrite.
-    pub(crate) fn give_away(&mut self, conv: &[Conversion], layouts: &[Layout]) -> Result<()> {
-        self.version.give_away(conv, layouts)
-    }
-
     /// What the version cost the application until now (its file's length
     /// after the rewrite, if one is attached).
     pub(crate) fn report(&self) -> TieredReport {
@@ -144,17 +136,59 @@ impl TieredEngine {
         let mut report = report_of(version, baseline, file_bytes, t0, t1, copied, waited, handed.gpu);
         report.held_on_gpu = cached.deferred();
         report.spilled = cached.spilled();
-        Ok(HandedVersion { handed, cached, sealed, report, t0, cache_started: t1, copied, waited })
+        Ok(HandedVersion { handed, cached, sealed, report, t0 })
     }
 
     /// Commits a version [`TieredEngine::hand_over`] cached and queues it on
     /// every tier. On error the next checkpoint is a baseline.
     pub(crate) fn submit_handed(&mut self, h: HandedVersion) -> Result<TieredReport> {
-        let HandedVersion { handed, cached, sealed, mut report, t0, .. } = h;
+        let HandedVersion { handed, cached, sealed, mut report, t0 } = h;
         self.backend.commit_handed(handed)?;
-        self.enqueue(report.version, report.baseline, cached, sealed, None)?;
+        self.enqueue(report.version, report.baseline, Arc::new(cached), sealed, None, None)?;
         report.total_seconds = t0.elapsed().as_secs_f64();
         Ok(report)
+    }
+
+    /// Commits a version [`TieredEngine::hand_over`] cached before its
+    /// collective step ran, and queues it on every tier: each tier's flush
+    /// waits for `late` to say how the step rewrote the file (it gave
+    /// regions away or kept them), and the record entries the version
+    /// adds wait for [`TieredEngine::settle_step`]. Returns what the step
+    /// reads. On error the next checkpoint is a baseline.
+    pub(crate) fn submit_before_step(
+        &mut self,
+        h: HandedVersion,
+        late: Arc<dyn LateRewrite>,
+    ) -> Result<(TieredReport, StepFile)> {
+        let HandedVersion { handed, cached, sealed, mut report, t0 } = h;
+        let diff = {
+            let _span = crate::profile::Span::new("submit-commit", report.version);
+            self.backend.commit_before_step(handed)?
+        };
+        let cached = Arc::new(cached);
+        {
+            let _span = crate::profile::Span::new("submit-enqueue", report.version);
+            self.enqueue(report.version, report.baseline, Arc::clone(&cached), sealed, None, Some(late))?;
+        }
+        report.total_seconds = t0.elapsed().as_secs_f64();
+        let version = report.version;
+        Ok((report, StepFile { version, diff, cached }))
+    }
+
+    /// The collective step of `version` ([`TieredEngine::submit_before_step`])
+    /// is over: the record entries of the regions its file gave away
+    /// (`conv`; none when it kept them) move to their owners' copies, and
+    /// the version's entries join the record. Before the next checkpoint.
+    /// No device work here (the CUDA backend moves its entries when it
+    /// prepares the next version, inside that call's quiet).
+    pub(crate) fn settle_step(
+        &mut self,
+        version: u64,
+        dense: bool,
+        conv: &[Conversion],
+        layouts: &[Layout],
+    ) -> Result<()> {
+        self.backend.settle_step(version, dense, conv, layouts)
     }
 
     /// Collective step 1: de-duplicates `input` without changing the
@@ -192,17 +226,6 @@ impl TieredEngine {
         Ok(CachedVersion { version, cached, sealed, rewrite, started, cache_started, copied, waited })
     }
 
-    /// Collective step 2b, for a version cached before its regions were
-    /// given away ([`CachedVersion::give_away`]): moves the backend's record
-    /// entries and attaches the rewrite the cached file needs.
-    pub(crate) fn settle_given_away(&mut self, c: &mut CachedVersion) -> Result<()> {
-        let _quiet = self.quiet(c.version.diff.version);
-        if let Some(rewrite) = self.backend.settle_given_away(c.version.as_mut())? {
-            c.rewrite = Some(rewrite);
-        }
-        Ok(())
-    }
-
     /// Collective step 3 (every rank has cached its file): the backend
     /// commits the version and the flush workers take it.
     pub(crate) fn submit(&mut self, c: CachedVersion) -> Result<TieredReport> {
@@ -214,18 +237,8 @@ impl TieredEngine {
             self.backend.commit(version)?;
         }
         let _span = crate::profile::Span::new("submit-enqueue", number);
-        self.enqueue(number, baseline, cached, sealed, rewrite)?;
+        self.enqueue(number, baseline, Arc::new(cached), sealed, rewrite, None)?;
         Ok(report)
-    }
-
-    /// Marks `version` failed on every tier with `reason` (the collective
-    /// step gave it up after its call returned): [`TieredEngine::wait`]
-    /// then says why.
-    pub(crate) fn fail_version(&self, version: u64, reason: &str) {
-        self.shared.progress.register(version);
-        for tier in 0..self.roots.len() {
-            self.shared.progress.set(version, tier, TierState::Failed(reason.to_string()));
-        }
     }
 
     /// Gives up a version between steps 1 and 3 (another rank failed): the

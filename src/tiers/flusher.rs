@@ -48,8 +48,21 @@ pub(crate) struct Job {
     /// A rewrite the cached bytes still need (regions given away by the
     /// collective step): applied here, off the application's path.
     pub rewrite: Option<Rewrite>,
+    /// The rewrite when it is decided after the version was queued (the
+    /// collective step running beside the application): the first worker
+    /// to see the job waits for it.
+    pub late: Option<Arc<dyn LateRewrite>>,
     /// Where its bytes are now.
     pub source: Source,
+}
+
+/// A rewrite decided after its version was queued: the collective step of
+/// a version committed before the step ran gives regions away (a rewrite)
+/// or keeps them (none).
+pub(crate) trait LateRewrite: Send + Sync {
+    /// Blocks until the step has decided; the rewrite the cached file
+    /// needs, if any.
+    fn wait(&self) -> Option<Rewrite>;
 }
 
 /// What a worker receives.
@@ -205,7 +218,7 @@ impl Worker {
         // Versions already on this tier when the flush started.
         self.last = self.store.manifest().latest().map(|v| v.version);
         while let Ok(msg) = rx.recv() {
-            let job = match msg {
+            let mut job = match msg {
                 Msg::Flush(job) => *job,
                 Msg::Retire => {
                     self.retire_marking();
@@ -216,6 +229,10 @@ impl Worker {
                 }
             };
             let version = job.version;
+            if let Some(late) = job.late.take() {
+                let _span = crate::profile::Span::new("flush-wait-step", version);
+                job.rewrite = late.wait();
+            }
             self.shared.progress.set(version, self.tier, TierState::Writing);
             let outcome = self.flush(&job);
             let state = match &outcome {
@@ -252,7 +269,15 @@ impl Worker {
                 let from_file = matches!(forward, Source::File(..));
                 let sealed = job.sealed || from_file;
                 let rewrite = if from_file { None } else { job.rewrite };
-                let job = Job { version, baseline: job.baseline, prev: job.prev, sealed, rewrite, source: forward };
+                let job = Job {
+                    version,
+                    baseline: job.baseline,
+                    prev: job.prev,
+                    sealed,
+                    rewrite,
+                    late: None,
+                    source: forward,
+                };
                 // A stopped successor drops the job (and any cache segments
                 // with it); the version is then not durable there.
                 if next.send(Msg::Flush(Box::new(job))).is_err() {

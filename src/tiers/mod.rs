@@ -53,8 +53,8 @@ use crate::restore::PendingMap;
 use crate::store::{Store, StoreOptions, StoreWriter};
 use cache::Cached;
 use cache::HostCache;
-pub(crate) use flusher::Listing;
 use flusher::{Flusher, Job, Shared, Source};
+pub(crate) use flusher::{LateRewrite, Listing};
 use reader::Reach;
 use serde::{Deserialize, Serialize};
 use state::{Progress, TierState};
@@ -324,14 +324,16 @@ impl TieredEngine {
     }
 
     /// Queues a version the backend has committed, whose file is in the
-    /// cache, on every tier. On error the next checkpoint is a baseline.
+    /// cache, on every tier, with the rewrite its file needs (known now, or
+    /// `late`). On error the next checkpoint is a baseline.
     fn enqueue(
         &mut self,
         version: u64,
         baseline: bool,
-        cached: Cached,
+        cached: Arc<Cached>,
         sealed: bool,
         rewrite: Option<Rewrite>,
+        late: Option<Arc<dyn LateRewrite>>,
     ) -> Result<()> {
         crate::failpoint::hit("checkpoint.cached");
         if baseline {
@@ -342,13 +344,12 @@ impl TieredEngine {
         let prev = if baseline { None } else { self.latest };
         self.shared.progress.register(version);
         self.latest = Some(version);
-        let cached = Arc::new(cached);
         if !self.collective {
             let flying = writeback::InFlight { cached: Arc::clone(&cached), baseline, prev, sealed };
             crate::sync::lock(&self.shared.inflight).insert(version, flying);
         }
         if let Err(e) =
-            self.flusher.submit(Job { version, baseline, prev, sealed, rewrite, source: Source::Cache(cached) })
+            self.flusher.submit(Job { version, baseline, prev, sealed, rewrite, late, source: Source::Cache(cached) })
         {
             crate::sync::lock(&self.shared.inflight).remove(&version);
             // The history has this version but no tier will: start over.

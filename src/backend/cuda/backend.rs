@@ -11,7 +11,8 @@
 use super::device_cache::Staged;
 use super::{GpuDedup, PackedRuns, StoredRun, cuda_err};
 use crate::backend::{
-    Backend, BackendKind, Deduplicated, DiffBytes, PendingVersion, Sink, VersionMut, hand_over_bytes,
+    Backend, BackendKind, Deduplicated, Described, DiffBytes, PendingVersion, Sink, StepDiff, VersionMut,
+    hand_over_bytes,
 };
 use crate::diff::Diff;
 use crate::error::{Error, Result};
@@ -23,6 +24,11 @@ use std::sync::Arc;
 /// De-duplication on a CUDA device.
 pub struct CudaBackend {
     dev: GpuDedup,
+    /// Record moves a settled collective step asked for
+    /// ([`Backend::settle_step`]), run on the device's stream before the
+    /// next version is prepared (inside that call's quiet from the host
+    /// cache's allocation, with no wait of their own).
+    moves: Option<(u64, PackedRuns)>,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -34,7 +40,16 @@ impl std::fmt::Debug for CudaBackend {
 impl CudaBackend {
     /// The backend over a device pipeline (fresh or rebuilt).
     pub fn new(dev: GpuDedup) -> Self {
-        CudaBackend { dev }
+        CudaBackend { dev, moves: None }
+    }
+
+    /// Runs the record moves a settled step left, if any (before the
+    /// next version's lookups, on the same stream).
+    fn apply_moves(&mut self) -> Result<()> {
+        match self.moves.take() {
+            Some((version, runs)) => self.dev.locate_entries(version, &runs),
+            None => Ok(()),
+        }
     }
 
     /// The regions of `nodes` hashed from `version`'s FIRST bytes where they
@@ -234,6 +249,7 @@ impl Backend for CudaBackend {
     }
 
     fn deduplicate(&mut self, version: u64, input: Protected<'_>, baseline: bool) -> Result<Deduplicated<GpuPending>> {
+        self.apply_moves()?;
         let tree = self.dev.method() == crate::method::Method::Tree;
         let prepared = {
             let _span = crate::profile::Span::new("cuda-prepare", version);
@@ -359,10 +375,6 @@ impl Backend for CudaBackend {
         Ok(rewrite)
     }
 
-    fn settle_given_away(&mut self, version: VersionMut<'_, GpuPending>) -> Result<Option<Rewrite>> {
-        self.settle_given(version.diff, version.pending)
-    }
-
     fn commit(&mut self, version: Deduplicated<GpuPending>) -> Result<()> {
         let Deduplicated { diff, pending, .. } = version;
         // The decoded diff's lists are freed off the call.
@@ -388,6 +400,7 @@ impl Backend for CudaBackend {
         baseline: bool,
         sink: Sink<'_>,
     ) -> Result<crate::backend::Handed<GpuPending>> {
+        self.apply_moves()?;
         let prepared = {
             let _span = crate::profile::Span::new("cuda-prepare", version);
             self.dev.prepare(version, input, baseline)?
@@ -444,6 +457,39 @@ impl Backend for CudaBackend {
         self.dev.commit()
     }
 
+    /// The device's record keeps the version's entries (tagged with its
+    /// number) where the device made them; the step decodes the diff from
+    /// the handed-over file.
+    fn commit_before_step(&mut self, handed: crate::backend::Handed<GpuPending>) -> Result<StepDiff> {
+        let describe =
+            handed.describe.ok_or_else(|| Error::Internal("a handed-over GPU version without its describer".into()))?;
+        self.dev.commit()?;
+        Ok(StepDiff::Later(Box::new(move |read| {
+            let (d, start) = describe(read)?;
+            // Runs the device wrote one by one that the encoder folds
+            // (what `settle_given` rewrites on the other paths).
+            let unfolded = d.pending.repeats
+                || crate::format::diff_file::stored_shift_entries(&d.diff) < d.diff.shift.len() as u64;
+            Ok(Described { diff: d.diff, data_start: start, unfolded })
+        })))
+    }
+
+    /// The entries the device inserted for `version` move as the CPU's
+    /// held entries do (`regions::relocate`), on the device's stream when
+    /// the next version is prepared.
+    fn settle_step(&mut self, version: u64, dense: bool, conv: &[Conversion], layouts: &[Layout]) -> Result<()> {
+        if conv.is_empty() || dense {
+            return Ok(());
+        }
+        // Moves of an earlier version not run yet go first (each moves
+        // only its own version's entries).
+        self.apply_moves()?;
+        let (me, layout) = (self.dev.rank(), self.dev.layout());
+        let runs = PackedRuns::of(&stored_runs(version, me, &layout, conv, layouts)?)?;
+        self.moves = Some((version, runs));
+        Ok(())
+    }
+
     fn host_segments(&self) -> Option<crate::memory::SegmentAlloc> {
         let ctx = Arc::clone(&self.dev.gpu().ctx);
         Some(Box::new(move |len| {
@@ -452,6 +498,8 @@ impl Backend for CudaBackend {
     }
 
     fn rebuild_from(&mut self, version: u64, data: Protected<'_>, map: crate::restore::PendingMap) -> Result<()> {
+        // The table is rebuilt: moves left for it are moot.
+        self.moves = None;
         self.dev.rollback()?;
         // The map is made and its runs packed on the host while the device
         // makes its pass.

@@ -112,6 +112,11 @@ impl GpuDedup {
         self.layout
     }
 
+    /// The rank whose buffer this pipeline de-duplicates.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
     /// The de-duplication method.
     pub fn method(&self) -> Method {
         self.method
