@@ -391,7 +391,7 @@ impl<P: fmt::Debug> fmt::Debug for Handed<P> {
     }
 }
 
-/// Receives a diff file ([`Backend::checkpoint_into`]), and whether it is
+/// Receives a diff file ([`Backend::hand_over_new`]), and whether it is
 /// sealed: as consecutive parts it copies, or written straight into its own
 /// buffers (a device copies into a page-locked host cache directly).
 pub trait FileSink {
@@ -457,7 +457,7 @@ pub type Ready = Box<dyn FnOnce() -> Result<()> + Send>;
 /// the buffers; `Some(ready)` while the writing goes on.
 pub type Fill<'a> = dyn FnMut(&mut [&mut [u8]]) -> Result<Option<Ready>> + 'a;
 
-/// The sink of [`Backend::checkpoint_into`].
+/// The sink of [`Backend::hand_over_new`].
 pub type Sink<'a> = &'a mut dyn FileSink;
 
 /// A pending version made by another backend: [`AnyBackend`] given

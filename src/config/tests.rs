@@ -77,6 +77,13 @@ fn the_environment_overrides_the_file() {
         assert_eq!(load(&c.to_toml().expect("toml"), &[]).expect("reparse").overlap, want);
     }
     assert_eq!(load("persistent = \"/a\"\n", &[]).expect("default").overlap, Overlap::Auto);
+    // late_step: baseline by default, then each word, through a reprint.
+    for (value, want) in [("baseline", LateStep::Baseline), ("keep", LateStep::Keep), ("wait", LateStep::Wait)] {
+        let c = load("persistent = \"/a\"\n", &[("DCKPT_LATE_STEP", value)]).expect(value);
+        assert_eq!(c.collective_options().late_step, want, "DCKPT_LATE_STEP={value}");
+        assert_eq!(load(&c.to_toml().expect("toml"), &[]).expect("reparse").late_step, want);
+    }
+    assert_eq!(load("persistent = \"/a\"\n", &[]).expect("default").late_step, LateStep::Baseline);
 }
 
 #[test]
@@ -95,6 +102,7 @@ fn bad_keys_and_values_are_refused_with_the_key_and_the_origin() {
         ("persistent = \"/a\"\nmax_versions = 0\n", &[], "max_versions"),
         ("persistent = \"/a\"\n", &[("DCKPT_EVICTION", "random")], "DCKPT_EVICTION"),
         ("persistent = \"/a\"\noverlap = \"sometimes\"\n", &[], "overlap"),
+        ("persistent = \"/a\"\n", &[("DCKPT_LATE_STEP", "never")], "DCKPT_LATE_STEP"),
         ("persistent = \"/a\"\ngpu_memory = \"lots\"\n", &[], "gpu_memory"),
         ("persistent = \"/a\"\ngpu_cache_size = \"lots\"\n", &[], "gpu_cache_size"),
         ("persistent = \"/a\"\n", &[("DCKPT_GPU_MEMORY", "-2x")], "DCKPT_GPU_MEMORY"),
