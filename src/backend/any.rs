@@ -177,15 +177,6 @@ impl Backend for AnyBackend {
         typed_mut!(self, version, |b, v| b.serialize_deferred(v, data))
     }
 
-    fn hand_over(
-        &mut self,
-        version: VersionMut<'_, AnyPending>,
-        data: &[u8],
-        sink: Sink<'_>,
-    ) -> Result<Option<Rewrite>> {
-        typed_mut!(self, version, |b, v| b.hand_over(v, data, sink))
-    }
-
     fn commit_before_step(&mut self, handed: Handed) -> Result<StepDiff> {
         let Handed { pending, baseline, describe, gpu } = handed;
         match self {
@@ -233,22 +224,6 @@ impl Backend for AnyBackend {
         match self {
             AnyBackend::Cpu(b) => b.hand_over_new(version, input, baseline, sink).map(|h| any_handed(h, cpu_version)),
             AnyBackend::Cuda(b) => b.hand_over_new(version, input, baseline, sink).map(|h| any_handed(h, cuda_version)),
-        }
-    }
-
-    fn commit_handed(&mut self, handed: Handed) -> Result<()> {
-        // A version described later carries no pending state here (the
-        // backend holds it, or the describer's made it and was committed).
-        let Handed { pending, baseline, gpu, .. } = handed;
-        match self {
-            AnyBackend::Cpu(b) => {
-                let pending = pending.map(into_cpu).transpose()?;
-                b.commit_handed(Handed { pending, baseline, describe: None, gpu })
-            }
-            AnyBackend::Cuda(b) => {
-                let pending = pending.map(into_cuda).transpose()?;
-                b.commit_handed(Handed { pending, baseline, describe: None, gpu })
-            }
         }
     }
 }

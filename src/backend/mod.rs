@@ -179,7 +179,7 @@ pub trait Backend: Send {
 
     /// De-duplicates `input` as `version` (a `baseline` ignores history).
     /// The diff's bytes stay where [`Backend::regions`] and
-    /// [`Backend::hand_over`] or [`Backend::serialize`] read them.
+    /// [`Backend::serialize`] read them.
     fn deduplicate(
         &mut self,
         version: u64,
@@ -220,21 +220,6 @@ pub trait Backend: Send {
         version: VersionMut<'_, Self::Pending>,
         data: &[u8],
     ) -> Result<(DiffBytes<'a>, Option<Rewrite>)>;
-
-    /// The collective step's hand-over to the asynchronous tiers: gives the
-    /// file of `version` (after regions were given away) to `sink`, and
-    /// returns the rewrite its bytes still need (the flush worker applies
-    /// it). By default the bytes of [`Backend::serialize_deferred`]; the
-    /// CUDA backend copies a file from its GPU cache tier straight into the
-    /// sink's buffers, or defers the copy while the sink is full.
-    fn hand_over(
-        &mut self,
-        version: VersionMut<'_, Self::Pending>,
-        data: &[u8],
-        sink: Sink<'_>,
-    ) -> Result<Option<Rewrite>> {
-        hand_over_bytes(self, version, data, sink)
-    }
 
     /// Commits a version [`Backend::hand_over_new`] handed over whose
     /// collective step has not run yet: its state is permanent but for the
@@ -280,7 +265,7 @@ pub trait Backend: Send {
 
     /// The asynchronous tiers' path: de-duplicates
     /// `input` and hands its file to `sink`, the version left pending until
-    /// [`Backend::commit_handed`] (or [`Backend::rollback`], when another
+    /// [`Backend::commit_before_step`] (or [`Backend::rollback`], when another
     /// rank failed). Nothing but what the file needs happens on the host:
     /// no decoding of a device-made diff's tables (what a checkpoint with
     /// no regions to offer, local-only or on one rank, takes). On any error,
@@ -306,15 +291,6 @@ pub trait Backend: Send {
             return Err(e);
         }
         Ok(Handed { baseline: d.diff.baseline, pending: Some(d), describe: None, gpu })
-    }
-
-    /// Makes a version [`Backend::hand_over_new`] handed over permanent
-    /// (its file is taken everywhere).
-    fn commit_handed(&mut self, handed: Handed<Self::Pending>) -> Result<()> {
-        match handed.pending {
-            Some(d) => self.commit(d),
-            None => Err(Error::Internal("a handed-over version without its pending state".into())),
-        }
     }
 }
 
@@ -366,19 +342,6 @@ pub struct Handed<P = AnyPending> {
     pub describe: Option<Describe<P>>,
     /// Device-side times (CUDA backend).
     pub gpu: Option<cuda::GpuTimings>,
-}
-
-/// [`Backend::hand_over`] by bytes: [`Backend::serialize_deferred`]'s
-/// file, put into `sink` (sealed when it has its trailer).
-pub(crate) fn hand_over_bytes<B: Backend + ?Sized>(
-    backend: &mut B,
-    version: VersionMut<'_, B::Pending>,
-    data: &[u8],
-    sink: Sink<'_>,
-) -> Result<Option<Rewrite>> {
-    let (file, rewrite) = backend.serialize_deferred(version, data)?;
-    sink.put(&file.parts(), file.trailer().is_some())?;
-    Ok(rewrite)
 }
 
 impl<P: fmt::Debug> fmt::Debug for Handed<P> {

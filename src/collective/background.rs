@@ -37,6 +37,9 @@ use std::time::Instant;
 /// next call (or had not started when the call kept them).
 pub(crate) const LATE: &str = "the step was late";
 
+/// Why a version has no step: nothing to offer (local-only, or one rank).
+pub(crate) const ALONE: &str = "no other rank";
+
 /// A version handed to the background step: committed and queued, its
 /// flush waiting at `gate`.
 pub(crate) struct Task {
@@ -52,6 +55,7 @@ pub(crate) struct Task {
 
 /// What every task of one handle shares: this rank, the ranks' layouts and
 /// the reduction's options.
+#[derive(Clone)]
 pub(crate) struct StepParams {
     /// This rank.
     pub me: u32,
@@ -112,6 +116,11 @@ impl StepGate {
     /// An open gate.
     pub(crate) fn new() -> Arc<Self> {
         Arc::new(StepGate { state: Mutex::new(GateState::Open), decided: Condvar::new() })
+    }
+
+    /// A gate whose regions are kept already, and why.
+    pub(crate) fn kept(why: &str) -> Arc<Self> {
+        Arc::new(StepGate { state: Mutex::new(GateState::Kept(why.to_string())), decided: Condvar::new() })
     }
 
     /// The step gives regions away, unless the regions were kept already
@@ -205,7 +214,7 @@ impl StepWorker {
             .spawn(move || {
                 let mut reducer = Reducer::default();
                 for task in todo {
-                    run(comm.comm(), &params, &mut reducer, task);
+                    run_step(comm.comm(), &params, &mut reducer, task);
                 }
                 // `comm` is freed here, on the thread that used it.
             })
@@ -233,11 +242,17 @@ impl Drop for StepWorker {
     }
 }
 
-/// One task: the regions (unless the version is kept already), the tuple
-/// set, the reduction over `comm` (always: every rank's thread meets
-/// there), then the give-away of the regions other ranks own, offered at
-/// the gate.
-fn run(comm: &::mpi::topology::SimpleCommunicator, params: &StepParams, reducer: &mut Reducer, task: Task) {
+/// One version's collective step, on the step's thread or in the call
+/// (the same step either way): the regions (unless the version is kept
+/// already), the tuple set, the reduction over `comm` (always: every
+/// rank's step meets there), then the give-away of the regions other ranks
+/// own, offered at the gate.
+pub(crate) fn run_step(
+    comm: &::mpi::topology::SimpleCommunicator,
+    params: &StepParams,
+    reducer: &mut Reducer,
+    task: Task,
+) {
     let t = Instant::now();
     let StepParams { me, ref layouts, threshold, min_region_bytes } = *params;
     let Task { file, gate, max_level } = task;

@@ -1,31 +1,27 @@
 //! What the collective driver ([`TieredCollective`](super::TieredCollective))
 //! does over MPI (rsmpi), apart from its commit: the agreements, the
-//! checks before a store opens, the exchange of layouts, and the step's
-//! first part (`offer_and_reduce`).
+//! checks before a store opens, and the exchange of layouts.
 //!
 //! Every step that can fail on one rank is followed by an agreement (an
 //! `MPI_Allgather` of a status word), so that all ranks fail together and
 //! none waits forever in a collective.
 //!
 //! The reduction ([`Reducer`]): each rank's tuple set is merged up a
-//! binomial tree to rank 0 with [`merge`] (lower ranks always on the left,
+//! binomial tree to rank 0 with [`merge()`](super::merge::merge) (lower ranks always on the left,
 //! and only rank 0 holds the final set, so the bracketing cannot make ranks
 //! disagree), then broadcast: `⌈log2 P⌉` merges and messages of at most
 //! `40K + 8` bytes on the critical path, plus the broadcast.
 
 use super::CollectiveOptions;
-use super::merge::{self, HashFreq};
+use super::merge;
 pub use super::reduce::{Reducer, Reduction, reduce_sets};
-use super::regions::{self, Conversion};
-use super::step;
+use super::regions;
 use crate::backend::BackendKind;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-use crate::memory::Protected;
 use crate::store::StoreOptions;
 use crate::tiers::{TieredEngine, TieredReport};
 use ::mpi::traits::*;
-use std::time::Instant;
 
 /// What one collective checkpoint did on this rank; `R` is the local
 /// report ([`TieredReport`]).
@@ -68,48 +64,6 @@ pub struct CollectiveReport<R = TieredReport> {
     pub late: bool,
 }
 
-/// When the steps of one collective checkpoint started and ended on this rank.
-pub(crate) struct StepClock {
-    /// The call.
-    pub start: Instant,
-    /// Seconds finding the regions offered and their digests.
-    pub offer_seconds: f64,
-    /// The reduction's start (local de-duplication ends here).
-    pub reduced_from: Instant,
-    /// The reduction's end.
-    pub reduced_at: Instant,
-}
-
-impl<R> CollectiveReport<R> {
-    /// The report of a checkpoint that offered `offered` regions, merged
-    /// into `merged` entries, gave `conv` away, timed by `clock` (until now).
-    pub(crate) fn new(
-        rank: u32,
-        ranks: u32,
-        checkpoint: R,
-        offered: usize,
-        merged: usize,
-        conv: &[Conversion],
-        clock: &StepClock,
-    ) -> Self {
-        CollectiveReport {
-            rank,
-            ranks,
-            checkpoint,
-            regions_offered: offered,
-            merged_entries: merged,
-            regions_referenced: conv.len(),
-            bytes_referenced: conv.iter().map(|c| c.region.bytes).sum(),
-            local_seconds: (clock.reduced_from - clock.start).as_secs_f64(),
-            offer_seconds: clock.offer_seconds,
-            reduce_seconds: (clock.reduced_at - clock.reduced_from).as_secs_f64(),
-            total_seconds: clock.start.elapsed().as_secs_f64(),
-            settled: true,
-            late: false,
-        }
-    }
-}
-
 /// Status words exchanged by [`all_agree`].
 const OK: u64 = 0;
 const FAILED: u64 = 1;
@@ -131,48 +85,6 @@ pub(crate) fn agree_or_abandon<C: Communicator, T>(
         let _ = engine.abandon();
     }
     agreed
-}
-
-/// The first steps of a collective checkpoint in the call: this rank's de-duplication and offer (no regions when
-/// [`alone`]: every region stays this rank's), agreed by every rank, then
-/// the reduction. On any failure every rank abandons the version. The
-/// offer, the merged set (the same on every rank) and when the reduction
-/// started and ended. Collective.
-pub(crate) fn offer_and_reduce<'a, 'r, C: Communicator>(
-    comm: &C,
-    engine: &mut TieredEngine,
-    reduction: &'r mut Reduction,
-    version: u64,
-    input: Protected<'a>,
-    max_level: u32,
-    opts: &CollectiveOptions,
-) -> Result<(step::Offer<'a>, &'r [HashFreq], Instant, Instant)> {
-    let offer = match alone(comm, opts) {
-        true => engine.deduplicate_local(version, input).map(|local| step::offer_of(local, Vec::new(), 1)),
-        false => step::offer(engine, version, input, max_level, opts.threshold)
-            .map(|o| o.without_regions_below(opts.min_region_bytes, opts.threshold)),
-    };
-    let offer = {
-        let _span = crate::profile::Span::new("agree-dedup", version);
-        agree_or_abandon(comm, engine, "de-duplication", version, offer)?
-    };
-    let reduced_from = Instant::now();
-    if alone(comm, opts) {
-        return Ok((offer, &[], reduced_from, reduced_from));
-    }
-    crate::profile::count("offered-entries", version, offer.set.len() as u64);
-    let merged = {
-        let _span = crate::profile::Span::new("reduce", version);
-        reduction.reduce(&offer.set, opts.threshold)
-    };
-    let merged = match merged {
-        Ok(m) => m,
-        Err(e) => {
-            let _ = engine.abandon();
-            return Err(e);
-        }
-    };
-    Ok((offer, merged, reduced_from, Instant::now()))
 }
 
 /// Whether no reduction runs: local-only, or one rank (no other rank to

@@ -173,6 +173,11 @@ impl Reduction {
     pub fn reduce(&mut self, set: &[HashFreq], threshold: usize) -> Result<&[HashFreq]> {
         self.reducer.reduce(&self.comm, set, threshold)
     }
+
+    /// Its communicator and reducer, for a collective step run in the call.
+    pub(crate) fn parts(&mut self) -> (&SimpleCommunicator, &mut Reducer) {
+        (&self.comm, &mut self.reducer)
+    }
 }
 
 /// Encodes `set` at the start of `wire`; the words written. A set longer

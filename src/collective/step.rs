@@ -1,9 +1,10 @@
-//! One rank's side of a collective checkpoint, without the transport: what
-//! it offers to the reduction ([`offer`]) and how it settles once the merged
-//! set is known ([`give_away`], and [`settle`] over an [`Engine`]). The
-//! collective driver calls these around the reduction; tests drive
-//! several in-process engines with [`reduce_all`](super::reduce_all)
-//! instead.
+//! One rank's side of a collective checkpoint over the synchronous
+//! [`Engine`], without the transport: what it offers to the reduction
+//! ([`offer`]) and how it settles once the merged set is known
+//! ([`give_away`], [`settle`]). Tests and benchmarks drive several
+//! in-process engines with [`reduce_all`](super::reduce_all) around these;
+//! the MPI driver runs its step on the tiers
+//! (`collective::background::run_step`).
 
 use super::merge::{HashFreq, local_set};
 use super::regions::{self, Conversion, Region};
@@ -25,44 +26,9 @@ pub struct Offer<'a> {
     pub regions_seconds: f64,
 }
 
-/// The rank-local engine a collective step runs over: the synchronous
-/// [`Engine`] or the asynchronous tiers.
-pub trait LocalSide {
-    /// De-duplicates `input` without changing the history (pending).
-    fn deduplicate_local<'a>(&mut self, version: u64, input: Protected<'a>) -> Result<LocalCheckpoint<'a>>;
-    /// The FIRST regions `local` offers (digests from the device on the GPU).
-    fn regions(&mut self, local: &LocalCheckpoint<'_>, data: &[u8], max_level: u32) -> Result<Vec<Region>>;
-    /// Gives up the pending version (another rank failed).
-    fn abandon(&mut self) -> Result<()>;
-}
-
-impl LocalSide for Engine {
-    fn deduplicate_local<'a>(&mut self, version: u64, input: Protected<'a>) -> Result<LocalCheckpoint<'a>> {
-        Engine::deduplicate_local(self, version, input)
-    }
-    fn regions(&mut self, local: &LocalCheckpoint<'_>, data: &[u8], max_level: u32) -> Result<Vec<Region>> {
-        Engine::regions(self, local, data, max_level)
-    }
-    fn abandon(&mut self) -> Result<()> {
-        Engine::abandon(self)
-    }
-}
-
-impl LocalSide for crate::tiers::TieredEngine {
-    fn deduplicate_local<'a>(&mut self, version: u64, input: Protected<'a>) -> Result<LocalCheckpoint<'a>> {
-        crate::tiers::TieredEngine::deduplicate_local(self, version, input)
-    }
-    fn regions(&mut self, local: &LocalCheckpoint<'_>, data: &[u8], max_level: u32) -> Result<Vec<Region>> {
-        crate::tiers::TieredEngine::regions(self, local, data, max_level)
-    }
-    fn abandon(&mut self) -> Result<()> {
-        crate::tiers::TieredEngine::abandon(self)
-    }
-}
-
 /// De-duplicates `input` locally (CPU or GPU) and builds the rank's tuple set.
-pub fn offer<'a, E: LocalSide + ?Sized>(
-    engine: &mut E,
+pub fn offer<'a>(
+    engine: &mut Engine,
     version: u64,
     input: Protected<'a>,
     max_level: u32,

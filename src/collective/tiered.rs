@@ -23,8 +23,12 @@
 //! wait(v):       settle (waiting) ─► every rank waits for its own flushes ─► allgather ─► durable on tier t iff on every rank
 //! ```
 //!
-//! Otherwise the step runs in the call: `agree ─► dedup ─► agree ─► reduce
-//! ─► give away ─► cache ─► agree ─► queue ─► return`.
+//! Every version takes this one road. Where the step has no thread, the
+//! same step (`background::run_step`) runs in the call on the call's
+//! reduction communicator, and the call settles the version before it
+//! returns; with nothing to offer (local-only, one rank) there is no step
+//! and the version settles at once. Agreements a version: the baseline's
+//! (`MPI_Allgather`), the hand-over's, and the step's reduction.
 //!
 //! A flush that fails on any rank makes the next version a baseline on
 //! every rank (the first agreement of each checkpoint carries it), so no
@@ -34,16 +38,12 @@
 //! is abandoned.
 
 use super::CollectiveOptions;
-use super::background::{Decision, GateGuard, StepGate, StepParams, StepWorker, Task};
+use super::background::{Decision, GateGuard, StepGate, StepParams, StepWorker, Task, run_step};
 use super::merge::HashFreq;
-use super::mpi::{
-    CollectiveReport, StepClock, agree_or_abandon, all_agree, alone, cpu_share, exchange_layouts, offer_and_reduce,
-    open_checks,
-};
+use super::mpi::{CollectiveReport, agree_or_abandon, all_agree, alone, cpu_share, exchange_layouts, open_checks};
 use super::protect::{Protection, Protector, scheme_of};
 use super::recover::{Recovered, fetch_for_restore, prepare};
 use super::reduce::{Reduction, ThreadComm};
-use super::step;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
@@ -108,9 +108,11 @@ pub struct TieredCollective {
     /// Settled reports not taken yet ([`TieredCollective::take_settled`]),
     /// the newest [`KEPT_REPORTS`] at most.
     settled: Vec<CollectiveReport<TieredReport>>,
-    /// The reduction when it runs in the call (the step's thread keeps its
-    /// own), on its own communicator.
+    /// The reduction when the step runs in the call (the step's thread
+    /// keeps its own), on its own communicator.
     reduction: Reduction,
+    /// What every step of this handle shares (in the call or on the thread).
+    params: StepParams,
 }
 
 impl TieredCollective {
@@ -160,7 +162,13 @@ impl TieredCollective {
         };
         let cpus = cpu_share(&comm);
         let wanted = opts.overlap.wanted(engine.backend(), cpus);
-        let worker = Self::start_worker(&comm, rank, &layouts, opts, wanted)?;
+        let params = StepParams {
+            me: rank,
+            layouts: Arc::clone(&layouts),
+            threshold: opts.threshold,
+            min_region_bytes: opts.min_region_bytes,
+        };
+        let worker = Self::start_worker(&comm, &params, opts, wanted)?;
         let reduction = Reduction::new(&comm);
         Ok(TieredCollective {
             protector,
@@ -174,6 +182,7 @@ impl TieredCollective {
             in_flight: VecDeque::new(),
             settled: Vec::new(),
             reduction,
+            params,
         })
     }
 
@@ -232,8 +241,7 @@ impl TieredCollective {
     /// `MPI_THREAD_MULTIPLE`. Collective.
     fn start_worker(
         comm: &SimpleCommunicator,
-        rank: u32,
-        layouts: &Arc<Vec<Layout>>,
+        params: &StepParams,
         opts: &CollectiveOptions,
         wanted: bool,
     ) -> Result<Option<StepWorker>> {
@@ -245,15 +253,7 @@ impl TieredCollective {
             return Ok(None);
         }
         let worker = match ThreadComm::new(comm.duplicate()) {
-            Some(own) => StepWorker::start(
-                own,
-                StepParams {
-                    me: rank,
-                    layouts: Arc::clone(layouts),
-                    threshold: opts.threshold,
-                    min_region_bytes: opts.min_region_bytes,
-                },
-            ),
+            Some(own) => StepWorker::start(own, params.clone()),
             None => Err(Error::Internal("MPI_THREAD_MULTIPLE was granted, then not".into())),
         };
         all_agree(comm, "starting the collective step's thread", 0, worker).map(Some)
@@ -309,111 +309,16 @@ impl TieredCollective {
             let _span = crate::profile::Span::new("agree-baseline", version);
             self.agree_on_baseline(version)?;
         }
-        if self.worker.is_some() {
-            return self.checkpoint_handed(version, input, t0);
-        }
-        if alone(&self.comm, &self.opts) {
-            return self.checkpoint_alone(version, input, t0);
-        }
-        let me = self.comm.rank().max(0) as u32;
-        let (offer, merged, reduced_from, reduced_at) = offer_and_reduce(
-            &self.comm,
-            &mut self.engine,
-            &mut self.reduction,
-            version,
-            input,
-            self.max_level,
-            &self.opts,
-        )?;
-        let (offer_seconds, offered, merged_entries) = (offer.regions_seconds, offer.regions.len(), merged.len());
-        let host = input.host_bytes();
-        let cached = {
-            let given = {
-                let _span = crate::profile::Span::new("give-away", version);
-                step::give_away(offer, merged, &self.layouts)
-            };
-            let _span = crate::profile::Span::new("cache", version);
-            given.and_then(|(local, conv)| Ok((self.engine.cache(local, host)?, conv)))
-        };
-        let (cached, conv) = {
-            let _span = crate::profile::Span::new("agree-cache", version);
-            self.agree_or_abandon("the copy into the host cache", version, cached)?
-        };
-        // Every rank holds its version: from here it is taken everywhere.
-        let checkpoint = {
-            let _span = crate::profile::Span::new("submit", version);
-            self.engine.submit(cached)
-        };
-        // Every rank hands the version over, taken or not here (a rank
-        // without its file takes part with nothing), so the threads meet.
-        self.protect(version);
-        let checkpoint = checkpoint?;
-        let clock = StepClock { start: t0, offer_seconds, reduced_from, reduced_at };
-        let report =
-            CollectiveReport::new(me, self.layouts.len() as u32, checkpoint, offered, merged_entries, &conv, &clock);
-        self.keep(report.clone());
-        Ok(report)
-    }
-
-    /// The call's first part when it offers no regions itself: the local
-    /// de-duplication and the hand-over of the file to the host cache
-    /// ([`TieredEngine::hand_over`]), agreed by every rank (on a failure
-    /// anywhere, every rank abandons the version).
-    fn hand_over_agreed(&mut self, version: u64, input: Protected<'_>) -> Result<crate::tiers::HandedVersion> {
-        let handed = {
-            let _span = crate::profile::Span::new("dedup-cache", version);
-            self.engine.hand_over(version, input)
-        };
-        let _span = crate::profile::Span::new("agree-cache", version);
-        self.agree_or_abandon("the de-duplication or the copy into the host cache", version, handed)
-    }
-
-    /// A checkpoint with no regions to offer (local-only, or one rank): the
-    /// tiers' own path, the file handed to the host cache with nothing
-    /// decoded on the host, then one agreement (every rank took it, or
-    /// every rank abandons it) before the version is committed and queued.
-    fn checkpoint_alone(
-        &mut self,
-        version: u64,
-        input: Protected<'_>,
-        t0: Instant,
-    ) -> Result<CollectiveReport<TieredReport>> {
+        // One road for every version: de-duplicated and handed to the host
+        // cache as local-only's is (agreed), committed and queued at once;
+        // then the collective step, if any, decides at the version's gate.
         let handed = self.hand_over_agreed(version, input)?;
-        let checkpoint = {
-            let _span = crate::profile::Span::new("submit", version);
-            self.engine.submit_handed(handed)
-        };
-        self.protect(version);
-        let checkpoint = checkpoint?;
-        let now = Instant::now();
-        let clock = StepClock { start: t0, offer_seconds: 0.0, reduced_from: now, reduced_at: now };
-        let me = self.comm.rank().max(0) as u32;
-        let report = CollectiveReport::new(me, self.layouts.len() as u32, checkpoint, 0, 0, &[], &clock);
-        self.keep(report.clone());
-        Ok(report)
-    }
-
-    /// The call's part when the step runs beside it: the local
-    /// de-duplication and the hand-over of its file to the host cache, as
-    /// local-only takes them (no device-made metadata decoded, no region
-    /// found or hashed in the call), one agreement, then the version is
-    /// committed and queued at once and goes to the step's thread, which
-    /// decodes the diff from the cached file (where the device made it),
-    /// hashes its FIRST regions from the cached bytes, reduces and gives
-    /// regions away. The version's flush waits for the step; the next
-    /// collective call settles it ([`TieredCollective::settle`]). The
-    /// returned report is not settled.
-    fn checkpoint_handed(
-        &mut self,
-        version: u64,
-        input: Protected<'_>,
-        t0: Instant,
-    ) -> Result<CollectiveReport<TieredReport>> {
-        let handed = self.hand_over_agreed(version, input)?;
-        let gate = StepGate::new();
+        let alone = alone(&self.comm, &self.opts);
+        let gate = (!alone).then(StepGate::new);
         let submitted = {
             let _span = crate::profile::Span::new("submit", version);
-            self.engine.submit_before_step(handed, Arc::clone(&gate) as Arc<dyn crate::tiers::LateRewrite>)
+            let late = gate.as_ref().map(|g| Arc::clone(g) as Arc<dyn crate::tiers::LateRewrite>);
+            self.engine.submit_before_step(handed, late)
         };
         // Every rank that agreed hands the version on, taken here or not,
         // so that the protection's and the step's threads meet.
@@ -422,14 +327,39 @@ impl TieredCollective {
             Ok((checkpoint, file)) => (Ok(checkpoint), Some(file)),
             Err(e) => (Err(e), None),
         };
+        let Some(gate) = gate else {
+            // Nothing to offer (local-only, or one rank): settled now.
+            let checkpoint = checkpoint?;
+            let report = self.report_of(checkpoint, t0);
+            self.in_flight.push_back(InFlight { report, gate: StepGate::kept(super::background::ALONE) });
+            return self.settled_now(t0);
+        };
         let task = Task { file, gate: GateGuard(Arc::clone(&gate)), max_level: self.max_level };
-        let worker = self.worker.as_ref().ok_or_else(|| Error::Internal("no collective step thread".into()))?;
-        if let Err(e) = worker.submit(task) {
-            // The dropped task kept the version's regions: its flush goes on.
-            tracing::warn!("version {version}: {e}; its regions are kept");
+        match &self.worker {
+            // Beside the call: the thread decides; the next call settles.
+            Some(worker) => {
+                if let Err(e) = worker.submit(task) {
+                    // The dropped task kept the version's regions: its flush goes on.
+                    tracing::warn!("version {version}: {e}; its regions are kept");
+                }
+                let report = self.report_of(checkpoint?, t0);
+                self.in_flight.push_back(InFlight { report: report.clone(), gate });
+                Ok(report)
+            }
+            // In the call: the same step, on the call's communicator, then settled.
+            None => {
+                let (comm, reducer) = self.reduction.parts();
+                run_step(comm, &self.params, reducer, task);
+                let report = self.report_of(checkpoint?, t0);
+                self.in_flight.push_back(InFlight { report, gate });
+                self.settled_now(t0)
+            }
         }
-        let checkpoint = checkpoint?;
-        let report = CollectiveReport {
+    }
+
+    /// The report of a version the call committed, not settled yet.
+    fn report_of(&self, checkpoint: TieredReport, t0: Instant) -> CollectiveReport<TieredReport> {
+        CollectiveReport {
             rank: self.comm.rank().max(0) as u32,
             ranks: self.layouts.len() as u32,
             checkpoint,
@@ -443,9 +373,29 @@ impl TieredCollective {
             total_seconds: t0.elapsed().as_secs_f64(),
             settled: false,
             late: false,
+        }
+    }
+
+    /// Settles what is in flight (the call's own version last) and returns
+    /// the call's settled report, timed to now.
+    fn settled_now(&mut self, t0: Instant) -> Result<CollectiveReport<TieredReport>> {
+        self.settle_steps(true);
+        let report = self.settled.last_mut().ok_or_else(|| Error::Internal("no settled report".into()))?;
+        report.total_seconds = t0.elapsed().as_secs_f64();
+        Ok(report.clone())
+    }
+
+    /// The call's first part: the local de-duplication and the hand-over
+    /// of the file to the host cache ([`TieredEngine::hand_over`]), agreed
+    /// by every rank (on a failure anywhere, every rank abandons the
+    /// version).
+    fn hand_over_agreed(&mut self, version: u64, input: Protected<'_>) -> Result<crate::tiers::HandedVersion> {
+        let handed = {
+            let _span = crate::profile::Span::new("dedup-cache", version);
+            self.engine.hand_over(version, input)
         };
-        self.in_flight.push_back(InFlight { report: report.clone(), gate });
-        Ok(report)
+        let _span = crate::profile::Span::new("agree-cache", version);
+        self.agree_or_abandon("the de-duplication or the copy into the host cache", version, handed)
     }
 
     /// Settles every version whose step runs beside the application,
@@ -507,6 +457,7 @@ impl TieredCollective {
                     crate::profile::count("settle-kept-late", version, 1);
                     tracing::debug!("version {version}: its collective step was late; every region kept");
                 }
+                Decision::Kept(why) if why == super::background::ALONE => {}
                 Decision::Kept(why) => {
                     tracing::warn!("version {version}: every region kept: {why}");
                 }

@@ -33,16 +33,6 @@ impl<'a> LocalCheckpoint<'a> {
         LocalCheckpoint { version, started, _input: PhantomData }
     }
 
-    /// The de-duplicated version.
-    pub(crate) fn deduplicated(&self) -> &Deduplicated {
-        &self.version
-    }
-
-    /// The de-duplicated version and when it started.
-    pub(crate) fn into_inner(self) -> (Deduplicated, Instant) {
-        (self.version, self.started)
-    }
-
     /// The diff as it stands.
     pub fn diff(&self) -> &Diff {
         &self.version.diff

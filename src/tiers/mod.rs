@@ -21,13 +21,13 @@
 //! Dropping the engine (or [`TieredEngine::finalize`]) waits for every
 //! queued version: data is never dropped.
 
-mod collective_hooks;
 mod durability;
 mod options;
 mod restoring;
+mod version;
 
-pub(crate) use collective_hooks::*;
 pub use options::*;
+pub(crate) use version::*;
 
 pub mod arena;
 pub mod cache;
@@ -39,10 +39,8 @@ pub use reader::RemoteFiles;
 pub mod state;
 mod writeback;
 
-use crate::backend::Deduplicated;
 use crate::backend::budget::GpuCache;
 use crate::backend::{AnyBackend, Backend, BackendKind};
-use crate::engine::LocalCheckpoint;
 use crate::engine::{Engine, OpenReport, OpenWith, RebuildAt};
 use crate::error::{Error, Result};
 use crate::format::Compression;

@@ -12,7 +12,6 @@ use super::device_cache::Staged;
 use super::{GpuDedup, PackedRuns, StoredRun, cuda_err};
 use crate::backend::{
     Backend, BackendKind, Deduplicated, Described, DiffBytes, PendingVersion, Sink, StepDiff, VersionMut,
-    hand_over_bytes,
 };
 use crate::diff::Diff;
 use crate::error::{Error, Result};
@@ -59,7 +58,6 @@ impl CudaBackend {
     fn hashed_regions(&self, diff: &Diff, p: &GpuPending, nodes: &[NodeId], max_level: u32) -> Result<Vec<Region>> {
         let base = match &p.file {
             GpuFile::OnDevice { prepared: Some(prepared), .. } => self.dev.first_data_addr(prepared)?,
-            GpuFile::Staged { staged: Some(file), .. } => file.device_addr().add(p.data_start as u64)?,
             GpuFile::Pinned { file_len, .. } => {
                 let data_end = p.data_start + diff.data_bytes() as usize;
                 let first = self.dev.pinned_prefix(*file_len)?.get(p.data_start..data_end);
@@ -102,19 +100,15 @@ enum GpuFile {
     /// Still in the pipeline's pinned output buffer: the whole file's length
     /// and its trailer.
     Pinned { file_len: usize, trailer: [u8; 32] },
-    /// In the GPU cache tier's arena (the collective path, which needs only
-    /// its metadata on the host), unsealed: `file_len` counts the trailer
-    /// the flush worker writes. Taken by [`Backend::hand_over`].
-    Staged { staged: Option<Staged>, file_len: usize },
     /// Handed over to the host cache before its metadata was decoded
     /// (the collective step's thread described it from there).
     Handed,
-    /// Not copied yet (no arena, or no room in it): where the device made
-    /// it, the output buffer or, for a version stored whole, the input
-    /// itself (valid until the next version is prepared; the input for as
-    /// long as the `LocalCheckpoint` borrows it). [`Backend::hand_over`] copies it straight into
-    /// the sink; [`Backend::serialize_deferred`] into the pinned buffer.
-    OnDevice { prepared: Option<super::pipeline::Prepared>, file_len: usize },
+    /// Not copied yet: where the device made it, the output buffer or, for
+    /// a version stored whole, the input itself (valid until the next
+    /// version is prepared; the input for as long as the `LocalCheckpoint`
+    /// borrows it). [`Backend::serialize_deferred`] copies it into the
+    /// pinned buffer.
+    OnDevice { prepared: Option<super::pipeline::Prepared> },
 }
 
 /// A GPU version: its file, FIRST data at `data_start`; the device holds the
@@ -250,41 +244,18 @@ impl Backend for CudaBackend {
 
     fn deduplicate(&mut self, version: u64, input: Protected<'_>, baseline: bool) -> Result<Deduplicated<GpuPending>> {
         self.apply_moves()?;
-        let tree = self.dev.method() == crate::method::Method::Tree;
         let prepared = {
             let _span = crate::profile::Span::new("cuda-prepare", version);
             self.dev.prepare(version, input, baseline)?
         };
-        // With a GPU cache tier (the asynchronous tiers' collective path,
-        // followed by `hand_over`): through its arena where the file fits.
         let repeats = prepared.repeats;
-        let prepared = if tree && self.dev.has_device_cache() {
-            match self.dev.stage_for_collective(prepared)? {
-                // In the arena: only the metadata crossed to the host.
-                Ok((computed, staged, diff)) => {
-                    let file = GpuFile::Staged { staged: Some(staged), file_len: computed.prefix_len + 32 };
-                    let pending = GpuPending {
-                        file,
-                        data_start: computed.data_start,
-                        dense: diff.dense,
-                        given: None,
-                        rewrite: None,
-                        repeats,
-                    };
-                    return Ok(Deduplicated { diff, pending, gpu: Some(computed.timings) });
-                }
-                Err(prepared) => prepared,
-            }
-        } else {
-            prepared
-        };
-        // Otherwise the file stays where the device made it (the output
-        // buffer, or the input itself for a version stored whole) until it
-        // is handed over or serialized; only its metadata crosses now.
+        // The file stays where the device made it (the output buffer, or
+        // the input itself for a version stored whole) until it is
+        // serialized; only its metadata crosses now.
         let diff = self.dev.describe(&prepared)?;
         let timings = self.dev.prepared_timings(&prepared)?;
-        let (data_start, file_len) = (prepared.data_start, prepared.prefix_len + 32);
-        let file = GpuFile::OnDevice { prepared: Some(prepared), file_len };
+        let data_start = prepared.data_start;
+        let file = GpuFile::OnDevice { prepared: Some(prepared) };
         let pending = GpuPending { file, data_start, dense: diff.dense, given: None, rewrite: None, repeats };
         Ok(Deduplicated { diff, pending, gpu: Some(timings) })
     }
@@ -324,55 +295,8 @@ impl Backend for CudaBackend {
                 let file = DiffBytes::Borrowed { prefix: self.dev.pinned_prefix(*file_len)?, trailer: *trailer };
                 Ok((file, rewrite))
             }
-            GpuFile::Staged { .. } => Err(Error::Internal("a staged GPU file is handed over, not serialized".into())),
             GpuFile::OnDevice { .. } | GpuFile::Handed => Err(taken_twice()),
         }
-    }
-
-    /// A file in the arena goes to the sink by a copy on the arena's stream:
-    /// now if the sink has room, otherwise when the flusher needs it (the
-    /// call returns with the diff on the GPU). A file still where the device
-    /// made it is copied into the sink from there (waiting for room). Either
-    /// way unsealed; the rewrite for regions given away comes back for the
-    /// flush worker.
-    fn hand_over(
-        &mut self,
-        version: VersionMut<'_, GpuPending>,
-        data: &[u8],
-        sink: Sink<'_>,
-    ) -> Result<Option<Rewrite>> {
-        let p = &mut *version.pending;
-        let (staged, len) = match &mut p.file {
-            GpuFile::Staged { staged, file_len } => (staged.take(), *file_len),
-            GpuFile::OnDevice { prepared, file_len } => {
-                // Copied by the device straight into the sink's buffers
-                // (before this returns for a version stored whole, whose
-                // bytes are the application's).
-                let (prepared, len) = (prepared.take().ok_or_else(taken_twice)?, *file_len);
-                let rewrite = self.settle_given(version.diff, p)?;
-                let mut slot = Some(prepared);
-                let dev = &mut self.dev;
-                sink.fill(len, false, &mut |bufs| {
-                    let p = slot.take().ok_or_else(|| Error::Internal("a file was filled twice".into()))?;
-                    dev.finish_async(p, bufs).map(|(_, ready)| ready)
-                })?;
-                return Ok(rewrite);
-            }
-            GpuFile::Pinned { .. } => return hand_over_bytes(self, version, data, sink),
-            GpuFile::Handed => return Err(taken_twice()),
-        };
-        let staged = staged.ok_or_else(|| Error::Internal("a staged GPU file was handed over twice".into()))?;
-        let rewrite = self.settle_given(version.diff, version.pending)?;
-        if sink.has_room(len) {
-            let mut slot = Some(staged);
-            sink.fill(len, false, &mut |bufs| {
-                let staged = slot.take().ok_or_else(|| Error::Internal("a file was filled twice".into()))?;
-                staged.copy_out(bufs).map(Some)
-            })?;
-        } else {
-            sink.defer(len, false, deferred(staged))?;
-        }
-        Ok(rewrite)
     }
 
     fn commit(&mut self, version: Deduplicated<GpuPending>) -> Result<()> {
@@ -392,7 +316,7 @@ impl Backend for CudaBackend {
     /// through the GPU cache tier's arena where there is one with room (the
     /// copy to the host on its own stream, deferred while the sink is
     /// full), otherwise from the output buffer. The device's record keeps
-    /// the version pending until [`Backend::commit_handed`].
+    /// the version pending until [`Backend::commit_before_step`].
     fn hand_over_new(
         &mut self,
         version: u64,
@@ -451,10 +375,6 @@ impl Backend for CudaBackend {
             Ok((Deduplicated { diff, pending, gpu: timings }, data_start))
         });
         Ok(crate::backend::Handed { pending: None, baseline, describe: Some(describe), gpu: timings })
-    }
-
-    fn commit_handed(&mut self, _: crate::backend::Handed<GpuPending>) -> Result<()> {
-        self.dev.commit()
     }
 
     /// The device's record keeps the version's entries (tagged with its

@@ -180,13 +180,6 @@ impl Staged {
         copied
     }
 
-    /// The file's device address in the arena: valid while `self` lives,
-    /// for work queued on the pipeline's stream (the stream that copied it
-    /// there, so that such work follows the copy).
-    pub(crate) fn device_addr(&self) -> DevAddr {
-        self.at
-    }
-
     /// Queues the device-to-host copies on `copy`; the event after them.
     #[allow(unsafe_code)] // raw copies; their SAFETY below
     fn issue(&self, copy: &CudaStream, bufs: &mut [&mut [u8]]) -> Result<CudaEvent> {

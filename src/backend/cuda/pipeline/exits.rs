@@ -168,23 +168,6 @@ impl GpuDedup {
         Ok(Ok((computed, staged)))
     }
 
-    /// [`GpuDedup::stage`] for the collective step, which rewrites the diff
-    /// on the host: also decodes the file's metadata
-    /// ([`GpuDedup::describe`]); the FIRST data and block digests stay in
-    /// the arena.
-    pub(crate) fn stage_for_collective(
-        &mut self,
-        p: Prepared,
-    ) -> Result<std::result::Result<(Computed, Staged, Diff), Prepared>> {
-        // The metadata is read before the output buffer is staged (the next
-        // version's kernels are queued only after this call anyway).
-        let diff = match p.pieces.as_slice() {
-            [Piece::Device(..)] => self.describe(&p)?,
-            _ => return Ok(Err(p)),
-        };
-        Ok(self.stage(p)?.map(|(computed, staged)| (computed, staged, diff)))
-    }
-
     /// The diff a prepared file describes, decoded from its metadata
     /// (header, tables, bitmap: `data_start` bytes, small beside the data),
     /// which is copied to the host where the device wrote it; the data

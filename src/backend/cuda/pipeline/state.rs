@@ -208,12 +208,6 @@ impl GpuDedup {
         Ok(())
     }
 
-    /// Whether a GPU cache tier's arena exists (the collective path stages
-    /// through it only then).
-    pub(crate) fn has_device_cache(&self) -> bool {
-        self.cache.is_some()
-    }
-
     /// The GPU cache tier's arena: its capacity and the bytes it holds now.
     pub fn device_cache_usage(&self) -> Option<(u64, u64)> {
         self.cache.as_ref().map(|c| (c.capacity(), c.in_use()))

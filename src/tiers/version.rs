@@ -1,9 +1,12 @@
-//! What the collective step asks of the tiers between a version's
-//! de-duplication and its submission: a version handed over and committed
-//! before its step runs (the step reads it from the cache, the flush waits
-//! for its rewrite, the record for [`TieredEngine::settle_step`]), or
-//! cached with its regions given away in the call, then submitted or
-//! abandoned.
+//! A version's one road through the tiers, on one rank or in a collective
+//! checkpoint: de-duplicated and handed to the host cache
+//! ([`TieredEngine::hand_over`]), then committed and queued
+//! ([`TieredEngine::submit_before_step`]; its flush waits at a
+//! [`LateRewrite`] where a collective step still decides how the file is
+//! rewritten, which reads it as a [`StepFile`]), then settled
+//! ([`TieredEngine::settle_step`]: the record entries follow the step's
+//! give-away); or abandoned before the commit. [`TieredEngine::submit_handed`]
+//! is the road with no step.
 
 use super::*;
 use crate::backend::{Described, StepDiff};
@@ -74,42 +77,6 @@ impl StepFile {
     }
 }
 
-/// A version de-duplicated and copied into the host cache, not yet queued
-/// (the collective step queues it once every rank has got this far).
-pub(crate) struct CachedVersion {
-    version: Deduplicated,
-    cached: Cached,
-    sealed: bool,
-    /// The give-away's rewrite of the cached file, left to the flush.
-    rewrite: Option<Rewrite>,
-    started: Instant,
-    cache_started: Instant,
-    copied: Duration,
-    waited: Duration,
-}
-
-impl CachedVersion {
-    /// What the version cost the application until now (its file's length
-    /// after the rewrite, if one is attached).
-    pub(crate) fn report(&self) -> TieredReport {
-        let file_bytes = self.rewrite.as_ref().map_or(self.cached.len() as u64, Rewrite::file_len);
-        let (v, d) = (&self.version, &self.version.diff);
-        let mut report = report_of(
-            d.version,
-            d.baseline,
-            file_bytes,
-            self.started,
-            self.cache_started,
-            self.copied,
-            self.waited,
-            v.gpu,
-        );
-        report.held_on_gpu = self.cached.deferred();
-        report.spilled = self.cached.spilled();
-        report
-    }
-}
-
 impl TieredEngine {
     /// The call's part of a checkpoint with no regions to offer (one
     /// rank, or local-only): de-duplicates `input` and hands its file to
@@ -140,12 +107,12 @@ impl TieredEngine {
     }
 
     /// Commits a version [`TieredEngine::hand_over`] cached and queues it on
-    /// every tier. On error the next checkpoint is a baseline.
+    /// every tier, with no collective step: [`TieredEngine::submit_before_step`]
+    /// with nothing to wait for, settled at once. On error the next
+    /// checkpoint is a baseline.
     pub(crate) fn submit_handed(&mut self, h: HandedVersion) -> Result<TieredReport> {
-        let HandedVersion { handed, cached, sealed, mut report, t0 } = h;
-        self.backend.commit_handed(handed)?;
-        self.enqueue(report.version, report.baseline, Arc::new(cached), sealed, None, None)?;
-        report.total_seconds = t0.elapsed().as_secs_f64();
+        let (report, _) = self.submit_before_step(h, None)?;
+        self.settle_step(report.version, false, &[], &[])?;
         Ok(report)
     }
 
@@ -158,7 +125,7 @@ impl TieredEngine {
     pub(crate) fn submit_before_step(
         &mut self,
         h: HandedVersion,
-        late: Arc<dyn LateRewrite>,
+        late: Option<Arc<dyn LateRewrite>>,
     ) -> Result<(TieredReport, StepFile)> {
         let HandedVersion { handed, cached, sealed, mut report, t0 } = h;
         let diff = {
@@ -168,7 +135,7 @@ impl TieredEngine {
         let cached = Arc::new(cached);
         {
             let _span = crate::profile::Span::new("submit-enqueue", report.version);
-            self.enqueue(report.version, report.baseline, Arc::clone(&cached), sealed, None, Some(late))?;
+            self.enqueue(report.version, report.baseline, Arc::clone(&cached), sealed, None, late)?;
         }
         report.total_seconds = t0.elapsed().as_secs_f64();
         let version = report.version;
@@ -189,56 +156,6 @@ impl TieredEngine {
         layouts: &[Layout],
     ) -> Result<()> {
         self.backend.settle_step(version, dense, conv, layouts)
-    }
-
-    /// Collective step 1: de-duplicates `input` without changing the
-    /// history (the backend keeps it pending).
-    pub(crate) fn deduplicate_local<'a>(&mut self, version: u64, input: Protected<'a>) -> Result<LocalCheckpoint<'a>> {
-        let _quiet = self.quiet(version);
-        self.rebuild_if_pending();
-        crate::error::check_version_number(version)?;
-        if let Some(latest) = self.latest.filter(|&l| l >= version) {
-            return Err(Error::VersionNotNewer { latest, requested: version });
-        }
-        let baseline = self.next_is_baseline();
-        let started = Instant::now();
-        let version = self.backend.deduplicate(version, input, baseline)?;
-        Ok(LocalCheckpoint::new(version, started, input))
-    }
-
-    /// The regions `local` offers to the collective step
-    /// ([`Engine::regions`]).
-    pub(crate) fn regions(&mut self, local: &LocalCheckpoint<'_>, data: &[u8], max_level: u32) -> Result<Vec<Region>> {
-        let version = local.deduplicated();
-        self.backend.regions(&version.diff, &version.pending, data, max_level)
-    }
-
-    /// Collective step 2: serializes the (rewritten) diff into the host
-    /// cache; still reversible ([`TieredEngine::abandon`]). `data` is the
-    /// protected buffer on the CPU backend.
-    pub(crate) fn cache(&mut self, local: LocalCheckpoint<'_>, data: &[u8]) -> Result<CachedVersion> {
-        let (mut version, started) = local.into_inner();
-        let _quiet = self.quiet(version.diff.version);
-        let mut sink = CacheSink { cache: &self.shared.cache, handed: None };
-        let rewrite = self.backend.hand_over(version.as_mut(), data, &mut sink)?;
-        let (cached, waited, cache_started, copied, sealed) =
-            sink.handed.ok_or_else(|| Error::Internal("the backend handed no file over".into()))?;
-        Ok(CachedVersion { version, cached, sealed, rewrite, started, cache_started, copied, waited })
-    }
-
-    /// Collective step 3 (every rank has cached its file): the backend
-    /// commits the version and the flush workers take it.
-    pub(crate) fn submit(&mut self, c: CachedVersion) -> Result<TieredReport> {
-        let report = c.report();
-        let CachedVersion { version, cached, sealed, rewrite, .. } = c;
-        let (number, baseline) = (version.diff.version, version.diff.baseline);
-        {
-            let _span = crate::profile::Span::new("submit-commit", number);
-            self.backend.commit(version)?;
-        }
-        let _span = crate::profile::Span::new("submit-enqueue", number);
-        self.enqueue(number, baseline, Arc::new(cached), sealed, rewrite, None)?;
-        Ok(report)
     }
 
     /// Gives up a version between steps 1 and 3 (another rank failed): the
