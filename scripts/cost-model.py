@@ -66,6 +66,10 @@ RUNS = {  # machine -> scaling CSV, reduction class, cores, GPUs, rank counts le
                      in_call=[16, 32, 64]),
     "h100": dict(csv="docs/bench/scaling/h100.csv", micro=GPU_NODE, cores=16, gpus=1, bad=[]),
     "h200x2": dict(csv="docs/bench/scaling/h200x2-placed.csv", micro=GPU_NODE, cores=32, gpus=2, bad=[]),
+    # Issue #41 (the step beside the call, one road): the CPU backend on the 2 x H200 host's 32 cores, 1..32
+    # ranks, weak; heat on 1 and 2 H200s (1 GiB a rank), weak and strong.
+    "h200x2-1128-cpu": dict(csv="docs/bench/scaling/h200x2-1128-cpu.csv", micro=GPU_NODE, cores=32, gpus=0, bad=[]),
+    "h200x2-1128-gpu": dict(csv="docs/bench/scaling/h200x2-1128-gpu.csv", micro=GPU_NODE, cores=32, gpus=2, bad=[]),
 }
 # Where and when each input was measured (BENCHMARKS.md): the figure's title names them.
 MEASURED = {
@@ -76,13 +80,16 @@ MEASURED = {
     "h100-cpu": "the H100's 16-core host, CPU backend, 2026-11-24",
     "h100": "one NVIDIA H100 80GB HBM3 (nvidia-h100-x1, 16 cores), 2026-11-24",
     "h200x2": "2 × NVIDIA H200 (nvidia-h200-x2, 32 cores), ranks placed, 2026-11-24",
+    "h200x2-1128-cpu": "the 2 × H200 host's 32 cores, CPU backend, the step beside the call, 2026-11-28",
+    "h200x2-1128-gpu": "2 × NVIDIA H200, heat 1 GiB a rank, the step beside the call, 2026-11-28",
 }
 K_DEFAULT, CHUNK, ENTRY_BYTES = 1 << 17, 128, 40
 PER_NODE, A_NET, BW_NET = 8, 5e-6, 25e9
 P_OUT = [64, 256, 1024, 4096]
 P_LINE = np.unique(np.round(np.logspace(0, 12, 97, base=2)))
 EXAMPLES, MODES = ("heat", "labels", "replicated"), ("collective", "local", "full")
-COLOR = {"devbox-cpu": "C3", "h100-cpu": "C1", "h100": "C2", "h200x2": "C0"}
+COLOR = {"devbox-cpu": "C3", "h100-cpu": "C1", "h100": "C2", "h200x2": "C0", "h200x2-1128-cpu": "C4",
+         "h200x2-1128-gpu": "C5"}
 
 
 def read_csv(rel):
@@ -204,6 +211,8 @@ def fit_weak(spec, rows, modes, y, terms):
     for ex in EXAMPLES:
         for mode in modes:
             sel = select(rows, study="weak", example=ex, mode=mode)
+            if len(sel) < 2:
+                continue  # not measured on this machine (a study of one example, or without `full`)
             p = arr(sel, "ranks")
             out[f"{ex}/{mode}"] = fit(sel, y(sel), terms(p), ("ranks",), ~np.isin(p, spec["bad"]))
     return out
@@ -259,11 +268,13 @@ def extrapolate(res):
     for m, r in res["runs"].items():
         micro = res["reduction"][RUNS[m]["micro"]]["tree+node"]["params"]
         ex[f"step {m} heat weak (ms)"] = 1e3 * predict_step(r["step"]["params"], micro, ps, r["heat_weak_state"])
-        ex.update({f"stored {m} {e} {md}/coll (x)": predict_stored(r["stored"], e, md, ps) /
-                   predict_stored(r["stored"], e, "collective", ps) for e in EXAMPLES for md in ("local", "full")})
+        st = r["stored"]  # (example, mode) pairs not measured on a machine are left out
+        ex.update({f"stored {m} {e} {md}/coll (x)": predict_stored(st, e, md, ps) /
+                   predict_stored(st, e, "collective", ps) for e in EXAMPLES for md in ("local", "full")
+                   if f"{e}/{md}" in st and f"{e}/collective" in st})
         ex.update({f"drain {m} heat {md} (s, one checkpoint a node)":
-                   predict_drain(r["drain"], predict_stored(r["stored"], "heat", md, ps), ps)
-                   for md in MODES})
+                   predict_drain(r["drain"], predict_stored(st, "heat", md, ps), ps)
+                   for md in MODES if f"heat/{md}" in st})
         ex.update({f"call {m} heat {md} (ms)": 1e3 * predict_call(r["call"][f"heat/{md}"]["params"], ps)
                    for md in ("collective", "local")})
     order = ["reduction", "step", "stored", "drain", "call"]
@@ -410,10 +421,10 @@ def markdown(res, ex):
             "(all ranks on one node; the h100-tree model for the GPU machines):\n",
             table(["machine", "s0", "s2 /(S−1)", "n", "R² (log)", "median err", "max err",
                    "median K", "measured ÷ reduction model"], rows)]
-    rows = [[m, e] + ["{:.2f} + {:.3f} P".format(*(f["params"][t] / 2**20 for t in "UR"))
-                      for f in (r["stored"][f"{e}/{md}"] for md in MODES)] +
-            [f"{100 * max(r['stored'][f'{e}/{md}']['quality']['max_rel'] for md in MODES):.0f}%"]
-            for m, r in runs.items() for e in EXAMPLES]
+    rows = [[m, e] + ["{:.2f} + {:.3f} P".format(*(f["params"][t] / 2**20 for t in "UR")) if f else "—"
+                      for f in (r["stored"].get(f"{e}/{md}") for md in MODES)] +
+            [f"{100 * max(r['stored'][f'{e}/{md}']['quality']['max_rel'] for md in MODES if f'{e}/{md}' in r['stored']):.0f}%"]
+            for m, r in runs.items() for e in EXAMPLES if f"{e}/collective" in r["stored"]]
     out += ["Stored bytes per checkpoint, weak scaling, U + R·P (MiB):\n",
             table(["machine", "example", "collective", "local-only", "Full", "max err"], rows)]
     rows = [[m, g3(r["drain"]["params"]["f0"]), g3(r["drain"]["node_GBps"]), g3(1e3 * r["drain"]["params"]["f2"])] +
