@@ -7,7 +7,8 @@
 use super::cpu::{CpuBackend, CpuPending};
 use super::cuda::{CudaBackend, GpuPending};
 use super::{
-    Backend, BackendKind, Deduplicated, DiffBytes, Handed, PendingVersion, Sink, StepDiff, VersionMut, budget, foreign,
+    Backend, BackendKind, Deduplicated, DiffBytes, GivenAway, Handed, PendingVersion, Sink, StepDiff, VersionMut,
+    budget, foreign,
 };
 use crate::diff::Diff;
 use crate::error::Result;
@@ -193,8 +194,8 @@ impl Backend for AnyBackend {
         }
     }
 
-    fn settle_step(&mut self, version: u64, dense: bool, conv: &[Conversion], layouts: &[Layout]) -> Result<()> {
-        each!(self, |b| b.settle_step(version, dense, conv, layouts))
+    fn settle_step(&mut self, version: u64, given: GivenAway<'_>) -> Result<()> {
+        each!(self, |b| b.settle_step(version, given))
     }
 
     fn commit(&mut self, version: Deduplicated) -> Result<()> {

@@ -1,7 +1,7 @@
 //! The CPU backend: the methods of [`crate::dedup`] over a [`DedupState`],
 //! the FIRST bytes read from the protected host buffer.
 
-use super::{Backend, BackendKind, Deduplicated, DiffBytes, Handed, PendingVersion, StepDiff, VersionMut};
+use super::{Backend, BackendKind, Deduplicated, DiffBytes, GivenAway, Handed, PendingVersion, StepDiff, VersionMut};
 use crate::dedup::{DedupInput, DedupState, HeldInserts, Pending};
 use crate::diff::Diff;
 use crate::error::{Error, Result};
@@ -165,7 +165,8 @@ impl Backend for CpuBackend {
         Ok(StepDiff::Known(diff))
     }
 
-    fn settle_step(&mut self, version: u64, _dense: bool, conv: &[Conversion], layouts: &[Layout]) -> Result<()> {
+    fn settle_step(&mut self, version: u64, given: GivenAway<'_>) -> Result<()> {
+        let GivenAway { conv, layouts, .. } = given;
         let Some((held_version, mut held)) = self.held.take() else { return Ok(()) };
         if held_version != version {
             tracing::debug!("version {held_version}: its record entries dropped, version {version} settles");

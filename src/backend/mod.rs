@@ -230,11 +230,9 @@ pub trait Backend: Send {
 
     /// The collective step of `version`, committed by
     /// [`Backend::commit_before_step`], is over: the record entries of the
-    /// regions in `conv`, which its file gives away (empty: it kept them
-    /// all), move to the owners' copies (`layouts[r]` is rank r's layout),
-    /// and the held ones join the record. `dense`: the version's diff was
-    /// dense (it added no entries). Called before the next de-duplication.
-    fn settle_step(&mut self, version: u64, dense: bool, conv: &[Conversion], layouts: &[Layout]) -> Result<()>;
+    /// regions its file gives away move to the owners' copies, and the held
+    /// ones join the record. Called before the next de-duplication.
+    fn settle_step(&mut self, version: u64, given: GivenAway<'_>) -> Result<()>;
 
     /// Makes a serialized version's state permanent (its files are durable).
     fn commit(&mut self, version: Deduplicated<Self::Pending>) -> Result<()>;
@@ -294,6 +292,24 @@ pub trait Backend: Send {
     }
 }
 
+/// What a settled collective step gave away, as a backend's record needs it.
+#[derive(Debug, Default)]
+pub struct GivenAway<'a> {
+    /// The regions given away (empty: the version kept them all).
+    pub conv: &'a [Conversion],
+    /// `layouts[r]` is rank r's layout.
+    pub layouts: &'a [Layout],
+    /// The version's diff was dense: it added no record entries.
+    pub dense: bool,
+    /// The moves in the device's form, packed on the step's thread
+    /// ([`Described::pack_moves`]); packed by the backend when `None`.
+    pub packed: Option<cuda::PackedRuns>,
+}
+
+/// Packs the record moves of regions given away in the device's form
+/// (`version`, this rank, its layout, the conversions, every rank's layout).
+pub type PackMoves = fn(u64, u32, &Layout, &[Conversion], &[Layout]) -> Result<cuda::PackedRuns>;
+
 /// What the collective step reads of a version committed before it ran
 /// ([`Backend::commit_before_step`]).
 pub enum StepDiff {
@@ -318,6 +334,9 @@ pub struct Described {
     /// them one by one): its bytes are brought to the encoder's form before
     /// they are stored, rewritten even where no region is given away.
     pub unfolded: bool,
+    /// How the step packs the record moves of what it gives away, where
+    /// the backend wants them packed (the device's table): off the call.
+    pub pack_moves: Option<PackMoves>,
 }
 
 /// Describes a version handed over without its diff on the host

@@ -74,6 +74,8 @@ pub(crate) struct StepOutcome {
     pub conv: Vec<Conversion>,
     /// Whether the version's diff was dense (it added no record entries).
     pub dense: bool,
+    /// The record moves packed in the backend's form, where it wants them.
+    pub packed: Option<crate::backend::cuda::PackedRuns>,
     /// Regions offered to the reduction.
     pub offered: usize,
     /// Entries of the reduction's result.
@@ -286,7 +288,7 @@ pub(crate) fn run_step(
         Ok(m) => m,
         Err(e) => return gate.0.keep(&format!("the reduction failed: {e}")),
     };
-    let Some(Described { mut diff, data_start, unfolded }) = described.take() else { return };
+    let Some(Described { mut diff, data_start, unfolded, pack_moves }) = described.take() else { return };
     let conv = conversions(me, &regions, merged, layouts);
     // Before the give-away, which makes a dense diff with references no
     // longer dense: whether the version added record entries.
@@ -302,9 +304,18 @@ pub(crate) fn run_step(
         }
     };
     let file_bytes = rewrite.as_ref().map(Rewrite::file_len);
+    // The record moves in the backend's form, here rather than in the next call.
+    let packed = match pack_moves.filter(|_| !conv.is_empty() && !dense) {
+        Some(pack) => match pack(version, me, &diff.layout, &conv, layouts) {
+            Ok(runs) => Some(runs),
+            Err(e) => return gate.0.keep(&format!("packing the record moves failed: {e}")),
+        },
+        None => None,
+    };
     let outcome = StepOutcome {
         conv,
         dense,
+        packed,
         offered: regions.len(),
         merged: merged.len(),
         file_bytes,

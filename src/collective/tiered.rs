@@ -44,10 +44,10 @@ use super::mpi::{CollectiveReport, agree_or_abandon, all_agree, alone, cpu_share
 use super::protect::{Protection, Protector, scheme_of};
 use super::recover::{Recovered, fetch_for_restore, prepare};
 use super::reduce::{Reduction, ThreadComm};
+use crate::backend::GivenAway;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
-use crate::regions::Conversion;
 use crate::store::StoreOptions;
 use crate::tiers::{Listing, TierOptions, TieredEngine, TieredReport};
 use ::mpi::topology::SimpleCommunicator;
@@ -421,19 +421,20 @@ impl TieredCollective {
             let version = report.checkpoint.version;
             let _span = crate::profile::Span::new("settle", version);
             let waits = wait || self.opts.late_step.waits_for(report.checkpoint.baseline);
-            let decision = if waits && !gate.is_decided() {
+            let mut decision = if waits && !gate.is_decided() {
                 let _span = crate::profile::Span::new("settle-wait", version);
                 gate.settle(true)
             } else {
                 gate.settle(waits)
             };
-            let (conv, dense): (&[Conversion], bool) = match &decision {
-                Decision::Given(o) => (&o.conv, o.dense),
-                Decision::Kept(_) => (&[], false),
+            let (conv, dense, packed) = match &mut decision {
+                Decision::Given(o) => (&o.conv[..], o.dense, o.packed.take()),
+                Decision::Kept(_) => (&[][..], false, None),
             };
             let moved = {
                 let _span = crate::profile::Span::new("settle-record", version);
-                self.engine.settle_step(version, dense, conv, &self.layouts)
+                let given = GivenAway { conv, layouts: &self.layouts, dense, packed };
+                self.engine.settle_step(version, given)
             };
             if let Err(e) = moved {
                 // The record may name bytes given away: start over.

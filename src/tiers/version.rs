@@ -9,7 +9,7 @@
 //! is the road with no step.
 
 use super::*;
-use crate::backend::{Described, StepDiff};
+use crate::backend::{Described, GivenAway, StepDiff};
 
 /// A version handed to the host cache with no regions to offer
 /// ([`TieredEngine::hand_over`]), not yet committed nor queued.
@@ -54,7 +54,7 @@ impl StepFile {
                 read(0, &mut header)?;
                 let at = crate::format::data_start_of(&header, cached.len() as u64)
                     .map_err(|e| Error::Internal(format!("a cached diff file: {e}")))?;
-                Described { diff, data_start: at as usize, unfolded: false }
+                Described { diff, data_start: at as usize, unfolded: false, pack_moves: None }
             }
         };
         let (diff, data_start) = (&described.diff, described.data_start);
@@ -112,7 +112,7 @@ impl TieredEngine {
     /// checkpoint is a baseline.
     pub(crate) fn submit_handed(&mut self, h: HandedVersion) -> Result<TieredReport> {
         let (report, _) = self.submit_before_step(h, None)?;
-        self.settle_step(report.version, false, &[], &[])?;
+        self.settle_step(report.version, GivenAway::default())?;
         Ok(report)
     }
 
@@ -144,18 +144,12 @@ impl TieredEngine {
 
     /// The collective step of `version` ([`TieredEngine::submit_before_step`])
     /// is over: the record entries of the regions its file gave away
-    /// (`conv`; none when it kept them) move to their owners' copies, and
-    /// the version's entries join the record. Before the next checkpoint.
-    /// No device work here (the CUDA backend moves its entries when it
+    /// (none when it kept them) move to their owners' copies, and the
+    /// version's entries join the record. Before the next checkpoint. No
+    /// device work here (the CUDA backend moves its entries when it
     /// prepares the next version, inside that call's quiet).
-    pub(crate) fn settle_step(
-        &mut self,
-        version: u64,
-        dense: bool,
-        conv: &[Conversion],
-        layouts: &[Layout],
-    ) -> Result<()> {
-        self.backend.settle_step(version, dense, conv, layouts)
+    pub(crate) fn settle_step(&mut self, version: u64, given: GivenAway<'_>) -> Result<()> {
+        self.backend.settle_step(version, given)
     }
 
     /// Gives up a version between steps 1 and 3 (another rank failed): the

@@ -11,7 +11,7 @@
 use super::device_cache::Staged;
 use super::{GpuDedup, PackedRuns, StoredRun, cuda_err};
 use crate::backend::{
-    Backend, BackendKind, Deduplicated, Described, DiffBytes, PendingVersion, Sink, StepDiff, VersionMut,
+    Backend, BackendKind, Deduplicated, Described, DiffBytes, GivenAway, PendingVersion, Sink, StepDiff, VersionMut,
 };
 use crate::diff::Diff;
 use crate::error::{Error, Result};
@@ -128,6 +128,18 @@ pub struct GpuPending {
     /// The device wrote repeat nodes' entries as they are, not as the
     /// encoder merges them ([`super::pipeline::Prepared::repeats`]).
     repeats: bool,
+}
+
+/// The device's form of the record moves of `version` after giving `conv`
+/// away ([`crate::backend::PackMoves`]): [`stored_runs`], packed.
+pub(crate) fn pack_moves(
+    version: u64,
+    me: u32,
+    layout: &Layout,
+    conv: &[Conversion],
+    layouts: &[Layout],
+) -> Result<PackedRuns> {
+    PackedRuns::of(&stored_runs(version, me, layout, conv, layouts)?)
 }
 
 /// Where each chunk of `version` is stored after giving `conv` away: the
@@ -390,22 +402,25 @@ impl Backend for CudaBackend {
             // (what `settle_given` rewrites on the other paths).
             let unfolded = d.pending.repeats
                 || crate::format::diff_file::stored_shift_entries(&d.diff) < d.diff.shift.len() as u64;
-            Ok(Described { diff: d.diff, data_start: start, unfolded })
+            Ok(Described { diff: d.diff, data_start: start, unfolded, pack_moves: Some(pack_moves) })
         })))
     }
 
     /// The entries the device inserted for `version` move as the CPU's
     /// held entries do (`regions::relocate`), on the device's stream when
     /// the next version is prepared.
-    fn settle_step(&mut self, version: u64, dense: bool, conv: &[Conversion], layouts: &[Layout]) -> Result<()> {
+    fn settle_step(&mut self, version: u64, given: GivenAway<'_>) -> Result<()> {
+        let GivenAway { conv, layouts, dense, packed } = given;
         if conv.is_empty() || dense {
             return Ok(());
         }
         // Moves of an earlier version not run yet go first (each moves
         // only its own version's entries).
         self.apply_moves()?;
-        let (me, layout) = (self.dev.rank(), self.dev.layout());
-        let runs = PackedRuns::of(&stored_runs(version, me, &layout, conv, layouts)?)?;
+        let runs = match packed {
+            Some(runs) => runs,
+            None => pack_moves(version, self.dev.rank(), &self.dev.layout(), conv, layouts)?,
+        };
         self.moves = Some((version, runs));
         Ok(())
     }
