@@ -130,7 +130,9 @@ pub struct CollectiveOptions {
 /// decided yet. Waiting gives every version the same stored bytes
 /// whatever the timing; keeping returns at once and stores that version's
 /// regions on this rank (correct either way: an owner never gives its own
-/// regions away). `wait`, `finalize` and a restart always wait.
+/// regions away). `checkpoint`, `wait` and `finalize` follow it (so a
+/// drain is the bytes left to flush, not a queue of steps); a restart and
+/// `settle` always wait.
 ///
 /// Written `"baseline"`, `"keep"` or `"wait"` in a configuration file and
 /// in `DCKPT_LATE_STEP`.

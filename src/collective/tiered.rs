@@ -20,7 +20,7 @@
 //!                each rank's flush workers, in the background: wait at the gate ─► rewrite ─► file durable on tier t ─► its part on tier t
 //! settle(v):     the gate's decision: the record entries of the regions given away move to their owners'
 //!                copies; a step not decided yet is late: the version keeps its regions (LateStep)
-//! wait(v):       settle (waiting) ─► every rank waits for its own flushes ─► allgather ─► durable on tier t iff on every rank
+//! wait(v):       settle (late steps per LateStep) ─► every rank waits for its own flushes ─► allgather ─► durable on tier t iff on every rank
 //! ```
 //!
 //! Every version takes this one road. Where the step has no thread, the
@@ -403,9 +403,9 @@ impl TieredCollective {
     /// rank settles its own versions; the steps' threads meet on their
     /// own); call it before [`TieredCollective::take_settled`] to have
     /// every version's report. The collective calls settle what is in
-    /// flight themselves: `checkpoint` without waiting for a late step
-    /// ([`LateStep`](super::LateStep)), `wait`, `finalize` and a restart
-    /// waiting.
+    /// flight themselves: `checkpoint`, `wait` and `finalize` wait for a
+    /// late step only where [`LateStep`](super::LateStep) says so (a
+    /// version that keeps its regions is as durable), a restart always.
     pub fn settle(&mut self) {
         self.settle_steps(true);
     }
@@ -498,7 +498,9 @@ impl TieredCollective {
     /// Collective. An error names the first tier where some rank's files
     /// are not durable, and those ranks.
     pub fn wait(&mut self, version: u64) -> Result<()> {
-        self.settle();
+        // A late step is not waited for unless the policy says so: the
+        // version is durable either way (kept, it stores its own copies).
+        self.settle_steps(false);
         // A version no rank ever took (nor lists) is missing, not undurable.
         let mut known = 0u64;
         let mine = u64::from(self.engine.knows(version));
@@ -617,7 +619,9 @@ impl TieredCollective {
     /// rank, and stops the flush workers. Collective; the first failure
     /// anywhere, if any.
     pub fn finalize(mut self) -> Result<()> {
-        self.settle();
+        // As a checkpoint call: late steps per the policy, so that the
+        // drain follows the bytes left to flush, not a queue of steps.
+        self.settle_steps(false);
         let protected = self.protector.as_mut().map_or(Ok(()), Protector::wait_all);
         let settled = all_agree(&self.comm, "finalize", 0, self.engine.wait_all().and(protected));
         if settled.is_ok() {
