@@ -110,6 +110,25 @@ impl FirstIndex {
     }
 }
 
+impl FirstIndex {
+    /// Where the bytes of `runs` (inside the FIRST runs) lie, in order: one
+    /// range a source run they cross.
+    pub fn pieces(&self, runs: &[FirstRun]) -> Vec<Range<u64>> {
+        let mut out = Vec::with_capacity(runs.len());
+        for r in runs {
+            let mut at = r.start;
+            while at < r.start + r.count {
+                // Cut at the end of the source run holding `at`.
+                let k = self.runs.partition_point(|x| x.1 <= at);
+                let end = self.runs.get(k).map_or(r.start + r.count, |x| x.1).min(r.start + r.count);
+                out.push(self.locate(at..end));
+                at = end;
+            }
+        }
+        out
+    }
+}
+
 /// The bytes of a diff's FIRST chunks in host memory ([`FirstIndex`]).
 pub struct FirstBytes<'a> {
     index: FirstIndex,
@@ -136,15 +155,8 @@ impl<'a> FirstBytes<'a> {
     /// The bytes of `runs` (inside the FIRST runs) concatenated in order.
     pub fn gather(&self, runs: &[FirstRun]) -> Vec<u8> {
         let mut out = Vec::new();
-        for r in runs {
-            let mut at = r.start;
-            while at < r.start + r.count {
-                // Cut at the end of the source run holding `at`.
-                let k = self.index.runs.partition_point(|x| x.1 <= at);
-                let end = self.index.runs.get(k).map_or(r.start + r.count, |x| x.1).min(r.start + r.count);
-                out.extend_from_slice(self.get(at..end));
-                at = end;
-            }
+        for piece in self.index.pieces(runs) {
+            out.extend_from_slice(&self.data[piece.start as usize..piece.end as usize]);
         }
         out
     }
@@ -233,14 +245,37 @@ impl Rewrite {
     /// The rewritten file, from the file as made (`file`, at least up to the
     /// end of its FIRST data).
     pub fn apply(&self, file: &[u8]) -> crate::error::Result<Vec<u8>> {
-        let first_data =
-            file.get(self.data_start..self.data_start + self.before.data_bytes() as usize).ok_or_else(|| {
-                crate::error::Error::Internal("the file to rewrite is shorter than its FIRST data".into())
-            })?;
-        let kept = FirstBytes::gathered(&self.before, first_data).gather(&self.after.first);
-        let mut body = crate::format::encode_meta(&self.after);
-        let data_start = body.len();
-        body.extend_from_slice(&kept);
+        self.apply_with(&|at, buf: &mut [u8]| {
+            buf.copy_from_slice(file.get(at..at + buf.len())?);
+            Some(())
+        })
+    }
+
+    /// The rewritten file, reading the file as made through `read(offset,
+    /// buf)` (`None`: shorter than that): only the FIRST bytes it keeps are
+    /// read, each straight into its place in the new file, in parallel, and
+    /// the new file is allocated once at its final length (a file of
+    /// gigabytes is copied once, not gathered first).
+    pub fn apply_with(&self, read: &(dyn Fn(usize, &mut [u8]) -> Option<()> + Sync)) -> crate::error::Result<Vec<u8>> {
+        let meta = crate::format::encode_meta(&self.after);
+        let data_start = meta.len();
+        let kept_len = self.after.data_bytes() as usize;
+        let mut body = Vec::with_capacity(self.file_len() as usize);
+        body.extend_from_slice(&meta);
+        body.resize(data_start + kept_len, 0);
+        let pieces = FirstIndex::gathered(&self.before).pieces(&self.after.first);
+        let mut jobs = Vec::with_capacity(pieces.len());
+        let mut rest = &mut body[data_start..];
+        for piece in &pieces {
+            let (dst, tail) = std::mem::take(&mut rest).split_at_mut((piece.end - piece.start) as usize);
+            jobs.push((self.data_start + piece.start as usize, dst));
+            rest = tail;
+        }
+        let short = || crate::error::Error::Internal("the file to rewrite is shorter than its FIRST data".into());
+        if !rest.is_empty() {
+            return Err(short());
+        }
+        jobs.into_par_iter().try_for_each(|(at, dst)| read(at, dst).ok_or_else(short))?;
         Ok(crate::format::finish_body(body, data_start))
     }
 }

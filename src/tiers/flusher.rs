@@ -332,10 +332,10 @@ impl Worker {
                 // were given away or runs fold (a sealed file), then
                 // compressed if asked.
                 let rewritten = match job.rewrite.as_ref().or(folding.as_ref()) {
+                    // The kept bytes read from the cache straight into the new file.
                     Some(rewrite) => {
-                        let mut made = Vec::with_capacity(c.len());
-                        c.pieces().for_each(|p| made.extend_from_slice(p));
-                        Some(rewrite.apply(&made)?)
+                        let _span = crate::profile::Span::new("flush-rewrite", job.version);
+                        Some(rewrite.apply_with(&|at, buf: &mut [u8]| c.read_at(at, buf))?)
                     }
                     None => None,
                 };
