@@ -45,6 +45,8 @@ impl StepFile {
         cached.ready()?;
         let short = || Error::Internal("a cached diff file shorter than its tables".into());
         let mut read = |at: u64, buf: &mut [u8]| cached.read_at(at as usize, buf).ok_or_else(short);
+        let version = self.version;
+        let decode = crate::profile::Span::new("step-describe-decode", version);
         let described = match self.diff {
             StepDiff::Later(describe) => describe(&mut read)?,
             // Described already (the CPU, folded as its encoder folds): the
@@ -57,9 +59,11 @@ impl StepFile {
                 Described { diff, data_start: at as usize, unfolded: false, pack_moves: None }
             }
         };
+        drop(decode);
         let (diff, data_start) = (&described.diff, described.data_start);
         // The FIRST data where it lies in one segment (a spilled file),
         // else gathered.
+        let gather = crate::profile::Span::new("step-describe-gather", version);
         let data = data_start..data_start + diff.data_bytes() as usize;
         let copied;
         let first = match cached.contiguous(data.clone()) {
@@ -71,6 +75,8 @@ impl StepFile {
                 &copied
             }
         };
+        drop(gather);
+        let _span = crate::profile::Span::new("step-describe-hash", version);
         let regions =
             crate::regions::first_regions(diff, &crate::regions::FirstBytes::gathered(diff, first), max_level);
         Ok((described, regions))
