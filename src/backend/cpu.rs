@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::memory::{Protected, ProtectedMut};
 use crate::method::Method;
+use crate::record::Record;
 use crate::regions::Rewrite;
 use crate::regions::{self, Conversion, FirstBytes};
 
@@ -26,7 +27,15 @@ pub struct CpuBackend {
     /// step ran ([`Backend::commit_before_step`]), until
     /// [`Backend::settle_step`] moves them.
     held: Option<(u64, HeldInserts)>,
+    /// The record, away on a thread of its own taking in a settled
+    /// version's entries (moved where the step gave their bytes away):
+    /// installed by the next call that needs it, the entries it will hold.
+    absorbing: Option<Box<(std::thread::JoinHandle<Record>, u64)>>,
 }
+
+/// Held entries below this many are moved and absorbed in the call (a
+/// thread costs more than they do).
+const ABSORB_INLINE: usize = 1 << 14;
 
 impl CpuBackend {
     /// Forgets the record if the version left pending restarted it.
@@ -38,7 +47,7 @@ impl CpuBackend {
 
     /// A backend continuing from `state` with `method`.
     pub fn new(state: DedupState, method: Method) -> Self {
-        CpuBackend { state, method, restart_pending: false, rebuilding: None, held: None }
+        CpuBackend { state, method, restart_pending: false, rebuilding: None, held: None, absorbing: None }
     }
 
     /// Drops record entries still held for a collective step that never
@@ -47,6 +56,20 @@ impl CpuBackend {
     fn drop_unsettled(&mut self) {
         if let Some((version, held)) = self.held.take() {
             tracing::debug!("version {version}: {} record entries dropped, its step never settled", held.len());
+        }
+    }
+
+    /// Installs the record back from its absorbing thread, if away, waiting
+    /// for it (one that panicked leaves an empty record: the next version
+    /// stores more, never wrong bytes). Called with `settle_rebuild`, first
+    /// thing wherever the state is read or changed.
+    fn settle_absorb(&mut self) {
+        if let Some((thread, _)) = self.absorbing.take().map(|a| *a) {
+            let _span = crate::profile::Span::new("absorb-wait", 0);
+            self.state.record = thread.join().unwrap_or_else(|_| {
+                tracing::warn!("taking a version's record entries in failed; the next version stores more");
+                Record::new()
+            });
         }
     }
 
@@ -101,7 +124,7 @@ impl Backend for CpuBackend {
     }
 
     fn record_entries(&self) -> u64 {
-        self.state.record.len() as u64
+        self.absorbing.as_ref().map_or(self.state.record.len() as u64, |a| a.1)
     }
 
     fn bounds_hit(&self) -> crate::dedup::BoundsHit {
@@ -110,6 +133,7 @@ impl Backend for CpuBackend {
 
     fn deduplicate(&mut self, version: u64, input: Protected<'_>, baseline: bool) -> Result<Deduplicated<CpuPending>> {
         self.settle_rebuild();
+        self.settle_absorb();
         self.drop_unsettled();
         let Protected::Host(data) = input else {
             return Err(Error::InvalidOption("device memory needs the CUDA backend".into()));
@@ -157,6 +181,7 @@ impl Backend for CpuBackend {
     fn commit_before_step(&mut self, handed: Handed<CpuPending>) -> Result<StepDiff> {
         let d = handed.pending.ok_or_else(|| Error::Internal("a handed-over CPU version without its state".into()))?;
         self.settle_rebuild();
+        self.settle_absorb();
         self.drop_unsettled();
         let Deduplicated { diff, pending, .. } = d;
         let held = self.state.commit_holding_inserts(pending.0);
@@ -172,16 +197,37 @@ impl Backend for CpuBackend {
             tracing::debug!("version {held_version}: its record entries dropped, version {version} settles");
             return Ok(());
         }
-        if !conv.is_empty() {
-            let (me, layout) = (self.state.rank, self.state.layout);
-            held.remap(|e| regions::relocate(e, me, &layout, conv, layouts));
+        self.settle_absorb();
+        let (me, layout) = (self.state.rank, self.state.layout);
+        if held.len() < ABSORB_INLINE {
+            if !conv.is_empty() {
+                held.remap(|e| regions::relocate(e, me, &layout, conv, layouts));
+            }
+            self.state.absorb(held);
+            return Ok(());
         }
-        self.state.absorb(held);
+        // Off the call: the next call that reads the record waits for it
+        // (span `absorb-wait`); an upper bound of its size meanwhile.
+        let mut record = std::mem::take(&mut self.state.record);
+        let entries = (record.len() + held.len()) as u64;
+        let (conv, layouts) = (conv.to_vec(), layouts.to_vec());
+        let thread = std::thread::Builder::new()
+            .name("dckpt-absorb".into())
+            .spawn(move || {
+                if !conv.is_empty() {
+                    held.remap(|e| regions::relocate(e, me, &layout, &conv, &layouts));
+                }
+                held.absorb_into(&mut record);
+                record
+            })
+            .map_err(|e| Error::no_thread("the record's absorbing thread", e))?;
+        self.absorbing = Some(Box::new((thread, entries)));
         Ok(())
     }
 
     fn commit(&mut self, version: Deduplicated<CpuPending>) -> Result<()> {
         self.settle_rebuild();
+        self.settle_absorb();
         self.drop_unsettled();
         let Deduplicated { diff, pending, .. } = version;
         // The diff's lists are freed off the call.
@@ -193,6 +239,7 @@ impl Backend for CpuBackend {
 
     fn rollback(&mut self) -> Result<()> {
         self.settle_rebuild();
+        self.settle_absorb();
         self.drop_unsettled();
         // Nothing changed before commit, but a dropped record restart.
         self.forget_restarted();
@@ -207,6 +254,7 @@ impl Backend for CpuBackend {
             return Err(Error::InvalidOption("the CPU backend rebuilds from host memory".into()));
         };
         self.settle_rebuild();
+        self.settle_absorb();
         self.drop_unsettled();
         self.forget_restarted();
         let (layout, hash, rank) = (self.state.layout, self.state.hash, self.state.rank);

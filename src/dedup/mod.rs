@@ -131,6 +131,16 @@ impl HeldInserts {
     pub fn is_empty(&self) -> bool {
         self.inserts.is_empty()
     }
+
+    /// Adds the held entries to `record` (an entry already there stays:
+    /// either names the same bytes).
+    pub fn absorb_into(self, record: &mut Record) {
+        if record.is_empty() {
+            *record = self.inserts;
+        } else {
+            record.absorb(self.inserts);
+        }
+    }
 }
 
 impl Outcome {
@@ -183,11 +193,7 @@ impl DedupState {
     /// Adds record entries held back by [`DedupState::commit_holding_inserts`]
     /// (an entry already there stays: either names the same bytes).
     pub fn absorb(&mut self, held: HeldInserts) {
-        if self.record.is_empty() {
-            self.record = held.inserts;
-        } else {
-            self.record.absorb(held.inserts);
-        }
+        held.absorb_into(&mut self.record);
     }
 
     fn commit_leaves(&mut self, leaves: LeafUpdate) {
