@@ -33,12 +33,27 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-/// Why a version kept its regions when its step had not decided by the
-/// next call (or had not started when the call kept them).
-pub(crate) const LATE: &str = "the step was late";
+/// Why a version kept every region (its file written as cached).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum KeptWhy {
+    /// Its step had not decided by the next call (or had not started when
+    /// the call kept them).
+    Late,
+    /// No step: nothing to offer (local-only, or one rank).
+    Alone,
+    /// The step failed on this rank, or never ran: why.
+    Failed(String),
+}
 
-/// Why a version has no step: nothing to offer (local-only, or one rank).
-pub(crate) const ALONE: &str = "no other rank";
+impl std::fmt::Display for KeptWhy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KeptWhy::Late => f.write_str("the step was late"),
+            KeptWhy::Alone => f.write_str("no other rank"),
+            KeptWhy::Failed(why) => f.write_str(why),
+        }
+    }
+}
 
 /// A version handed to the background step: committed and queued, its
 /// flush waiting at `gate`.
@@ -93,7 +108,7 @@ pub(crate) enum Decision {
     Given(StepOutcome),
     /// The file keeps every region: the step was late, failed here, or
     /// never ran (why).
-    Kept(String),
+    Kept(KeptWhy),
 }
 
 enum GateState {
@@ -103,7 +118,7 @@ enum GateState {
     /// each taken once.
     Given { rewrite: Option<Box<Rewrite>>, outcome: Option<StepOutcome> },
     /// Every region kept, and why.
-    Kept(String),
+    Kept(KeptWhy),
 }
 
 /// Where a version's step outcome meets its flush and its settle: decided
@@ -121,8 +136,8 @@ impl StepGate {
     }
 
     /// A gate whose regions are kept already, and why.
-    pub(crate) fn kept(why: &str) -> Arc<Self> {
-        Arc::new(StepGate { state: Mutex::new(GateState::Kept(why.to_string())), decided: Condvar::new() })
+    pub(crate) fn kept(why: KeptWhy) -> Arc<Self> {
+        Arc::new(StepGate { state: Mutex::new(GateState::Kept(why)), decided: Condvar::new() })
     }
 
     /// The step gives regions away, unless the regions were kept already
@@ -138,10 +153,10 @@ impl StepGate {
     }
 
     /// Keeps every region, unless the step decided already.
-    pub(crate) fn keep(&self, why: &str) {
+    pub(crate) fn keep(&self, why: KeptWhy) {
         let mut state = crate::sync::lock(&self.state);
         if matches!(*state, GateState::Open) {
-            *state = GateState::Kept(why.to_string());
+            *state = GateState::Kept(why);
             self.decided.notify_all();
         }
     }
@@ -156,7 +171,7 @@ impl StepGate {
     pub(crate) fn settle(&self, wait: bool) -> Decision {
         let mut state = crate::sync::lock(&self.state);
         if matches!(*state, GateState::Open) && !wait {
-            *state = GateState::Kept(LATE.into());
+            *state = GateState::Kept(KeptWhy::Late);
             self.decided.notify_all();
         }
         while matches!(*state, GateState::Open) {
@@ -165,10 +180,10 @@ impl StepGate {
         match &mut *state {
             GateState::Given { outcome, .. } => match outcome.take() {
                 Some(o) => Decision::Given(o),
-                None => Decision::Kept("settled twice".into()),
+                None => Decision::Kept(KeptWhy::Failed("settled twice".into())),
             },
             GateState::Kept(why) => Decision::Kept(why.clone()),
-            GateState::Open => Decision::Kept("undecided".into()),
+            GateState::Open => Decision::Kept(KeptWhy::Failed("undecided".into())),
         }
     }
 
@@ -197,7 +212,7 @@ pub(crate) struct GateGuard(pub Arc<StepGate>);
 
 impl Drop for GateGuard {
     fn drop(&mut self) {
-        self.0.keep("the collective step's thread stopped before it ran");
+        self.0.keep(KeptWhy::Failed("the collective step's thread stopped before it ran".into()));
     }
 }
 
@@ -260,17 +275,17 @@ pub(crate) fn run_step(
     let Task { file, gate, max_level } = task;
     let version = file.as_ref().map(StepFile::version).unwrap_or(0);
     let described = match file {
-        Some(_) if gate.0.is_kept() => Err(LATE.to_string()),
+        Some(_) if gate.0.is_kept() => Err(KeptWhy::Late),
         Some(file) => {
             let _span = crate::profile::Span::new("step-describe", version);
-            file.describe(max_level).map_err(|e| e.to_string())
+            file.describe(max_level).map_err(|e| KeptWhy::Failed(e.to_string()))
         }
-        None => Err("this rank did not take the version".into()),
+        None => Err(KeptWhy::Failed("this rank did not take the version".into())),
     };
     let (mut described, mut regions) = match described {
         Ok((described, regions)) => (Some(described), regions),
         Err(why) => {
-            gate.0.keep(&why);
+            gate.0.keep(why);
             (None, Vec::new())
         }
     };
@@ -283,10 +298,10 @@ pub(crate) fn run_step(
     crate::failpoint::hit("collective.reduced");
     let merged = match merged {
         Ok(_) if crate::failpoint::failed("collective.reduced") => {
-            return gate.0.keep("an injected failure of the collective step (test)");
+            return gate.0.keep(KeptWhy::Failed("an injected failure of the collective step (test)".into()));
         }
         Ok(m) => m,
-        Err(e) => return gate.0.keep(&format!("the reduction failed: {e}")),
+        Err(e) => return gate.0.keep(KeptWhy::Failed(format!("the reduction failed: {e}"))),
     };
     let Some(Described { mut diff, data_start, unfolded, pack_moves }) = described.take() else { return };
     let conv = conversions(me, &regions, merged, layouts);
@@ -308,7 +323,7 @@ pub(crate) fn run_step(
     let packed = match pack_moves.filter(|_| !conv.is_empty() && !dense) {
         Some(pack) => match pack(version, me, &diff.layout, &conv, layouts) {
             Ok(runs) => Some(runs),
-            Err(e) => return gate.0.keep(&format!("packing the record moves failed: {e}")),
+            Err(e) => return gate.0.keep(KeptWhy::Failed(format!("packing the record moves failed: {e}"))),
         },
         None => None,
     };

@@ -38,7 +38,7 @@
 //! is abandoned.
 
 use super::CollectiveOptions;
-use super::background::{Decision, GateGuard, StepGate, StepParams, StepWorker, Task, run_step};
+use super::background::{Decision, GateGuard, KeptWhy, StepGate, StepParams, StepWorker, Task, run_step};
 use super::merge::HashFreq;
 use super::mpi::{CollectiveReport, agree_or_abandon, all_agree, alone, cpu_share, exchange_layouts, open_checks};
 use super::protect::{Protection, Protector, scheme_of};
@@ -331,7 +331,7 @@ impl TieredCollective {
             // Nothing to offer (local-only, or one rank): settled now.
             let checkpoint = checkpoint?;
             let report = self.report_of(checkpoint, t0);
-            self.in_flight.push_back(InFlight { report, gate: StepGate::kept(super::background::ALONE) });
+            self.in_flight.push_back(InFlight { report, gate: StepGate::kept(KeptWhy::Alone) });
             return self.settled_now(t0);
         };
         let task = Task { file, gate: GateGuard(Arc::clone(&gate)), max_level: self.max_level };
@@ -453,12 +453,12 @@ impl TieredCollective {
                     }
                     crate::memory::drop_later(o.conv);
                 }
-                Decision::Kept(why) if why == super::background::LATE => {
+                Decision::Kept(KeptWhy::Late) => {
                     report.late = true;
                     crate::profile::count("settle-kept-late", version, 1);
                     tracing::debug!("version {version}: its collective step was late; every region kept");
                 }
-                Decision::Kept(why) if why == super::background::ALONE => {}
+                Decision::Kept(KeptWhy::Alone) => {}
                 Decision::Kept(why) => {
                     tracing::warn!("version {version}: every region kept: {why}");
                 }
