@@ -143,11 +143,11 @@ fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
         rt.protect(1, Region::Host { ptr: prev.as_mut_ptr().cast(), len: prev.len() * 4 })?;
         rt.protect(2, Region::Host { ptr: step.as_mut_ptr().cast(), len: 8 })?;
     }
-    if let Some(v) = rt.latest(NAME)? {
-        rt.restart(NAME, v)?;
-        if rank == 0 {
-            println!("adjoint: restarted from the checkpoint of step {}", step[0]);
-        }
+    // The newest version every rank restores (an older one where the
+    // newest is damaged on every tier; none: from the start).
+    let restarted = rt.restart_latest(NAME)?.is_some();
+    if restarted && rank == 0 {
+        println!("adjoint: restarted from the checkpoint of step {}", step[0]);
     }
     // Forward: the digests of the versions this process checkpointed.
     let mut taken: HashMap<u64, [u8; 32]> = HashMap::new();

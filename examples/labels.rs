@@ -211,11 +211,11 @@ fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
         rt.protect(0, Region::Host { ptr: state.as_mut_ptr().cast(), len: state.len() * 4 })?;
         rt.protect(1, Region::Host { ptr: step.as_mut_ptr().cast(), len: 8 })?;
     }
-    if let Some(v) = rt.latest("labels")? {
-        rt.restart("labels", v)?;
-        if rank == 0 {
-            println!("labels: restarted from the checkpoint of iteration {}", step[0]);
-        }
+    // The newest version every rank restores (an older one where the
+    // newest is damaged on every tier; none: from the start).
+    let restarted = rt.restart_latest("labels")?.is_some();
+    if restarted && rank == 0 {
+        println!("labels: restarted from the checkpoint of iteration {}", step[0]);
     }
     let up = (rank > 0).then(|| world.process_at_rank(rank - 1));
     let down = (rank + 1 < size).then(|| world.process_at_rank(rank + 1));

@@ -7,6 +7,7 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+mod never_wedged;
 mod node_loss;
 mod runtime;
 
@@ -382,7 +383,7 @@ fn main() {
     if w.rank == 0 {
         println!("mpi-tests: backend auto (set DCKPT_MPI_TEST_BACKEND=cpu|cuda to choose)");
     }
-    let tests: [(&str, Test); 16] = [
+    let tests: [(&str, Test); 17] = [
         ("reduction", reduction),
         ("identical", |w, r| {
             identical(w, r);
@@ -403,6 +404,7 @@ fn main() {
         ("step-beside-the-call", step_beside_the_call),
         ("runtime", runtime::runtime),
         ("node-loss", node_loss::node_loss),
+        ("never-wedged", never_wedged::never_wedged),
     ];
     // DCKPT_MPI_TEST_ONLY=name runs one scenario (while working on it).
     let only = std::env::var("DCKPT_MPI_TEST_ONLY").ok();

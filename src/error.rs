@@ -182,6 +182,21 @@ pub enum Error {
         /// What the system said.
         reason: String,
     },
+    /// A collective call that failed on some rank(s): every rank of the
+    /// call returns this same error (the same kind, hence the same C code,
+    /// and the same text), that of the lowest failing rank, so that no rank
+    /// goes on alone and every rank reports alike.
+    #[error("{step} failed on rank(s) {ranks:?}: {reason}")]
+    OnRanks {
+        /// What the ranks were doing.
+        step: String,
+        /// The ranks where it failed.
+        ranks: Vec<u32>,
+        /// The kind of the lowest failing rank's error.
+        kind: ErrorKind,
+        /// That error, as its rank wrote it.
+        reason: String,
+    },
     /// An internal invariant failed (a bug: please report it).
     #[error("internal error: {0}")]
     Internal(String),
@@ -236,6 +251,38 @@ pub enum ErrorKind {
     Internal = 99,
 }
 
+impl ErrorKind {
+    /// Every kind, for [`ErrorKind::from_code`].
+    const ALL: [ErrorKind; 21] = [
+        ErrorKind::Io,
+        ErrorKind::Corrupt,
+        ErrorKind::MissingVersion,
+        ErrorKind::NoStore,
+        ErrorKind::Mismatch,
+        ErrorKind::VersionNotNewer,
+        ErrorKind::InvalidOption,
+        ErrorKind::Gpu,
+        ErrorKind::Collective,
+        ErrorKind::OwnerUnavailable,
+        ErrorKind::BrokenReference,
+        ErrorKind::Locked,
+        ErrorKind::UnsafePath,
+        ErrorKind::NeedsRepair,
+        ErrorKind::NoSpace,
+        ErrorKind::NotDurable,
+        ErrorKind::RankCount,
+        ErrorKind::SizeMismatch,
+        ErrorKind::MissingRegion,
+        ErrorKind::ResourcesExhausted,
+        ErrorKind::Internal,
+    ];
+
+    /// The kind of stable code `code` (`kind as i32`), if there is one.
+    pub fn from_code(code: i32) -> Option<ErrorKind> {
+        Self::ALL.into_iter().find(|&k| k as i32 == code)
+    }
+}
+
 /// Refuses version 0 (what `latest` answers for "none" in C and Fortran,
 /// and what no store can list): every way of taking a checkpoint (the
 /// runtime, the C ABI, the CLI, the collective and local engines) refuses it
@@ -280,6 +327,7 @@ impl Error {
             Error::SizeMismatch { .. } => ErrorKind::SizeMismatch,
             Error::MissingRegion { .. } => ErrorKind::MissingRegion,
             Error::ResourcesExhausted { .. } => ErrorKind::ResourcesExhausted,
+            Error::OnRanks { kind, .. } => *kind,
             Error::Internal(_) => ErrorKind::Internal,
         }
     }

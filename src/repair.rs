@@ -149,11 +149,44 @@ pub fn set_aside_newer(root: &Path, rank: u32, keep_through: u64) -> Result<Vec<
 
 /// Repairs every rank's store under `root`; with `dry_run`, only reports.
 pub fn repair_store(root: &Path, dry_run: bool) -> Result<RepairReport> {
+    repair_store_with(root, &RepairOptions { dry_run, ranks_lost: false })
+}
+
+/// How [`repair_store_with`] may act.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RepairOptions {
+    /// Only report what would be done.
+    pub dry_run: bool,
+    /// The ranks the commit records name but whose directories are not
+    /// under the root are lost for good: the versions that need them are
+    /// delisted. Without it such a store is refused unchanged: it is most
+    /// likely one node's directory of a store spread over nodes (a
+    /// node-local tier), where the other ranks live on the other nodes.
+    pub ranks_lost: bool,
+}
+
+/// [`repair_store`] with its options.
+pub fn repair_store_with(root: &Path, opts: &RepairOptions) -> Result<RepairReport> {
+    let dry_run = opts.dry_run;
     let mut report = RepairReport::default();
     let log = CommitLog::load(root)?;
-    let mut ranks: BTreeSet<u32> = list_ranks(root)?.into_iter().collect();
+    let present: BTreeSet<u32> = list_ranks(root)?.into_iter().collect();
+    let mut ranks = present.clone();
     for r in log.records() {
         ranks.extend(r.entries.iter().map(|e| e.rank));
+    }
+    let absent: Vec<u32> = ranks.difference(&present).copied().collect();
+    if !absent.is_empty() && !present.is_empty() && !opts.ranks_lost {
+        return Err(Error::InvalidOption(format!(
+            "{}: the commit records name rank(s) {absent:?}, whose directories are not here (rank(s) {:?} are). \
+             A store spread over nodes (a node-local tier) is repaired with every node's directory in place, \
+             never one node's alone; a lost node's ranks are rebuilt from their copies by the job's next \
+             restart. Nothing was changed. If those ranks are lost for good, `dckpt repair --dir {} \
+             --ranks-lost` delists every version that needs them",
+            root.display(),
+            present.iter().collect::<Vec<_>>(),
+            root.display()
+        )));
     }
     // Every rank's lock first: nothing changes while any writer runs.
     let mut locks = Vec::new();

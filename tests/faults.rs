@@ -568,6 +568,50 @@ fn damaged_and_stale_commit_records_never_wedge_the_store() {
     assert!(restore(&dir, 0, 4).unwrap() == version_data(20_000, 4));
 }
 
+/// One node's directory of a store spread over nodes (here: rank 1's
+/// directory alone, the commit records naming ranks 0 and 1): repair
+/// refuses unchanged, naming what to do (it used to delist every version,
+/// wedging the job); `--ranks-lost` says the other ranks are gone for good.
+#[test]
+fn repair_of_one_node_s_directory_is_refused_unchanged() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("store");
+    let o = common::opts(dckpt::Method::Tree, 64);
+    two_rank_job(&dir, [&o, &o], 3, 3);
+    let elsewhere = t.path().join("rank-0-on-another-node");
+    std::fs::rename(dir.join("rank-00000"), &elsewhere).unwrap();
+    let listing = |d: &Path| {
+        let mut names: Vec<String> = walk(d).into_iter().map(|p| p.display().to_string()).collect();
+        names.sort();
+        names
+    };
+    let before = listing(&dir);
+    let out = run(&["repair", "--dir", s(&dir)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("[0]") && err.contains("--ranks-lost"), "{err}");
+    assert_eq!(listing(&dir), before, "nothing changed");
+    // Both ranks' directories in place: nothing to do, every version kept.
+    std::fs::rename(&elsewhere, dir.join("rank-00000")).unwrap();
+    ok(&["repair", "--dir", s(&dir)]);
+    assert!(ok(&["verify", "--dir", s(&dir)]).starts_with("ok: 2 ranks, 6 versions"));
+    // Rank 0 lost for good, said so: the versions needing it are delisted.
+    std::fs::remove_dir_all(dir.join("rank-00000")).unwrap();
+    let report = ok(&["repair", "--dir", s(&dir), "--ranks-lost"]);
+    assert!(report.contains("whose directory is missing"), "{report}");
+}
+
+fn walk(d: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(d).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        }
+        out.push(p);
+    }
+    out
+}
+
 #[test]
 fn repair_delists_every_version_whose_chain_ran_through_a_damaged_one() {
     let t = tempfile::tempdir().unwrap();

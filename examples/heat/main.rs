@@ -228,8 +228,9 @@ fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
     // job of another size wrote "heat" first).
     let old = rt.old_regions("heat").unwrap_or_default();
     let name = if old.is_empty() || old.len() == size as usize { "heat".to_string() } else { format!("heat-{size}") };
-    if let Some(v) = rt.latest(&name)? {
-        rt.restart(&name, v)?;
+    // The newest version every rank restores (an older one where the
+    // newest is damaged on every tier; none: from the start).
+    if rt.restart_latest(&name)?.is_some() {
         if rank == 0 {
             println!("heat: restarted from the checkpoint of step {}", step[0]);
         }

@@ -182,20 +182,73 @@ pub(crate) fn exchange_layouts<C: Communicator>(
 }
 
 /// Makes every rank see the same outcome of a step: if any rank failed,
-/// every rank returns an error (its own, or one naming the failed ranks).
-/// Also checks that all ranks are at the same `version`. Collective.
+/// every rank returns the same [`Error::OnRanks`] (the lowest failing
+/// rank's error, its kind and text, naming every failed rank), so that every
+/// rank reports one code. Also checks that all ranks are at the same
+/// `version`. Collective; on success, one allgather.
 pub fn all_agree<C: Communicator, T>(comm: &C, step: &str, version: u64, local: Result<T>) -> Result<T> {
-    let mine = [if local.is_ok() { OK } else { FAILED }, version];
-    let mut all = vec![0u64; 2 * comm.size() as usize];
+    agree(comm, step, version, None, local)
+}
+
+/// [`all_agree`], also refusing, on every rank alike, ranks that name
+/// different checkpoints (`name`): they would never commit a version.
+pub fn all_agree_on_name<C: Communicator, T>(
+    comm: &C,
+    step: &str,
+    version: u64,
+    name: &str,
+    local: Result<T>,
+) -> Result<T> {
+    agree(comm, step, version, Some(name), local)
+}
+
+fn agree<C: Communicator, T>(comm: &C, step: &str, version: u64, name: Option<&str>, local: Result<T>) -> Result<T> {
+    let named = name.map_or(0, |n| xxhash_rust::xxh3::xxh3_64(n.as_bytes()));
+    let mine = [if local.is_ok() { OK } else { FAILED }, version, named];
+    let mut all = vec![0u64; 3 * comm.size() as usize];
     comm.all_gather_into(&mine[..], &mut all[..]);
-    let failed: Vec<usize> = all.chunks(2).enumerate().filter(|(_, s)| s[0] != OK).map(|(r, _)| r).collect();
-    let value = local?;
-    if !failed.is_empty() {
-        return Err(Error::Collective(format!("{step} failed on rank(s) {failed:?}; nothing was published")));
+    let failed: Vec<u32> = all.chunks(3).enumerate().filter(|(_, s)| s[0] != OK).map(|(r, _)| r as u32).collect();
+    if let Some(&first) = failed.first() {
+        let (kind, reason) = first_failure(comm, first, local.as_ref().err());
+        if let Err(e) = &local
+            && comm.rank() as u32 != first
+        {
+            tracing::warn!("rank {}: {step}: {e}", comm.rank());
+        }
+        return Err(Error::OnRanks { step: step.to_string(), ranks: failed, kind, reason });
     }
-    if all.chunks(2).any(|s| s[1] != version) {
-        let versions: Vec<u64> = all.chunks(2).map(|s| s[1]).collect();
+    if all.chunks(3).any(|s| s[1] != version) {
+        let versions: Vec<u64> = all.chunks(3).map(|s| s[1]).collect();
         return Err(Error::Collective(format!("ranks asked for different versions {versions:?}")));
     }
-    Ok(value)
+    if let Some(name) = name {
+        let odd: Vec<usize> = all.chunks(3).enumerate().filter(|(_, s)| s[2] != all[2]).map(|(r, _)| r).collect();
+        if !odd.is_empty() {
+            return Err(Error::InvalidOption(format!(
+                "{step}: the ranks name different checkpoints (this rank: '{name}'; ranks {odd:?} differ from \
+                 rank 0): every rank must take, restart and list the same name"
+            )));
+        }
+    }
+    local
+}
+
+/// The kind and text of rank `first`'s error, sent to every rank.
+/// Collective (every rank calls it after seeing `first` fail).
+fn first_failure<C: Communicator>(comm: &C, first: u32, mine: Option<&Error>) -> (crate::error::ErrorKind, String) {
+    let root = comm.process_at_rank(first as i32);
+    let (mut head, text) = match mine.filter(|_| comm.rank() as u32 == first) {
+        Some(e) => {
+            let text = e.to_string().into_bytes();
+            ([e.code() as u64, text.len() as u64], text)
+        }
+        None => ([0u64; 2], Vec::new()),
+    };
+    root.broadcast_into(&mut head[..]);
+    let mut bytes = if comm.rank() as u32 == first { text } else { vec![0u8; head[1] as usize] };
+    if !bytes.is_empty() {
+        root.broadcast_into(&mut bytes[..]);
+    }
+    let kind = crate::error::ErrorKind::from_code(head[0] as i32).unwrap_or(crate::error::ErrorKind::Collective);
+    (kind, format!("rank {first}: {}", String::from_utf8_lossy(&bytes)))
 }

@@ -95,7 +95,12 @@ impl FromStr for Redundancy {
             "none" => Ok(Redundancy::None),
             "partner" => Ok(Redundancy::Partner),
             _ => {
-                let n: u32 = s.strip_prefix("xor:").and_then(|n| n.parse().ok()).ok_or_else(bad)?;
+                // Digits only, no sign or leading zero: what `Display` writes.
+                let n: u32 = s
+                    .strip_prefix("xor:")
+                    .filter(|n| n.bytes().all(|b| b.is_ascii_digit()) && !n.starts_with('0'))
+                    .and_then(|n| n.parse().ok())
+                    .ok_or_else(bad)?;
                 if (2..=MAX_XOR_GROUP).contains(&n) { Ok(Redundancy::Xor(n)) } else { Err(bad()) }
             }
         }
@@ -147,7 +152,9 @@ mod tests {
         for r in [Redundancy::None, Redundancy::Partner, Redundancy::Xor(2), Redundancy::Xor(MAX_XOR_GROUP)] {
             assert_eq!(r.to_string().parse::<Redundancy>().ok(), Some(r));
         }
-        for bad in ["", "xor", "xor:1", "xor:0", "xor:65", "xor:-2", "Partner", "rs:4", "xor:4 "] {
+        for bad in
+            ["", "xor", "xor:1", "xor:0", "xor:65", "xor:-2", "Partner", "rs:4", "xor:4 ", "xor:+3", "xor:03", "xor:"]
+        {
             let e = bad.parse::<Redundancy>().expect_err(bad).to_string();
             assert!(e.contains("none, partner or xor:N"), "{bad}: {e}");
         }

@@ -1,7 +1,7 @@
 //! [`Runtime`]: the handle (see the module documentation of `runtime`).
 
 use crate::backend::cuda::DeviceStaging;
-use crate::collective::mpi::all_agree;
+use crate::collective::mpi::{all_agree, all_agree_on_name};
 use crate::collective::{CollectiveReport, TieredCollective};
 use crate::config::{Config, Mode};
 use crate::error::{Error, Result};
@@ -137,7 +137,7 @@ impl Runtime {
                     true => Err(Error::InvalidOption(format!("checkpoint '{name}': no region is protected"))),
                     false => Ok(()),
                 })
-                .and_then(|()| roots.iter().try_for_each(|root| check_table(root, &table))),
+                .and_then(|()| check_table(&roots, &table)),
         };
         all_agree(&self.comm, "the protected regions", 0, verdict)?;
         if !self.names.contains_key(name) {
@@ -226,7 +226,7 @@ impl Runtime {
     fn checkpoint_untimed(&mut self, name: &str, version: u64) -> Result<CollectiveReport<TieredReport>> {
         // 0 is `latest`'s "none" in C and Fortran: never a version.
         let numbered = crate::error::check_version_number(version);
-        all_agree(&self.comm, "the version number", version, numbered)?;
+        all_agree_on_name(&self.comm, "the checkpoint's number and name", version, name, numbered)?;
         let regions = self.regions.clone();
         let sync = self.config.mode == Mode::Sync;
         {
@@ -286,6 +286,7 @@ impl Runtime {
     /// of another size is [`Error::RankCount`] on every rank. Collective.
     pub fn latest(&mut self, name: &str) -> Result<Option<u64>> {
         let _span = crate::profile::Span::new("runtime-latest", 0);
+        all_agree_on_name(&self.comm, "finding the latest version", 0, name, check_name(name))?;
         if !self.names.contains_key(name) {
             // A lost node's files rebuilt first, from the other nodes' copies.
             check_name(name)?;
@@ -306,11 +307,13 @@ impl Runtime {
         self.comm.all_reduce_into(&mine, &mut newest, ::mpi::collective::SystemOperation::min());
         let mut highest = 0u64;
         self.comm.all_reduce_into(&mine, &mut highest, ::mpi::collective::SystemOperation::max());
-        if newest > 0 && highest > newest && !self.names.contains_key(name) {
+        if highest > newest && !self.names.contains_key(name) {
             // Versions some rank lists and another cannot (a lost node's
-            // versions its copies could not rebuild): no restart reaches
-            // them, and the job will take their numbers again. Set aside on
-            // every tier of every rank, as a fallback does.
+            // versions its copies could not rebuild, a rank that lists
+            // none): no restart reaches them, and the job will take their
+            // numbers again. Set aside on every tier of every rank, as a
+            // fallback does; with no version common to every rank, all of
+            // them: the job starts from the beginning, on purpose.
             let t = self.tiers(name);
             let rank = self.rank();
             let done = [t.local, t.shared]
@@ -318,11 +321,16 @@ impl Runtime {
                 .flatten()
                 .try_for_each(|root| crate::repair::set_aside_newer(&root, rank, newest).map(drop));
             all_agree(&self.comm, "setting aside the versions not every rank has", newest, done)?;
-            if rank == 0 {
+            if rank == 0 && newest > 0 {
                 tracing::warn!(
                     "checkpoint '{name}': versions {}..={highest} are not on every rank; set aside (*.damaged), \
                      the job restarts from version {newest}",
                     newest + 1
+                );
+            } else if rank == 0 {
+                tracing::warn!(
+                    "checkpoint '{name}': no version is on every rank (some list up to {highest}); all set aside \
+                     (*.damaged), the job starts from the beginning"
                 );
             }
         }
@@ -342,17 +350,17 @@ impl Runtime {
         let t = self.tiers(name);
         let roots: Vec<std::path::PathBuf> = [t.local, t.shared].into_iter().flatten().collect();
         self.check_rank_count(name)?;
-        roots.iter().try_for_each(|root| check_table(root, &table))?;
+        check_table(&roots, &table)?;
         Ok(self.listed_versions(name)?.last().copied().unwrap_or(0))
     }
 
-    /// Refuses a name whose region tables were written by a job of another
-    /// size ([`Error::RankCount`]).
+    /// Refuses a name written by a job of another size
+    /// ([`Error::RankCount`]): the most ranks its commit records or region
+    /// tables name, on any tier (a table lost on every tier does not make
+    /// the job look smaller).
     fn check_rank_count(&self, name: &str) -> Result<()> {
-        let Ok(root) = self.read_root(name) else { return Ok(()) };
-        let tables = super::table::tables_if_any(&root)?;
+        let written = super::table::written_rank_count(&self.table_roots(name))?;
         let now = self.comm.size().max(1) as u32;
-        let written = tables.iter().map(|t| t.rank + 1).max().unwrap_or(0);
         if written == 0 || written == now {
             return Ok(());
         }
@@ -367,8 +375,10 @@ impl Runtime {
     /// is unspecified. [`Runtime::restart_latest`] falls back to older
     /// versions instead.
     pub fn restart(&mut self, name: &str, version: u64) -> Result<()> {
+        all_agree_on_name(&self.comm, "the restart", version, name, check_name(name))?;
         let restored = self.restart_here(name, version);
-        all_agree(&self.comm, "the restart", version, restored)
+        all_agree(&self.comm, "the restart", version, restored)?;
+        self.place_restored(name, version)
     }
 
     /// Restarts from the newest version of `name` that restores on every
@@ -386,6 +396,7 @@ impl Runtime {
             let mut everywhere = 0u64;
             self.comm.all_reduce_into(&ok, &mut everywhere, ::mpi::collective::SystemOperation::min());
             if everywhere == 1 {
+                self.place_restored(name, version)?;
                 if !skipped.is_empty() {
                     self.set_aside_newer(name, version)?;
                     if self.rank() == 0 {
@@ -418,7 +429,7 @@ impl Runtime {
     /// verified only when asked; [`Runtime::restart_latest`] falls back
     /// through them). Read from the manifests, nothing opened. Collective.
     pub fn versions(&mut self, name: &str) -> Result<Vec<u64>> {
-        check_name(name)?;
+        all_agree_on_name(&self.comm, "listing the versions", 0, name, check_name(name))?;
         let mine = self.listed_versions(name);
         let mine = all_agree(&self.comm, "listing the versions", 0, mine)?;
         // Rank 0's list, then each rank's membership of it, reduced.
@@ -484,7 +495,9 @@ impl Runtime {
         let _span = crate::profile::Span::new("runtime-restart", version);
         let regions = self.regions.clone();
         if !self.names.contains_key(name) {
-            self.check_rank_count(name)?;
+            // Agreed, as every step before the name's collectives.
+            let counted = self.check_rank_count(name);
+            all_agree(&self.comm, "checking the job's size", version, counted)?;
         }
         let named = {
             let _span = crate::profile::Span::new("restart-open", version);
@@ -494,32 +507,48 @@ impl Runtime {
             let _span = crate::profile::Span::new("restart-settle", version);
             named.ckpt.settle_for_restore(version);
         }
-        let restored = {
-            let _span = crate::profile::Span::new("restart-restore", version);
-            Self::restart_named(named, &regions, version)
-        };
-        // The host cache is made from now on: nothing was allocated beside
-        // the restore and the copy into the application's memory.
-        named.ckpt.engine().make_cache();
-        restored
+        let _span = crate::profile::Span::new("restart-restore", version);
+        Self::restart_named(named, &regions, version)
     }
 
-    /// The restore of a restart into `named`'s staging and the regions.
+    /// The restore of a restart into `named`'s staging (a direct name's
+    /// one region is restored in place).
     fn restart_named(named: &mut Named, regions: &BTreeMap<u32, Region>, version: u64) -> Result<()> {
         match &mut named.staging {
-            Staging::Host(buf) => named.ckpt.restart_into(version, ProtectedMut::Host(buf)).map(|()| {
-                let _span = crate::profile::Span::new("restart-scatter", version);
-                raw::scatter_host(regions, buf);
-            }),
-            Staging::Device(staging) => staging
-                .region()
-                .and_then(|region| named.ckpt.restart_into(version, ProtectedMut::Device(region)))
-                .and_then(|()| staging.scatter(&mut raw::pieces_mut(regions))),
+            Staging::Host(buf) => named.ckpt.restart_into(version, ProtectedMut::Host(buf)),
+            Staging::Device(staging) => {
+                staging.region().and_then(|region| named.ckpt.restart_into(version, ProtectedMut::Device(region)))
+            }
             Staging::Direct => match raw::pieces_mut(regions).pop() {
                 Some((_, region)) => named.ckpt.restart_into(version, region),
                 None => Err(Error::Internal("a direct name has one region".into())),
             },
         }
+    }
+
+    /// Once every rank restored `version` of `name` into its staging: the
+    /// bytes copied into the protected regions (so that a restart failing on
+    /// any rank changes no region of a staged name, on any rank), then the
+    /// host cache let be made. Collective.
+    fn place_restored(&mut self, name: &str, version: u64) -> Result<()> {
+        let _span = crate::profile::Span::new("restart-scatter", version);
+        let regions = self.regions.clone();
+        let named = self.names.get_mut(name).ok_or_else(|| Error::Internal("named checkpoint".into()));
+        let placed = named.and_then(|named| {
+            let placed = match &mut named.staging {
+                Staging::Host(buf) => {
+                    raw::scatter_host(&regions, buf);
+                    Ok(())
+                }
+                Staging::Device(staging) => staging.scatter(&mut raw::pieces_mut(&regions)),
+                Staging::Direct => Ok(()),
+            };
+            // The host cache is made from now on: nothing was allocated
+            // beside the restore and the copy into the application's memory.
+            named.ckpt.engine().make_cache();
+            placed
+        });
+        all_agree(&self.comm, "placing the restored bytes", version, placed)
     }
 
     /// The tier directory old ranks' tables and files are read from: the
@@ -533,7 +562,14 @@ impl Runtime {
     /// The regions every rank of the job that wrote `name` protected (any
     /// number of ranks; for a restart on another rank count). Not collective.
     pub fn old_regions(&self, name: &str) -> Result<Vec<RegionTable>> {
-        super::table::tables(&self.read_root(name)?)
+        check_name(name)?;
+        super::table::all_tables_of_tiers(&self.table_roots(name))
+    }
+
+    /// The tier directories of `name` that hold region tables, fastest first.
+    fn table_roots(&self, name: &str) -> Vec<std::path::PathBuf> {
+        let t = self.tiers(name);
+        [t.local, t.shared].into_iter().flatten().collect()
     }
 
     /// The versions of `name` committed (restorable on every old rank).
@@ -545,6 +581,8 @@ impl Runtime {
     /// `name`, verified (for a restart on another rank count). Not
     /// collective.
     pub fn read_region(&self, name: &str, rank: u32, id: u32, version: u64, range: Range<u64>) -> Result<Vec<u8>> {
+        // A table damaged on the tier read is written again from another's.
+        super::table::tables_of_tiers(&self.table_roots(name))?;
         super::table::read_region(&self.read_root(name)?, rank, id, version, range)
     }
 
@@ -632,16 +670,19 @@ fn table_of(rank: u32, shapes: &[Shape]) -> RegionTable {
     RegionTable { rank, regions }
 }
 
-/// Refuses `table` where `root` holds this rank's table of other regions
-/// (other ids or lengths; where each lives may change between runs: a
-/// checkpoint of device memory restarts into host memory and back).
-fn check_table(root: &std::path::Path, table: &RegionTable) -> Result<()> {
-    let old = super::table::tables_if_any(root)?; // a damaged table is an error, not "none"
+/// Refuses `table` where the tiers `roots` hold this rank's table of other
+/// regions (other ids or lengths; where each lives may change between
+/// runs: a checkpoint of device memory restarts into host memory and back).
+/// A copy damaged on one tier is written again from another's; damaged on
+/// every tier, it is an error, not "none".
+fn check_table(roots: &[std::path::PathBuf], table: &RegionTable) -> Result<()> {
+    let old = super::table::tables_of_tiers(roots)?;
+    let root = roots.first().cloned().unwrap_or_default();
     let layout = |t: &RegionTable| t.regions.iter().map(|e| (e.id, e.len, e.offset)).collect::<Vec<_>>();
     match old.iter().find(|t| t.rank == table.rank) {
         Some(t) if layout(t) != layout(table) => Err(Error::Mismatch {
             what: "protected regions (protect the same ids with the same lengths, or use a new name)",
-            dir: root.to_path_buf(),
+            dir: root,
             existing: format!("{:?} on rank {}", t.regions.iter().map(|e| (e.id, e.len)).collect::<Vec<_>>(), t.rank),
             requested: format!("{:?}", table.regions.iter().map(|e| (e.id, e.len)).collect::<Vec<_>>()),
         }),
@@ -684,11 +725,12 @@ mod tests {
             |device: bool, len: usize| vec![Shape { id: 0, len, device }, Shape { id: 1, len: 8, device: false }];
         table_of(2, &shapes(true, 4096)).write(dir.path()).expect("write");
         // The same ids and lengths, now in host memory: accepted.
-        check_table(dir.path(), &table_of(2, &shapes(false, 4096))).expect("host after device");
+        check_table(&[dir.path().to_path_buf()], &table_of(2, &shapes(false, 4096))).expect("host after device");
         // Another length: refused, naming the checkpoint.
-        let refused = check_table(dir.path(), &table_of(2, &shapes(false, 2048))).expect_err("other length");
+        let refused =
+            check_table(&[dir.path().to_path_buf()], &table_of(2, &shapes(false, 2048))).expect_err("other length");
         assert_eq!(refused.kind(), crate::error::ErrorKind::Mismatch, "{refused}");
         // Another rank's table is not this rank's business.
-        check_table(dir.path(), &table_of(3, &shapes(false, 2048))).expect("other rank");
+        check_table(&[dir.path().to_path_buf()], &table_of(3, &shapes(false, 2048))).expect("other rank");
     }
 }

@@ -141,6 +141,99 @@ pub fn tables_if_any(root: &Path) -> Result<Vec<RegionTable>> {
     }
 }
 
+/// Every rank's table of a name kept on several tiers (`roots`, fastest
+/// first), rank order: each rank's from the first tier whose copy reads
+/// and checks. A copy that is damaged, or missing where another tier has
+/// one, is written again from the good one (the tables of a name are the
+/// same on every tier), so one damaged copy never stops a restart. An
+/// error only when some rank's every copy is damaged.
+pub fn tables_of_tiers(roots: &[PathBuf]) -> Result<Vec<RegionTable>> {
+    let mut found: std::collections::BTreeMap<u32, RegionTable> = std::collections::BTreeMap::new();
+    // Per tier, each rank's copy: read and checked, or why not.
+    let mut copies: Vec<std::collections::BTreeMap<u32, Result<RegionTable>>> = Vec::new();
+    for root in roots {
+        let dir = root.join("regions");
+        let mut here = std::collections::BTreeMap::new();
+        match std::fs::read_dir(&dir) {
+            Ok(entries) => {
+                for e in entries {
+                    let e = e.map_err(|e| Error::io(&dir, e))?;
+                    let name = e.file_name();
+                    let Some(rank) = name.to_str().and_then(parse_table_name) else { continue };
+                    here.insert(rank, RegionTable::read(&e.path(), rank));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(&dir, e)),
+        }
+        copies.push(here);
+    }
+    let ranks: std::collections::BTreeSet<u32> = copies.iter().flat_map(|c| c.keys().copied()).collect();
+    for rank in ranks {
+        let good = copies.iter().find_map(|c| c.get(&rank).and_then(|t| t.as_ref().ok())).cloned();
+        let Some(good) = good else {
+            // Every copy damaged: the first one's error.
+            let first = copies.iter_mut().find_map(|c| c.remove(&rank)).and_then(Result::err);
+            return Err(first.unwrap_or_else(|| Error::Internal(format!("region table of rank {rank}"))));
+        };
+        for (root, c) in roots.iter().zip(&copies) {
+            if !matches!(c.get(&rank), Some(Ok(_))) {
+                match good.write(root) {
+                    Ok(()) => tracing::warn!(
+                        "{}: region table of rank {rank} {} here; written again from another tier's copy",
+                        root.display(),
+                        if c.contains_key(&rank) { "damaged" } else { "missing" }
+                    ),
+                    Err(e) => tracing::warn!("{}: region table of rank {rank} not written again: {e}", root.display()),
+                }
+            }
+        }
+        found.insert(rank, good);
+    }
+    Ok(found.into_values().collect())
+}
+
+/// [`tables_of_tiers`], every rank's: an error when a rank the commit
+/// records name ([`written_rank_count`]) has no table on any tier (what a
+/// restart on another rank count reads).
+pub fn all_tables_of_tiers(roots: &[PathBuf]) -> Result<Vec<RegionTable>> {
+    let found = tables_of_tiers(roots)?;
+    let written = written_rank_count(roots)?;
+    if let Some(missing) = (0..written).find(|&r| found.get(r as usize).is_none_or(|t| t.rank != r)) {
+        return Err(Error::MissingRegion {
+            rank: missing,
+            what: format!(
+                "no region table on any tier ({}), though the commit records name {written} ranks: \
+                 the checkpoint cannot be read on another rank count; `dckpt verify --dir DIR` lists what is left",
+                roots.iter().map(|r| r.display().to_string()).collect::<Vec<_>>().join(", ")
+            ),
+        });
+    }
+    Ok(found)
+}
+
+/// The ranks of the job that wrote the name under `roots`: the most any
+/// commit record or part names (the records are written with every
+/// version), and at least one more than the highest rank with a region
+/// table. 0 for a name never checkpointed.
+pub fn written_rank_count(roots: &[PathBuf]) -> Result<u32> {
+    let mut written = 0u32;
+    for root in roots {
+        let log = CommitLog::load(root)?;
+        written = written.max(log.records().map(|r| r.ranks).max().unwrap_or(0));
+        written = written.max(log.stray_ranks().max().map_or(0, |r| r + 1));
+        let dir = root.join("regions");
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for e in entries.flatten() {
+                if let Some(rank) = e.file_name().to_str().and_then(parse_table_name) {
+                    written = written.max(rank + 1);
+                }
+            }
+        }
+    }
+    Ok(written)
+}
+
 /// The rank of a table file name `rank-NNNNN.json`.
 fn parse_table_name(name: &str) -> Option<u32> {
     let digits = name.strip_prefix("rank-")?.strip_suffix(".json")?;
@@ -256,6 +349,38 @@ mod tests {
         assert!(e.to_string().contains("starts at 101"), "{e}");
         std::fs::write(&path, legacy(&table(5))).expect("write");
         assert!(tables(dir.path()).is_err(), "rank 5's table in rank 2's file");
+    }
+
+    #[test]
+    fn a_table_damaged_or_lost_on_one_tier_is_written_again_from_another() {
+        let (a, b) = (tempfile::tempdir().expect("tempdir"), tempfile::tempdir().expect("tempdir"));
+        let roots = vec![a.path().to_path_buf(), b.path().to_path_buf()];
+        for root in &roots {
+            table(0).write(root).expect("write");
+        }
+        table(1).write(b.path()).expect("write");
+        let flip = |path: &Path| {
+            let mut bytes = std::fs::read(path).expect("read");
+            let last = bytes.len() - 3;
+            bytes[last] ^= 1;
+            std::fs::write(path, bytes).expect("write");
+        };
+        flip(&table_path(a.path(), 0));
+        assert_eq!(tables_of_tiers(&roots).expect("from the good copies"), vec![table(0), table(1)]);
+        // Both written again where they were damaged or missing.
+        assert_eq!(tables(a.path()).expect("healed"), vec![table(0), table(1)]);
+        // Damaged on every tier: an error, never "none".
+        flip(&table_path(a.path(), 1));
+        flip(&table_path(b.path(), 1));
+        assert!(matches!(tables_of_tiers(&roots), Err(Error::Corrupt { .. })));
+        // A rank with no table anywhere, below the ranks counted: missing.
+        for root in &roots {
+            std::fs::remove_file(table_path(root, 1)).expect("remove");
+        }
+        table(2).write(b.path()).expect("write");
+        assert_eq!(written_rank_count(&roots).expect("count"), 3);
+        let e = all_tables_of_tiers(&roots).expect_err("rank 1's table is gone");
+        assert!(matches!(e, Error::MissingRegion { rank: 1, .. }), "{e}");
     }
 
     #[test]

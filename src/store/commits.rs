@@ -293,6 +293,11 @@ impl CommitLog {
         self.stray.iter().filter(move |(_, r, _)| *r == rank).map(|(v, _, rel)| (*v, rel.as_path()))
     }
 
+    /// The ranks of parts whose version is not committed.
+    pub fn stray_ranks(&self) -> impl Iterator<Item = u32> + '_ {
+        self.stray.iter().map(|(_, r, _)| *r)
+    }
+
     /// Whether `version` is committed.
     pub fn is_committed(&self, version: u64) -> bool {
         self.records.contains_key(&version)

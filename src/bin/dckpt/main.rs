@@ -49,6 +49,12 @@ enum Command {
         /// Only report what would be done.
         #[arg(long)]
         dry_run: bool,
+        /// The ranks the commit records name but whose directories are
+        /// missing are lost for good: delist the versions that need them
+        /// (without it, such a directory, most likely one node's of a store
+        /// spread over nodes, is refused unchanged).
+        #[arg(long)]
+        ranks_lost: bool,
         /// Print the report as JSON (with a schema version).
         #[arg(long)]
         json: bool,
@@ -151,7 +157,9 @@ fn main() -> ExitCode {
         Command::Checkpoint(a) => checkpoint(a),
         Command::Restore(a) => store_cmds::restore(a),
         Command::Verify { dir, json } => store_cmds::verify(&dir, json),
-        Command::Repair { dir, dry_run, json } => store_cmds::repair(&dir, dry_run, json),
+        Command::Repair { dir, dry_run, ranks_lost, json } => {
+            store_cmds::repair(&dir, &dckpt::repair::RepairOptions { dry_run, ranks_lost }, json)
+        }
         Command::Prune { dir, keep, dry_run, json } => store_cmds::prune(&dir, keep, dry_run, json),
         Command::Inspect { dir, json } => store_cmds::inspect(&dir, json),
         Command::Bench(a) => bench_cmd::bench(a),

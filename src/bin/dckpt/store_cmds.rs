@@ -312,8 +312,9 @@ pub fn verify(dir: &Path, json: bool) -> Result<ExitCode> {
     }
 }
 
-pub fn repair(dir: &Path, dry_run: bool, json: bool) -> Result<ExitCode> {
-    let report = dckpt::repair::repair_store(dir, dry_run)?;
+pub fn repair(dir: &Path, opts: &dckpt::repair::RepairOptions, json: bool) -> Result<ExitCode> {
+    let dry_run = opts.dry_run;
+    let report = dckpt::repair::repair_store_with(dir, opts)?;
     if json {
         crate::report::print_json("repair", &report)?;
         return Ok(ExitCode::SUCCESS);

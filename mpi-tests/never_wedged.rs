@@ -1,0 +1,238 @@
+//! Never wedged, never wrong (issue #42), through the runtime under mpirun:
+//! after losses, damage and ranks that disagree, the next run restarts
+//! from a version every rank restores right, starts from the beginning on
+//! purpose with the old versions set aside (never blocking new ones), or
+//! stops with one error, the same on every rank. Never a hang, never other
+//! bytes than the version's.
+// Protecting memory by address is `unsafe`, as for a C application.
+#![allow(unsafe_code)]
+
+use super::World;
+use super::common::noise;
+use dckpt::config::{Bytes, Config};
+use dckpt::runtime::{Region, Runtime};
+use mpi::traits::*;
+use std::path::{Path, PathBuf};
+
+fn content(rank: i32, len: usize, version: u64) -> Vec<u8> {
+    let mut v = noise(len, 700 + rank as u64);
+    let at = (version as usize * 7919) % (len - 256);
+    v[at..at + 256].copy_from_slice(&noise(256, version * 31 + rank as u64));
+    v
+}
+
+fn protect(rt: &mut Runtime, buf: &mut [u8]) {
+    // SAFETY: the buffer outlives the runtime's calls and is not touched
+    // while a call runs (this test is single-threaded).
+    unsafe { rt.protect(0, Region::host(buf)) }.expect("protect");
+}
+
+fn tiers(config: &Config) -> Vec<PathBuf> {
+    [config.scratch.clone(), config.persistent.clone()].into_iter().flatten().collect()
+}
+
+/// Versions `1..=n` of `name`, every rank; the runtime finalized.
+fn take(w: &World, config: &Config, name: &str, len: usize, n: u64) {
+    let mut buf = vec![0u8; len];
+    let mut rt = Runtime::init(w.comm, config.clone());
+    for v in 1..=n {
+        buf = content(w.rank, len, v);
+        protect(&mut rt, &mut buf);
+        rt.checkpoint(name, v).expect("checkpoint");
+    }
+    rt.finalize().expect("finalize");
+}
+
+/// The same value on every rank (an error's code, a flag).
+fn same_everywhere(w: &World, x: u64) -> bool {
+    let mut all = vec![0u64; w.size as usize];
+    w.comm.all_gather_into(&x, &mut all[..]);
+    all.iter().all(|&y| y == all[0])
+}
+
+pub fn never_wedged(w: &World, root: &Path) {
+    let config = Config {
+        scratch: Some(root.join("scratch")),
+        persistent: Some(root.join("persistent")),
+        host_cache_size: Bytes(8 << 20),
+        backend: super::test_backend(),
+        ..Config::default()
+    };
+    one_rank_lists_no_version(w, &config);
+    ranks_name_different_checkpoints(w, &config);
+    a_failed_restart_is_one_error_and_changes_nothing(w, &config);
+    a_region_table_damaged_on_one_tier(w, &config);
+    the_rank_count_comes_from_the_commit_records(w, &config);
+}
+
+/// The highest rank's directory gone from every tier (a lost node whose
+/// copies could not rebuild it): no version is on every rank, so `latest`
+/// says none, and the versions the others keep are set aside, never
+/// blocking the job's new version 1; the run after that restarts from it.
+fn one_rank_lists_no_version(w: &World, config: &Config) {
+    if w.size < 2 {
+        return;
+    }
+    let (name, len) = ("nothing-common", 100_000 + 64 * w.rank as usize);
+    take(w, config, name, len, 3);
+    if w.rank == w.size - 1 {
+        for tier in tiers(config) {
+            let dir = tier.join(name).join(format!("rank-{:05}", w.rank));
+            std::fs::remove_dir_all(&dir).expect("remove the rank's directory");
+        }
+    }
+    w.comm.barrier();
+    let mut buf = vec![0u8; len];
+    let mut rt = Runtime::init(w.comm, config.clone());
+    protect(&mut rt, &mut buf);
+    let latest = rt.latest(name);
+    w.check(matches!(latest, Ok(None)), &format!("no version common to every rank: {latest:?}"));
+    w.check(rt.versions(name).expect("versions").is_empty(), "nothing is listed any more");
+    buf = content(w.rank, len, 1);
+    protect(&mut rt, &mut buf);
+    let first = rt.checkpoint(name, 1);
+    w.check(first.is_ok(), &format!("the new run's version 1 proceeds: {:?}", first.err()));
+    rt.finalize().expect("finalize");
+    let mut buf = vec![0u8; len];
+    let mut rt = Runtime::init(w.comm, config.clone());
+    protect(&mut rt, &mut buf);
+    let again = rt.restart_latest(name);
+    w.check(matches!(again, Ok(Some(1))), &format!("the next run restarts from version 1: {again:?}"));
+    w.check(buf == content(w.rank, len, 1), "version 1's bytes");
+    rt.finalize().expect("finalize");
+}
+
+/// Rank 0 takes `alpha`, the others `beta`: every call refuses on every
+/// rank, naming the disagreement, and nothing waits.
+fn ranks_name_different_checkpoints(w: &World, config: &Config) {
+    if w.size < 2 {
+        return;
+    }
+    let name = if w.rank == 0 { "alpha" } else { "beta" };
+    let mut buf = content(w.rank, 50_000, 1);
+    let mut rt = Runtime::init(w.comm, config.clone());
+    protect(&mut rt, &mut buf);
+    let taken = rt.checkpoint(name, 1);
+    let said = taken.as_ref().err().map(ToString::to_string).unwrap_or_default();
+    w.check(said.contains("different checkpoints"), &format!("checkpoint under different names: {said}"));
+    w.check(rt.latest(name).is_err(), "latest under different names");
+    w.check(rt.restart(name, 1).is_err(), "restart under different names");
+    w.check(rt.versions(name).is_err(), "versions under different names");
+    drop(rt);
+    w.comm.barrier();
+}
+
+/// Rank 0's newest version damaged on every tier: `restart` of it fails on
+/// every rank with the same code, and no rank's regions change (a name of
+/// several regions is restored into its staging and placed once every rank
+/// restored; a single region is restored in place, no copy: its bytes are
+/// unspecified after an error, the code is still one).
+fn a_failed_restart_is_one_error_and_changes_nothing(w: &World, config: &Config) {
+    let (name, len) = ("failing", 120_000 + 128 * w.rank as usize);
+    let split = |buf: &[u8]| (buf[..len / 3].to_vec(), buf[len / 3..].to_vec());
+    let protect_both = |rt: &mut Runtime, a: &mut Vec<u8>, b: &mut Vec<u8>| {
+        // SAFETY: as in `protect`.
+        unsafe { rt.protect(0, Region::host(a)) }.expect("protect 0");
+        unsafe { rt.protect(1, Region::host(b)) }.expect("protect 1");
+    };
+    let mut rt = Runtime::init(w.comm, config.clone());
+    for v in 1..=2 {
+        let (mut a, mut b) = split(&content(w.rank, len, v));
+        protect_both(&mut rt, &mut a, &mut b);
+        rt.checkpoint(name, v).expect("checkpoint");
+    }
+    rt.finalize().expect("finalize");
+    if w.rank == 0 {
+        for tier in tiers(config) {
+            let file = tier.join(name).join("rank-00000").join(dckpt::store::diff_file_name(2));
+            let mut bytes = std::fs::read(&file).expect("read the newest diff");
+            let mid = bytes.len() / 2;
+            bytes[mid..].iter_mut().for_each(|b| *b ^= 0x5a);
+            std::fs::write(&file, bytes).expect("damage it");
+        }
+    }
+    w.comm.barrier();
+    let (mut a, mut b) = (vec![0xeeu8; len / 3], vec![0xeeu8; len - len / 3]);
+    let mut rt = Runtime::init(w.comm, config.clone());
+    protect_both(&mut rt, &mut a, &mut b);
+    let failed = rt.restart(name, 2);
+    let code = failed.as_ref().err().map_or(0, |e| e.code() as u64);
+    w.check(code != 0, "restarting the damaged version fails");
+    w.check(same_everywhere(w, code), &format!("one code on every rank: {:?}", failed.err()));
+    w.check(a.iter().chain(&b).all(|&x| x == 0xee), "no rank's region changed");
+    rt.restart(name, 1).expect("the version before restores");
+    w.check((a.clone(), b.clone()) == split(&content(w.rank, len, 1)), "version 1's bytes");
+    rt.finalize().expect("finalize");
+}
+
+/// Rank 0's region table damaged on the persistent tier (the scratch copy
+/// intact), and the last rank's deleted on every tier: the restart proceeds
+/// (each table written again), and a job of another size reading the old
+/// regions gets the old tables, none missing.
+fn a_region_table_damaged_on_one_tier(w: &World, config: &Config) {
+    let (name, len) = ("tables", 90_000 + 32 * w.rank as usize);
+    take(w, config, name, len, 2);
+    let table = |tier: &Path, rank: i32| tier.join(name).join("regions").join(format!("rank-{rank:05}.json"));
+    if w.rank == 0 {
+        let persistent = config.persistent.as_ref().expect("persistent");
+        let path = table(persistent, 0);
+        let mut bytes = std::fs::read(&path).expect("read the table");
+        let last = bytes.len() - 3;
+        bytes[last] ^= 0x01;
+        std::fs::write(&path, bytes).expect("damage it");
+    }
+    if w.size > 1 && w.rank == w.size - 1 {
+        for tier in tiers(config) {
+            std::fs::remove_file(table(&tier, w.rank)).expect("delete the table");
+        }
+    }
+    w.comm.barrier();
+    let mut buf = vec![0u8; len];
+    let mut rt = Runtime::init(w.comm, config.clone());
+    protect(&mut rt, &mut buf);
+    let restored = rt.restart_latest(name);
+    w.check(matches!(restored, Ok(Some(2))), &format!("restart with a damaged table copy: {restored:?}"));
+    w.check(buf == content(w.rank, len, 2), "version 2's bytes");
+    let old = rt.old_regions(name).expect("every rank's table, written again");
+    w.check(old.len() == w.size as usize, "one table a rank");
+    w.check(old[w.rank as usize].regions[0].len == len as u64, "this rank's region");
+    rt.finalize().expect("finalize");
+}
+
+/// The highest rank's region table deleted on every tier, read by a job of
+/// one rank fewer: the commit records name the ranks that wrote it, so the
+/// smaller job gets `RankCount` (it used to count the tables left and
+/// restart the bigger job's state as its own, exit 0).
+fn the_rank_count_comes_from_the_commit_records(w: &World, config: &Config) {
+    if w.size < 2 {
+        return;
+    }
+    let (name, len) = ("counted", 40_000);
+    take(w, config, name, len, 1);
+    if w.rank == w.size - 1 {
+        for tier in tiers(config) {
+            let path = tier.join(name).join("regions").join(format!("rank-{:05}.json", w.rank));
+            std::fs::remove_file(path).expect("delete the table");
+        }
+    }
+    w.comm.barrier();
+    let color = if w.rank == w.size - 1 { 1 } else { 0 };
+    let part = w.comm.split_by_color(mpi::topology::Color::with_value(color)).expect("split");
+    if color == 0 {
+        let mut buf = vec![0u8; len];
+        let mut rt = Runtime::init(&part, config.clone());
+        protect(&mut rt, &mut buf);
+        let latest = rt.latest(name);
+        w.check(
+            matches!(&latest, Err(e) if e.kind() == dckpt::ErrorKind::RankCount),
+            &format!("latest on {} of {} ranks, the last table gone: {latest:?}", part.size(), w.size),
+        );
+        let old = rt.old_regions(name);
+        w.check(
+            matches!(&old, Err(e) if e.kind() == dckpt::ErrorKind::MissingRegion),
+            &format!("the old regions with a table missing: {old:?}"),
+        );
+        drop(rt);
+    }
+    w.comm.barrier();
+}
