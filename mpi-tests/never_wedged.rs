@@ -63,6 +63,9 @@ pub fn never_wedged(w: &World, root: &Path) {
     a_failed_restart_is_one_error_and_changes_nothing(w, &config);
     a_region_table_damaged_on_one_tier(w, &config);
     the_rank_count_comes_from_the_commit_records(w, &config);
+    for collective in [true, false] {
+        another_run_s_directory(w, &Config { collective, ..config.clone() });
+    }
 }
 
 /// The highest rank's directory gone from every tier (a lost node whose
@@ -234,5 +237,53 @@ fn the_rank_count_comes_from_the_commit_records(w: &World, config: &Config) {
         );
         drop(rt);
     }
+    w.comm.barrier();
+}
+
+/// The last rank's node directory (emulated nodes, one rank each, a
+/// node-local tier alone) replaced by the same node's of another run of the
+/// same name and sizes, its commit parts with it (a node restored from the
+/// wrong backup): refused on every rank with one code, before anything is
+/// restored, collective and local-only alike (local-only used to restart
+/// that rank from the other run's state, exit 0).
+fn another_run_s_directory(w: &World, config: &Config) {
+    if w.size < 2 {
+        return;
+    }
+    let name = if config.collective { "foreign" } else { "foreign-local" };
+    let len = 60_000;
+    let root = config.scratch.as_ref().expect("scratch").with_extension("nodes");
+    let on_nodes = |run: &str| Config {
+        scratch: Some(root.join(run).join("node-{node}")),
+        persistent: None,
+        ranks_per_node: 1,
+        ..config.clone()
+    };
+    let (mine, other) = (on_nodes("mine"), on_nodes("other"));
+    take(w, &mine, name, len, 2);
+    // The other run: other bytes, the same versions.
+    let mut buf = vec![0u8; len];
+    let mut rt = Runtime::init(w.comm, other.clone());
+    for v in 1..=2 {
+        buf = content(w.rank + 100, len, v);
+        protect(&mut rt, &mut buf);
+        rt.checkpoint(name, v).expect("checkpoint of the other run");
+    }
+    rt.finalize().expect("finalize");
+    if w.rank == w.size - 1 {
+        let node = |run: &str| root.join(run).join(format!("node-{}", w.rank)).join(name);
+        std::fs::remove_dir_all(node("mine")).expect("remove");
+        std::fs::rename(node("other"), node("mine")).expect("put the other run's node directory in its place");
+    }
+    w.comm.barrier();
+    let mut buf = vec![0u8; len];
+    let mut rt = Runtime::init(w.comm, mine.clone());
+    protect(&mut rt, &mut buf);
+    let restarted = rt.restart_latest(name);
+    let code = restarted.as_ref().err().map_or(0, |e| e.code() as u64);
+    w.check(code != 0, &format!("another run's directory is refused: {restarted:?}"));
+    w.check(same_everywhere(w, code), "one code on every rank");
+    w.check(buf.iter().all(|&b| b == 0), &format!("nothing restored: {restarted:?}"));
+    drop(rt);
     w.comm.barrier();
 }

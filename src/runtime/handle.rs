@@ -334,7 +334,69 @@ impl Runtime {
                 );
             }
         }
+        if newest > 0 && !self.names.contains_key(name) {
+            self.check_one_run(name, newest)?;
+        }
         Ok((newest > 0).then_some(newest))
+    }
+
+    /// Refuses, on every rank alike, version `version` of `name` whose
+    /// ranks' files are not the ones the commit records name: a directory
+    /// of another run put in place of one rank's (a node restored from the
+    /// wrong backup) would otherwise restart that rank from another run's
+    /// state. Each rank's file trailer is gathered and compared with the
+    /// commit record of `version` each rank reads on its tiers (none
+    /// found: nothing to compare). Collective.
+    fn check_one_run(&self, name: &str, version: u64) -> Result<()> {
+        const HEX: usize = 64;
+        let roots = self.table_roots(name);
+        let rank = self.rank();
+        // The file's own trailer (its last 32 bytes), not its manifest's
+        // entry: opening a store rolls the entries forward from the records.
+        let trailer_of = |root: &std::path::Path| -> Option<String> {
+            use std::io::{Read, Seek, SeekFrom};
+            let path = root.join(crate::store::rank_rel(rank)).join(crate::store::diff_file_name(version));
+            let mut file = crate::storage::fsio::open_regular(&path).ok()?;
+            file.seek(SeekFrom::End(-32)).ok()?;
+            let mut trailer = [0u8; 32];
+            file.read_exact(&mut trailer).ok()?;
+            Some(crate::store::hex(&trailer))
+        };
+        let mine = roots.iter().find_map(|r| trailer_of(r)).unwrap_or_default();
+        let mut sent = [0u8; HEX];
+        let n = mine.len().min(HEX);
+        sent[..n].copy_from_slice(&mine.as_bytes()[..n]);
+        let mut all = vec![0u8; HEX * self.comm.size() as usize];
+        self.comm.all_gather_into(&sent[..], &mut all[..]);
+        let compared = (|| -> Result<()> {
+            for root in &roots {
+                let log = crate::store::commits::CommitLog::load(root)?;
+                let Some(record) = log.records().find(|r| r.version == version) else { continue };
+                let odd: Vec<u32> = record
+                    .entries
+                    .iter()
+                    .filter(|e| {
+                        let got = all.get(e.rank as usize * HEX..(e.rank as usize + 1) * HEX).unwrap_or_default();
+                        let got = std::str::from_utf8(got).unwrap_or_default().trim_end_matches('\0');
+                        !got.is_empty() && got != e.trailer
+                    })
+                    .map(|e| e.rank)
+                    .collect();
+                if !odd.is_empty() {
+                    return Err(Error::corrupt(
+                        root,
+                        format!(
+                            "version {version}: rank(s) {odd:?} hold files other than the ones the commit records \
+                             name (a directory of another run in place of theirs?): move it away; the job then \
+                             rebuilds those ranks from their copies, or starts from the beginning"
+                        ),
+                    ));
+                }
+                return Ok(());
+            }
+            Ok(())
+        })();
+        all_agree(&self.comm, "checking that every rank's files are of one run", version, compared)
     }
 
     /// This rank's newest version of `name` listed on any tier (0 if none),
