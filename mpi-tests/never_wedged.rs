@@ -243,9 +243,11 @@ fn the_rank_count_comes_from_the_commit_records(w: &World, config: &Config) {
 /// The last rank's node directory (emulated nodes, one rank each, a
 /// node-local tier alone) replaced by the same node's of another run of the
 /// same name and sizes, its commit parts with it (a node restored from the
-/// wrong backup): refused on every rank with one code, before anything is
-/// restored, collective and local-only alike (local-only used to restart
-/// that rank from the other run's state, exit 0).
+/// wrong backup): `restart` of any version is refused on every rank with
+/// one code, before anything is read, and `restart_latest`, finding no
+/// version of one run, starts from the beginning (every version set aside),
+/// collective and local-only alike (both used to restart that rank from the
+/// other run's state, exit 0).
 fn another_run_s_directory(w: &World, config: &Config) {
     if w.size < 2 {
         return;
@@ -279,11 +281,17 @@ fn another_run_s_directory(w: &World, config: &Config) {
     let mut buf = vec![0u8; len];
     let mut rt = Runtime::init(w.comm, mine.clone());
     protect(&mut rt, &mut buf);
-    let restarted = rt.restart_latest(name);
-    let code = restarted.as_ref().err().map_or(0, |e| e.code() as u64);
-    w.check(code != 0, &format!("another run's directory is refused: {restarted:?}"));
+    let refused = rt.restart(name, 2);
+    let code = refused.as_ref().err().map_or(0, |e| e.code() as u64);
+    w.check(code != 0, &format!("another run's directory is refused: {refused:?}"));
     w.check(same_everywhere(w, code), "one code on every rank");
-    w.check(buf.iter().all(|&b| b == 0), &format!("nothing restored: {restarted:?}"));
-    drop(rt);
+    let restarted = rt.restart_latest(name);
+    w.check(matches!(restarted, Ok(None)), &format!("from the beginning: {restarted:?}"));
+    w.check(buf.iter().all(|&b| b == 0), "nothing restored");
+    w.check(rt.versions(name).expect("versions").is_empty(), "every version set aside");
+    buf = content(w.rank, len, 1);
+    protect(&mut rt, &mut buf);
+    rt.checkpoint(name, 1).expect("the new run's first version proceeds");
+    rt.finalize().expect("finalize");
     w.comm.barrier();
 }

@@ -59,14 +59,19 @@ impl RepairReport {
 }
 
 /// Whether `e`, met while checking one version, is damage of the store (as
-/// opposed to a condition of this machine that must stop the repair).
-fn is_damage(e: &Error) -> bool {
+/// opposed to a condition of this machine that must stop the repair). An
+/// error agreed over ranks ([`Error::OnRanks`]) by its kind.
+pub fn is_damage(e: &Error) -> bool {
+    use crate::error::ErrorKind as K;
     match e {
         Error::Corrupt { .. }
         | Error::BrokenReference { .. }
         | Error::OwnerUnavailable { .. }
         | Error::MissingVersion { .. }
         | Error::NoStore { .. } => true,
+        Error::OnRanks { kind, .. } => {
+            matches!(kind, K::Corrupt | K::BrokenReference | K::OwnerUnavailable | K::MissingVersion | K::NoStore)
+        }
         // Missing, or a FIFO, device or link in a file's place (refused
         // before any read could block: `fsio::open_regular`).
         Error::Io { source, .. } => {
@@ -163,6 +168,39 @@ pub struct RepairOptions {
     /// likely one node's directory of a store spread over nodes (a
     /// node-local tier), where the other ranks live on the other nodes.
     pub ranks_lost: bool,
+}
+
+/// Mends one rank's damaged or lost manifest under the store root `root`
+/// (its bytes unreadable, a FIFO, device or link in its place, or gone
+/// while diff files are there) as [`repair_store`] would, and nothing else:
+/// rebuilt from the diff files that verify and the commit records, under
+/// the rank's lock. What a job does for its own rank before listing its
+/// versions, so that a damaged manifest never stops every later run.
+/// `None` when there was nothing to mend (a readable manifest, or no file
+/// of the rank at all).
+pub fn mend_manifest(root: &Path, rank: u32) -> Result<Option<RepairReport>> {
+    let mpath = rank_dir(root, rank).join("MANIFEST");
+    let mut bytes = Vec::new();
+    let read =
+        crate::storage::fsio::open_regular(&mpath).and_then(|mut f| std::io::Read::read_to_end(&mut f, &mut bytes));
+    match read {
+        Ok(_) if Manifest::decode(&bytes, &mpath).is_ok() => return Ok(None),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let dir = rank_dir(root, rank);
+            if !dir.is_dir() || diff_files_present(&dir)?.is_empty() {
+                return Ok(None);
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {}
+        Err(e) => return Err(Error::io(&mpath, e)),
+    }
+    let _lock = store::lock_rank_dir(&rank_dir(root, rank))?;
+    let log = CommitLog::load(root)?;
+    let aside: BTreeSet<u64> = log.damaged_versions().into_iter().collect();
+    let mut report = RepairReport { ranks: 1, ..Default::default() };
+    settle_manifest(root, rank, &log, &aside, false, &mut report)?;
+    Ok(Some(report))
 }
 
 /// [`repair_store`] with its options.

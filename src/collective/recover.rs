@@ -44,23 +44,22 @@ pub(crate) fn prepare<C: Communicator>(comm: &C, scheme: &Scheme) -> Result<Reco
     };
     let mut out = Recovered { lost: lost.clone(), ..Default::default() };
     if !lost.is_empty() {
-        let rebuilt = match &scheme.plan {
-            Plan::None => Err(Error::Collective(format!(
-                "the node-local checkpoints of rank(s) {lost:?} are gone and redundancy is none: nothing on the \
-                 node-local tier can rebuild them"
-            ))),
-            Plan::Partner { holder } => rebuild_from_partners(comm, scheme, &storage, &lost, holder),
-            Plan::Xor { groups } => rebuild_from_parity(comm, scheme, &storage, &lost, groups),
-        };
-        match rebuilt {
-            Ok((n, skipped)) => {
-                out.versions_rebuilt = n;
-                out.skipped = skipped;
+        let rebuilt = match (&scheme.plan, beyond_the_scheme(scheme, &lost)) {
+            // Without copies that can rebuild them, the shared tier (if any)
+            // may still serve the job; else it starts from the beginning,
+            // on purpose (`Runtime::latest` sets the other ranks' versions
+            // aside): the same on every run would be a wedge.
+            (_, Some(why)) => {
+                tracing::warn!("{why}");
+                Ok((0, Vec::new()))
             }
-            // Without copies the shared tier (if any) may still serve the job.
-            Err(e) if scheme.plan == Plan::None => tracing::warn!("{e}"),
-            Err(e) => return Err(e),
-        }
+            (Plan::None, None) => Ok((0, Vec::new())),
+            (Plan::Partner { holder }, None) => rebuild_from_partners(comm, scheme, &storage, &lost, holder),
+            (Plan::Xor { .. }, None) => rebuild_from_parity(comm, scheme, &storage, &lost),
+        };
+        let (n, skipped) = rebuilt?;
+        out.versions_rebuilt = n;
+        out.skipped = skipped;
     }
     if scheme.nodes.count() > 1 {
         super::mpi::all_agree(comm, "sharing the commit parts and region tables", 0, share(comm, scheme, &storage))?;
@@ -114,8 +113,16 @@ pub(crate) fn share<C: Communicator>(comm: &C, scheme: &Scheme, storage: &Posix)
                     continue;
                 }
                 // Only where none is: a copy from another node never replaces
-                // a part its own rank wrote here.
-                written += write_part(storage, v, owner, &body, false)?;
+                // a part its own rank wrote here. A damaged copy is not
+                // spread (the versions it alone commits stay invisible, as
+                // where it lies); it never stops the job.
+                match write_part(storage, v, owner, &body, false) {
+                    Ok(n) => written += n,
+                    Err(e @ Error::Corrupt { .. }) => {
+                        tracing::warn!("rank {}: not copied from node of rank {r}: {e}", scheme.me);
+                    }
+                    Err(e) => return Err(e),
+                }
             } else if dir == TABLES && is_table(file) {
                 let rel = Path::new(TABLES).join(file);
                 if storage.read(&rel)?.is_none() {
@@ -143,6 +150,41 @@ fn is_table(name: &str) -> bool {
         .is_some_and(|n| n.len() == 5 && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
+/// Why the copies cannot rebuild the `lost` ranks (the same answer on
+/// every rank: it depends only on the scheme and the ranks lost), if they
+/// cannot.
+fn beyond_the_scheme(scheme: &Scheme, lost: &[u32]) -> Option<String> {
+    match &scheme.plan {
+        Plan::None => Some(format!(
+            "the node-local checkpoints of rank(s) {lost:?} are gone and redundancy is none: nothing on the \
+             node-local tier can rebuild them"
+        )),
+        Plan::Partner { holder } => {
+            let gone: Vec<(u32, u32)> =
+                lost.iter().map(|&l| (l, holder[l as usize])).filter(|(_, h)| lost.contains(h)).collect();
+            (!gone.is_empty()).then(|| {
+                let nodes: BTreeSet<u32> = lost.iter().map(|&r| scheme.nodes.node(r)).collect();
+                format!(
+                    "cannot rebuild the node-local checkpoints: rank(s) {lost:?} on node(s) {nodes:?} are lost, and \
+                     the partner copies of {:?} were on lost ranks {:?} too (partner survives the loss of one node)",
+                    gone.iter().map(|g| g.0).collect::<Vec<_>>(),
+                    gone.iter().map(|g| g.1).collect::<Vec<_>>(),
+                )
+            })
+        }
+        Plan::Xor { groups } => groups.iter().find_map(|g| {
+            let gone: Vec<u32> = g.iter().copied().filter(|r| lost.contains(r)).collect();
+            (gone.len() > 1).then(|| {
+                let nodes: BTreeSet<u32> = gone.iter().map(|&r| scheme.nodes.node(r)).collect();
+                format!(
+                    "cannot rebuild the node-local checkpoints of rank(s) {gone:?}: they are in one parity group \
+                     {g:?} and their nodes {nodes:?} are all lost (a group's parity rebuilds one member)"
+                )
+            })
+        }),
+    }
+}
+
 /// Each lost rank's bundles from its partner; the versions rebuilt here
 /// and the copies skipped. Collective.
 fn rebuild_from_partners<C: Communicator>(
@@ -152,17 +194,6 @@ fn rebuild_from_partners<C: Communicator>(
     lost: &[u32],
     holder: &[u32],
 ) -> Result<(usize, Vec<String>)> {
-    let gone: Vec<(u32, u32)> =
-        lost.iter().map(|&l| (l, holder[l as usize])).filter(|(_, h)| lost.contains(h)).collect();
-    if !gone.is_empty() {
-        let nodes: BTreeSet<u32> = lost.iter().map(|&r| scheme.nodes.node(r)).collect();
-        return Err(Error::Collective(format!(
-            "cannot rebuild the node-local checkpoints: rank(s) {lost:?} on node(s) {nodes:?} are lost, and the \
-             partner copies of {:?} were on lost ranks {:?} too (partner survives the loss of one node)",
-            gone.iter().map(|g| g.0).collect::<Vec<_>>(),
-            gone.iter().map(|g| g.1).collect::<Vec<_>>(),
-        )));
-    }
     let p = comm.size() as usize;
     let mut out = vec![Vec::new(); p];
     let sending = (|| -> Result<()> {
@@ -214,18 +245,7 @@ fn rebuild_from_parity<C: Communicator>(
     scheme: &Scheme,
     storage: &Posix,
     lost: &[u32],
-    groups: &[Vec<u32>],
 ) -> Result<(usize, Vec<String>)> {
-    for g in groups {
-        let gone: Vec<u32> = g.iter().copied().filter(|r| lost.contains(r)).collect();
-        if gone.len() > 1 {
-            let nodes: BTreeSet<u32> = gone.iter().map(|&r| scheme.nodes.node(r)).collect();
-            return Err(Error::Collective(format!(
-                "cannot rebuild the node-local checkpoints of rank(s) {gone:?}: they are in one parity group \
-                 {g:?} and their nodes {nodes:?} are all lost (a group's parity rebuilds one member)"
-            )));
-        }
-    }
     let p = comm.size() as usize;
     let me = scheme.me;
     let group = scheme.plan.group_of(me).map(<[u32]>::to_vec).unwrap_or_default();

@@ -334,9 +334,6 @@ impl Runtime {
                 );
             }
         }
-        if newest > 0 && !self.names.contains_key(name) {
-            self.check_one_run(name, newest)?;
-        }
         Ok((newest > 0).then_some(newest))
     }
 
@@ -344,7 +341,7 @@ impl Runtime {
     /// ranks' files are not the ones the commit records name: a directory
     /// of another run put in place of one rank's (a node restored from the
     /// wrong backup) would otherwise restart that rank from another run's
-    /// state. Each rank's file trailer is gathered and compared with the
+    /// state; a damaged trailer fails here too, before anything is read. Each rank's file trailer is gathered and compared with the
     /// commit record of `version` each rank reads on its tiers (none
     /// found: nothing to compare). Collective.
     fn check_one_run(&self, name: &str, version: u64) -> Result<()> {
@@ -411,6 +408,15 @@ impl Runtime {
         let table = table_of(self.rank(), &shapes);
         let t = self.tiers(name);
         let roots: Vec<std::path::PathBuf> = [t.local, t.shared].into_iter().flatten().collect();
+        // A damaged manifest of this rank is rebuilt from its verified
+        // files first (what `dckpt repair` would do for it).
+        for root in &roots {
+            if let Some(report) = crate::repair::mend_manifest(root, self.rank())? {
+                for a in &report.actions {
+                    tracing::warn!("rank {}: {}: {}", self.rank(), a.path.display(), a.what);
+                }
+            }
+        }
         self.check_rank_count(name)?;
         check_table(&roots, &table)?;
         Ok(self.listed_versions(name)?.last().copied().unwrap_or(0))
@@ -452,8 +458,12 @@ impl Runtime {
     pub fn restart_latest(&mut self, name: &str) -> Result<Option<u64>> {
         let Some(mut version) = self.latest(name)? else { return Ok(None) };
         let mut skipped = Vec::new();
+        // Whether every version skipped on this rank was damaged (not a
+        // condition of this machine, such as an I/O error).
+        let mut only_damage = true;
         loop {
             let restored = self.restart_here(name, version);
+            only_damage &= restored.as_ref().err().is_none_or(crate::repair::is_damage);
             let ok = u64::from(restored.is_ok());
             let mut everywhere = 0u64;
             self.comm.all_reduce_into(&ok, &mut everywhere, ::mpi::collective::SystemOperation::min());
@@ -477,9 +487,25 @@ impl Runtime {
             let mut next = 0u64;
             self.comm.all_reduce_into(&older, &mut next, ::mpi::collective::SystemOperation::min());
             if next == 0 {
+                // Damaged on every rank's tiers: the job starts from the
+                // beginning on purpose, every version set aside (kept as
+                // `*.damaged`), rather than fail the same way on every run.
+                let damage = u64::from(only_damage);
+                let mut everywhere = 0u64;
+                self.comm.all_reduce_into(&damage, &mut everywhere, ::mpi::collective::SystemOperation::min());
+                let tried = skipped.join("; ");
+                if everywhere == 1 {
+                    self.set_aside_newer(name, 0)?;
+                    if self.rank() == 0 {
+                        tracing::warn!(
+                            "checkpoint '{name}': no version restores on every rank (damaged: {tried}); all set \
+                             aside (*.damaged), the job starts from the beginning"
+                        );
+                    }
+                    return Ok(None);
+                }
                 return Err(Error::Collective(format!(
-                    "checkpoint '{name}': no version restores on every rank; tried {}",
-                    skipped.join("; ")
+                    "checkpoint '{name}': no version restores on every rank; tried {tried}"
                 )));
             }
             version = next;
@@ -560,6 +586,9 @@ impl Runtime {
             // Agreed, as every step before the name's collectives.
             let counted = self.check_rank_count(name);
             all_agree(&self.comm, "checking the job's size", version, counted)?;
+            // Damage of a file's trailer, or another run's directory: this
+            // version fails on every rank (`restart_latest` falls back).
+            self.check_one_run(name, version)?;
         }
         let named = {
             let _span = crate::profile::Span::new("restart-open", version);
@@ -644,7 +673,7 @@ impl Runtime {
     /// collective.
     pub fn read_region(&self, name: &str, rank: u32, id: u32, version: u64, range: Range<u64>) -> Result<Vec<u8>> {
         // A table damaged on the tier read is written again from another's.
-        super::table::tables_of_tiers(&self.table_roots(name))?;
+        super::table::tables_of_tiers(&self.table_roots(name), Some(rank))?;
         super::table::read_region(&self.read_root(name)?, rank, id, version, range)
     }
 
@@ -738,7 +767,16 @@ fn table_of(rank: u32, shapes: &[Shape]) -> RegionTable {
 /// A copy damaged on one tier is written again from another's; damaged on
 /// every tier, it is an error, not "none".
 fn check_table(roots: &[std::path::PathBuf], table: &RegionTable) -> Result<()> {
-    let old = super::table::tables_of_tiers(roots)?;
+    let old = match super::table::tables_of_tiers(roots, Some(table.rank)) {
+        // This rank's table damaged on every tier: written again from the
+        // regions protected now (the checkpoints' length still checks them
+        // when the name opens), the damaged copies set aside.
+        Err(e @ Error::Corrupt { .. }) => {
+            super::table::set_aside_table(roots, table.rank, &e);
+            return Ok(());
+        }
+        other => other?,
+    };
     let root = roots.first().cloned().unwrap_or_default();
     let layout = |t: &RegionTable| t.regions.iter().map(|e| (e.id, e.len, e.offset)).collect::<Vec<_>>();
     match old.iter().find(|t| t.rank == table.rank) {

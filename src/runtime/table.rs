@@ -145,9 +145,12 @@ pub fn tables_if_any(root: &Path) -> Result<Vec<RegionTable>> {
 /// first), rank order: each rank's from the first tier whose copy reads
 /// and checks. A copy that is damaged, or missing where another tier has
 /// one, is written again from the good one (the tables of a name are the
-/// same on every tier), so one damaged copy never stops a restart. An
-/// error only when some rank's every copy is damaged.
-pub fn tables_of_tiers(roots: &[PathBuf]) -> Result<Vec<RegionTable>> {
+/// same on every tier), so one damaged copy never stops a restart. A rank
+/// whose every copy is damaged is an error when it is `need` (or `need` is
+/// `None`: every rank's is needed); another rank's is left out, its copies
+/// set aside (`*.damaged`: the next sharing of the tables brings a good one
+/// from the rank's own node).
+pub fn tables_of_tiers(roots: &[PathBuf], need: Option<u32>) -> Result<Vec<RegionTable>> {
     let mut found: std::collections::BTreeMap<u32, RegionTable> = std::collections::BTreeMap::new();
     // Per tier, each rank's copy: read and checked, or why not.
     let mut copies: Vec<std::collections::BTreeMap<u32, Result<RegionTable>>> = Vec::new();
@@ -174,7 +177,12 @@ pub fn tables_of_tiers(roots: &[PathBuf]) -> Result<Vec<RegionTable>> {
         let Some(good) = good else {
             // Every copy damaged: the first one's error.
             let first = copies.iter_mut().find_map(|c| c.remove(&rank)).and_then(Result::err);
-            return Err(first.unwrap_or_else(|| Error::Internal(format!("region table of rank {rank}"))));
+            let e = first.unwrap_or_else(|| Error::Internal(format!("region table of rank {rank}")));
+            if need.is_none_or(|n| n == rank) {
+                return Err(e);
+            }
+            set_aside_table(roots, rank, &e);
+            continue;
         };
         for (root, c) in roots.iter().zip(&copies) {
             if !matches!(c.get(&rank), Some(Ok(_))) {
@@ -193,11 +201,27 @@ pub fn tables_of_tiers(roots: &[PathBuf]) -> Result<Vec<RegionTable>> {
     Ok(found.into_values().collect())
 }
 
+/// Sets `rank`'s table copies under `roots` aside (`*.json.damaged`),
+/// saying why (`e`): a damaged table is never read again, and the next
+/// sharing of the tables, or the rank's next checkpoint, writes a good one.
+pub fn set_aside_table(roots: &[PathBuf], rank: u32, e: &Error) {
+    for root in roots {
+        let path = table_path(root, rank);
+        if path.exists() {
+            let aside = path.with_extension("json.damaged");
+            match std::fs::rename(&path, &aside) {
+                Ok(()) => tracing::warn!("{e}; set aside as {}", aside.display()),
+                Err(err) => tracing::warn!("{e}; not set aside: {err}"),
+            }
+        }
+    }
+}
+
 /// [`tables_of_tiers`], every rank's: an error when a rank the commit
 /// records name ([`written_rank_count`]) has no table on any tier (what a
 /// restart on another rank count reads).
 pub fn all_tables_of_tiers(roots: &[PathBuf]) -> Result<Vec<RegionTable>> {
-    let found = tables_of_tiers(roots)?;
+    let found = tables_of_tiers(roots, None)?;
     let written = written_rank_count(roots)?;
     if let Some(missing) = (0..written).find(|&r| found.get(r as usize).is_none_or(|t| t.rank != r)) {
         return Err(Error::MissingRegion {
@@ -366,17 +390,17 @@ mod tests {
             std::fs::write(path, bytes).expect("write");
         };
         flip(&table_path(a.path(), 0));
-        assert_eq!(tables_of_tiers(&roots).expect("from the good copies"), vec![table(0), table(1)]);
+        assert_eq!(tables_of_tiers(&roots, None).expect("from the good copies"), vec![table(0), table(1)]);
         // Both written again where they were damaged or missing.
         assert_eq!(tables(a.path()).expect("healed"), vec![table(0), table(1)]);
         // Damaged on every tier: an error, never "none".
         flip(&table_path(a.path(), 1));
         flip(&table_path(b.path(), 1));
-        assert!(matches!(tables_of_tiers(&roots), Err(Error::Corrupt { .. })));
+        assert!(matches!(tables_of_tiers(&roots, Some(1)), Err(Error::Corrupt { .. })));
+        // Not the one needed: left out, set aside.
+        assert_eq!(tables_of_tiers(&roots, Some(0)).expect("rank 0's"), vec![table(0)]);
+        assert!(table_path(b.path(), 1).with_extension("json.damaged").exists());
         // A rank with no table anywhere, below the ranks counted: missing.
-        for root in &roots {
-            std::fs::remove_file(table_path(root, 1)).expect("remove");
-        }
         table(2).write(b.path()).expect("write");
         assert_eq!(written_rank_count(&roots).expect("count"), 3);
         let e = all_tables_of_tiers(&roots).expect_err("rank 1's table is gone");
