@@ -66,6 +66,7 @@ pub fn never_wedged(w: &World, root: &Path) {
     for collective in [true, false] {
         another_run_s_directory(w, &Config { collective, ..config.clone() });
     }
+    copies_keep_up(w, &config);
 }
 
 /// The highest rank's directory gone from every tier (a lost node whose
@@ -293,5 +294,45 @@ fn another_run_s_directory(w: &World, config: &Config) {
     protect(&mut rt, &mut buf);
     rt.checkpoint(name, 1).expect("the new run's first version proceeds");
     rt.finalize().expect("finalize");
+    w.comm.barrier();
+}
+
+/// Partner copies made slowly (every version's protection delayed, as a
+/// thread starved at the least priority would be): with `max_copy_lag = 1`
+/// the calls wait for them, counted, and no call leaves more than one
+/// version without its copies; without a bound, they fall behind.
+fn copies_keep_up(w: &World, config: &Config) {
+    if w.size < 2 {
+        return;
+    }
+    let root = config.scratch.as_ref().expect("scratch").with_extension("lag");
+    let len = 30_000;
+    let mut seen = Vec::new();
+    for (bound, name) in [(1u64, "bounded"), (0, "unbounded")] {
+        let config = Config {
+            scratch: Some(root.join("node-{node}")),
+            persistent: None,
+            ranks_per_node: 1,
+            redundancy: "partner".parse().expect("partner"),
+            max_copy_lag: bound,
+            mode: dckpt::config::Mode::Async,
+            ..config.clone()
+        };
+        dckpt::failpoint::delay("protect.version", std::time::Duration::from_millis(150));
+        let mut buf = vec![0u8; len];
+        let mut rt = Runtime::init(w.comm, config);
+        for v in 1..=6 {
+            buf = content(w.rank, len, v);
+            protect(&mut rt, &mut buf);
+            rt.checkpoint(name, v).expect("checkpoint");
+        }
+        let stats = rt.stats();
+        dckpt::failpoint::delay("protect.version", std::time::Duration::ZERO);
+        rt.finalize().expect("finalize");
+        seen.push((stats.max_copy_lag_seen, stats.copy_waits));
+    }
+    let [(bounded_lag, bounded_waits), (free_lag, free_waits)] = seen[..] else { unreachable!() };
+    w.check(bounded_lag <= 1 && bounded_waits >= 3, &format!("bounded: lag {bounded_lag}, {bounded_waits} waits"));
+    w.check(free_lag >= 2 && free_waits == 0, &format!("unbounded: lag {free_lag}, {free_waits} waits"));
     w.comm.barrier();
 }

@@ -277,6 +277,19 @@ fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
     if rank == 0 && held > 0 {
         println!("heat: {held} checkpoint calls returned with their diff held on the GPU (the host cache was full)");
     }
+    // How far the node-local tier's copies on other nodes lagged behind
+    // (with `redundancy`): the worst rank's.
+    let lag = [stats.max_copy_lag_seen, stats.copy_waits, (stats.copy_wait_seconds * 1e6) as u64];
+    let mut worst = [0u64; 3];
+    world.all_reduce_into(&lag[..], &mut worst[..], mpi::collective::SystemOperation::max());
+    if rank == 0 && worst[0] > 0 {
+        println!(
+            "heat: the copies lagged at most {} version(s) behind a call; {} call(s) waited for them, {:.1} ms",
+            worst[0],
+            worst[1],
+            worst[2] as f64 / 1e3
+        );
+    }
     // The plate's digest, the same however it is split over ranks (and
     // wherever it lives): the digests of its rows, in global order, hashed
     // on rank 0.

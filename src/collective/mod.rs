@@ -123,6 +123,10 @@ pub struct CollectiveOptions {
     /// next `k` on node 1, … (emulated nodes, or a layout MPI cannot see);
     /// 0: the nodes MPI reports (ranks sharing memory).
     pub ranks_per_node: u32,
+    /// Versions the node-local tier's copies on other nodes may lag behind
+    /// the calls: a call finding that many without their copies waits
+    /// (reported; 0: no bound). 2 by default.
+    pub max_copy_lag: u64,
 }
 
 /// What a checkpoint call does when the collective step of an earlier
@@ -297,6 +301,7 @@ impl Default for CollectiveOptions {
             late_step: LateStep::Baseline,
             redundancy: Redundancy::None,
             ranks_per_node: 0,
+            max_copy_lag: 2,
         }
     }
 }

@@ -79,12 +79,18 @@ pub(crate) struct Protector {
     handed: std::collections::BTreeSet<u64>,
     /// The communicator the calls use when there is no thread.
     comm: SimpleCommunicator,
+    /// Versions the copies may lag behind the calls (0: no bound).
+    max_lag: usize,
+    /// Calls that waited for the copies to catch up, and their seconds.
+    lag_waits: (u64, f64),
 }
 
 impl Protector {
     /// Starts protecting through `comm` (duplicated; a thread of its own
     /// where every rank's MPI allows it). Collective.
-    pub fn start(comm: &SimpleCommunicator, scheme: Scheme, watch: TierWatch) -> Result<Self> {
+    /// With a thread, a call handing over a version waits while `max_lag`
+    /// versions or more are still without their copies (0: never).
+    pub fn start(comm: &SimpleCommunicator, scheme: Scheme, watch: TierWatch, max_lag: usize) -> Result<Self> {
         let scheme = Arc::new(scheme);
         let outcomes = Arc::new(Outcomes::default());
         let threaded = ThreadComm::new(comm.duplicate());
@@ -124,17 +130,60 @@ impl Protector {
             queued: Vec::new(),
             handed: Default::default(),
             comm: comm.duplicate(),
+            max_lag,
+            lag_waits: (0, 0.0),
         })
     }
 
-    /// Queues `version` (taken on every rank, in the same order).
+    /// Queues `version` (taken on every rank, in the same order), first
+    /// waiting, where the thread runs, until fewer than the bound of
+    /// versions are still without their copies (span `protect-lag-wait`):
+    /// the thread runs at the least priority and may starve while the
+    /// application computes; the bound keeps a node loss from costing more
+    /// than that many versions.
     pub fn submit(&mut self, version: u64) {
+        if self.jobs.is_some() {
+            self.wait_for_lag(version);
+        }
         match &self.jobs {
             Some(tx) if tx.send(version).is_ok() => {
                 self.handed.insert(version);
             }
             _ => self.queued.push(version),
         }
+    }
+
+    /// Blocks until fewer than `max_lag` versions handed to the thread are
+    /// without their outcome.
+    fn wait_for_lag(&mut self, version: u64) {
+        if self.max_lag == 0 {
+            return;
+        }
+        let mut done = crate::sync::lock(&self.outcomes.done);
+        let behind: Vec<u64> = self.handed.iter().copied().filter(|v| !done.contains_key(v)).collect();
+        if behind.len() < self.max_lag {
+            return;
+        }
+        // Versions finish in order: the one that leaves max_lag - 1 behind.
+        let until = behind[behind.len() - self.max_lag];
+        let started = std::time::Instant::now();
+        let _span = crate::profile::Span::new("protect-lag-wait", version);
+        while !done.contains_key(&until) {
+            done = crate::sync::wait(&self.outcomes.changed, done);
+        }
+        self.lag_waits.0 += 1;
+        self.lag_waits.1 += started.elapsed().as_secs_f64();
+    }
+
+    /// Versions handed over and still without their copies (the lag now).
+    pub fn lag(&self) -> usize {
+        let done = crate::sync::lock(&self.outcomes.done);
+        self.handed.iter().filter(|v| !done.contains_key(v)).count() + self.queued.len()
+    }
+
+    /// Calls that waited for the copies to catch up, and their seconds.
+    pub fn lag_waits(&self) -> (u64, f64) {
+        self.lag_waits
     }
 
     /// Runs what waits for a call (no thread). Collective.
@@ -206,6 +255,8 @@ impl Drop for Protector {
 /// exchange and write; the outcome is recorded.
 fn run_one(comm: &SimpleCommunicator, scheme: &Scheme, watch: &TierWatch, outcomes: &Outcomes, version: u64) {
     let durable = watch.wait_durable(version);
+    // A starved thread, for the lag bound's tests (`failpoint::delay`).
+    crate::failpoint::hit("protect.version");
     let t = std::time::Instant::now();
     meet_sleeping(comm);
     let _span = crate::profile::Span::new("protect", version);

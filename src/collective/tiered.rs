@@ -157,7 +157,7 @@ impl TieredCollective {
         let layouts = Arc::new(layouts);
         let comm = comm.duplicate();
         let protector = match scheme.filter(|s| s.active()) {
-            Some(s) => Some(Protector::start(&comm, s, engine.tier_watch(0))?),
+            Some(s) => Some(Protector::start(&comm, s, engine.tier_watch(0), opts.max_copy_lag as usize)?),
             None => None,
         };
         let cpus = cpu_share(&comm);
@@ -229,6 +229,16 @@ impl TieredCollective {
     pub fn is_protected(&self, version: u64) -> Option<bool> {
         let p = self.protector.as_ref().filter(|p| p.scheme().plan != crate::redundancy::Plan::None)?;
         p.outcome(version).map(|o| o.is_ok())
+    }
+
+    /// Calls that waited for the node-local tier's copies to catch up
+    /// ([`CollectiveOptions::max_copy_lag`](super::CollectiveOptions)),
+    /// and their seconds; the versions without their copies now.
+    pub fn copy_lag(&self) -> (u64, f64, usize) {
+        self.protector.as_ref().map_or((0, 0.0, 0), |p| {
+            let (waits, seconds) = p.lag_waits();
+            (waits, seconds, p.lag())
+        })
     }
 
     /// What protecting `version` did on this rank, once it is over.

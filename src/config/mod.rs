@@ -28,6 +28,7 @@
 //! gpu_cache_size = "auto"        # CUDA: the GPU cache tier, within gpu_memory (auto: what is spare; 0: none)
 //! redundancy = "partner"         # none | partner | xor:N: copies of the scratch tier on other nodes
 //! ranks_per_node = 0             # node membership: 0 from MPI, k: ranks 0..k-1 on node 0, … (emulated nodes)
+//! max_copy_lag = 2               # versions the copies may lag behind the calls before a call waits (0: no bound)
 //! ```
 //!
 //! `scratch` may hold `{node}`, replaced by the node's index
@@ -168,6 +169,9 @@ pub struct Config {
     pub redundancy: Redundancy,
     /// Ranks per node for node membership (0: as MPI reports).
     pub ranks_per_node: u32,
+    /// Versions the copies of the node-local tier may lag behind the calls
+    /// before a call waits for them (0: no bound).
+    pub max_copy_lag: u64,
 }
 
 impl Default for Config {
@@ -199,6 +203,7 @@ impl Default for Config {
             gpu_cache_size: tiers.gpu_cache,
             redundancy: collective.redundancy,
             ranks_per_node: collective.ranks_per_node,
+            max_copy_lag: collective.max_copy_lag,
         }
     }
 }
@@ -228,6 +233,7 @@ pub const KEYS: &[&str] = &[
     "gpu_cache_size",
     "redundancy",
     "ranks_per_node",
+    "max_copy_lag",
 ];
 
 impl Config {
@@ -388,6 +394,7 @@ impl Config {
             local_only: !self.collective,
             redundancy: self.redundancy,
             ranks_per_node: self.ranks_per_node,
+            max_copy_lag: self.max_copy_lag,
         }
     }
 

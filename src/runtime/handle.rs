@@ -190,6 +190,14 @@ impl Runtime {
         s.held_on_gpu += u64::from(report.checkpoint.held_on_gpu);
         s.overlapped_calls += u64::from(!report.settled);
         s.protected_bytes += self.regions.values().map(|r| r.len() as u64).sum::<u64>();
+        let (mut waits, mut wait_seconds) = (0, 0.0);
+        for named in self.names.values() {
+            let (w, secs, lag) = named.ckpt.copy_lag();
+            waits += w;
+            wait_seconds += secs;
+            s.max_copy_lag_seen = s.max_copy_lag_seen.max(lag as u64);
+        }
+        (s.copy_waits, s.copy_wait_seconds) = (waits, wait_seconds);
         self.account_settled();
         Ok(report)
     }

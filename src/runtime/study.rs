@@ -40,6 +40,13 @@ pub struct RunStats {
     /// Calls that returned while their collective step went on on the
     /// background thread (`overlap`; their versions settled later).
     pub overlapped_calls: u64,
+    /// Calls that waited for the node-local tier's copies on other nodes
+    /// to catch up (`max_copy_lag`) …
+    pub copy_waits: u64,
+    /// … and their seconds (within `checkpoint_seconds`).
+    pub copy_wait_seconds: f64,
+    /// The most versions the copies lagged behind a call, seen after it.
+    pub max_copy_lag_seen: u64,
 }
 
 /// A run's shape and the seconds the runtime does not see.
