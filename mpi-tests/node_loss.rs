@@ -46,6 +46,43 @@ fn take(w: &World, root: &Path, o: &CollectiveOptions) {
     c.finalize().expect("finalize");
 }
 
+/// Takes versions 1..=TAKEN as [`take`] does, node 1's directory copied
+/// after version `at`; at the end that copy replaces it.
+fn take_with_snapshot(w: &World, root: &Path, o: &CollectiveOptions, at: u64) {
+    let snapshot = root.with_extension("snapshot");
+    let mut c = TieredCollective::open(w.comm, &scratch_only(root), len() as u64, &store_opts(), o).expect("open");
+    for v in 1..=TAKEN {
+        c.checkpoint(v, &buffer(Scenario::Partial, w.rank, v)).expect("checkpoint");
+        c.wait(v).expect("wait: durable and protected");
+        if v == at {
+            w.comm.barrier();
+            if w.rank == 0 {
+                copy_dir(&root.join("node-1"), &snapshot);
+            }
+            w.comm.barrier();
+        }
+    }
+    c.finalize().expect("finalize");
+    w.comm.barrier();
+    if w.rank == 0 {
+        std::fs::remove_dir_all(root.join("node-1")).unwrap();
+        std::fs::rename(&snapshot, root.join("node-1")).unwrap();
+    }
+    w.comm.barrier();
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else if e.file_type().unwrap().is_file() {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
 /// Deletes the emulated nodes' directories `nodes` (rank 0; everyone waits).
 fn lose(w: &World, root: &Path, nodes: &[u32]) {
     w.comm.barrier();
@@ -125,6 +162,37 @@ pub(super) fn node_loss(w: &World, root: &Path) {
         restart(w, &dir, &o, name);
         if w.rank == 0 {
             println!("  {name}: node 1 of {nodes} lost, every version of every rank rebuilt and restored");
+        }
+        // Node 1's directory replaced by an older copy of itself (a node
+        // restored from a snapshot), then one whose files are gone but its
+        // manifests kept: both rebuilt from the copies, every version
+        // restored on every rank (they used to set the newer versions
+        // aside everywhere, or fail).
+        let stale = root.join(format!("{name}-stale"));
+        take_with_snapshot(w, &stale, &o, 2);
+        restart(w, &stale, &o, &format!("{name}, an older node directory"));
+        let gutted = root.join(format!("{name}-gutted"));
+        take(w, &gutted, &o);
+        w.comm.barrier();
+        if w.rank == 0 {
+            for rank_dir in std::fs::read_dir(gutted.join("node-1")).unwrap().flatten() {
+                let n = rank_dir.file_name().to_string_lossy().into_owned();
+                if !n.starts_with("rank-") {
+                    continue;
+                }
+                for f in std::fs::read_dir(rank_dir.path()).unwrap().flatten() {
+                    if f.file_name().to_string_lossy().ends_with(".dckpt") {
+                        std::fs::remove_file(f.path()).unwrap();
+                    }
+                }
+            }
+        }
+        w.comm.barrier();
+        restart(w, &gutted, &o, &format!("{name}, a node directory without its files"));
+        if w.rank == 0 {
+            println!(
+                "  {name}: node 1's directory older than its copies, then emptied of its files: rebuilt both times"
+            );
         }
     }
     // Two nodes lost where one scheme covers one: nothing can be rebuilt;

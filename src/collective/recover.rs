@@ -35,13 +35,45 @@ pub struct Recovered {
 /// An error (on every rank) names what cannot be rebuilt. Collective.
 pub(crate) fn prepare<C: Communicator>(comm: &C, scheme: &Scheme) -> Result<Recovered> {
     let storage = Posix::at(&scheme.root);
-    let present = u64::from(storage.read(&rank_rel(scheme.me).join("MANIFEST")).ok().flatten().is_some());
-    let mut all = vec![0u64; comm.size() as usize];
-    comm.all_gather_into(&present, &mut all[..]);
-    let lost: Vec<u32> = match all.contains(&1) {
-        true => (0..all.len() as u32).filter(|&r| all[r as usize] == 0).collect(),
+    let p = comm.size() as usize;
+    // This rank's directory: its manifest there or not, a listed version
+    // whose file is gone (gutted), the newest it lists.
+    let listed = own_listing(&storage, scheme.me);
+    let mine = [u64::from(listed.is_some()), u64::from(listed.as_ref().is_some_and(|l| l.gutted)), {
+        listed.as_ref().map_or(0, |l| l.newest)
+    }];
+    let mut all = vec![0u64; 3 * p];
+    comm.all_gather_into(&mine[..], &mut all[..]);
+    // The newest copy of each rank any holder keeps: a directory listing
+    // less is older than its copies (a node restored from an old snapshot).
+    let held = newest_copies_held(&storage, scheme, p);
+    let mut newest_copy = vec![0u64; p];
+    comm.all_reduce_into(&held[..], &mut newest_copy[..], ::mpi::collective::SystemOperation::max());
+    let present = |r: usize| all[3 * r] == 1;
+    let lost: Vec<u32> = match (0..p).any(present) {
+        true => (0..p)
+            .filter(|&r| !present(r) || all[3 * r + 1] == 1 || newest_copy[r] > all[3 * r + 2])
+            .map(|r| r as u32)
+            .collect(),
         false => Vec::new(), // a new name everywhere (or every node lost: nothing to rebuild from)
     };
+    for &r in lost.iter().filter(|&&r| present(r as usize)) {
+        if scheme.me == 0 {
+            let r = r as usize;
+            tracing::warn!(
+                "rank {r}'s node-local checkpoints are {}: rebuilt from its copies where they can be",
+                if all[3 * r + 1] == 1 {
+                    "missing files its manifest lists".to_string()
+                } else {
+                    format!(
+                        "older than its copies (it lists up to version {}, a copy holds {})",
+                        all[3 * r + 2],
+                        newest_copy[r]
+                    )
+                }
+            );
+        }
+    }
     let mut out = Recovered { lost: lost.clone(), ..Default::default() };
     if !lost.is_empty() {
         let rebuilt = match (&scheme.plan, beyond_the_scheme(scheme, &lost)) {
@@ -148,6 +180,63 @@ fn is_table(name: &str) -> bool {
     name.strip_prefix("rank-")
         .and_then(|n| n.strip_suffix(".json"))
         .is_some_and(|n| n.len() == 5 && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// What this rank's node-local directory lists.
+struct OwnListing {
+    /// The newest version its manifest lists (rolled forward: 0 if none).
+    newest: u64,
+    /// Whether a version it lists has no diff file.
+    gutted: bool,
+}
+
+/// This rank's listing (`None`: no manifest to read, the directory lost).
+fn own_listing(storage: &Posix, me: u32) -> Option<OwnListing> {
+    storage.read(&rank_rel(me).join("MANIFEST")).ok().flatten()?;
+    let store = Store::open(&storage.locate(Path::new("")), me).ok();
+    let Some(store) = store else {
+        // A manifest there but unreadable: mended from its files later,
+        // never taken for a lost directory here.
+        return Some(OwnListing { newest: u64::MAX, gutted: false });
+    };
+    let versions: Vec<u64> = store.manifest().versions.iter().map(|v| v.version).collect();
+    let gutted = versions.iter().any(|&v| !storage.locate(&rank_rel(me).join(diff_file_name(v))).exists());
+    Some(OwnListing { newest: versions.last().copied().unwrap_or(0), gutted })
+}
+
+/// The newest version of each rank's copy this rank holds (0: none).
+fn newest_copies_held(storage: &Posix, scheme: &Scheme, ranks: usize) -> Vec<u64> {
+    let mut held = vec![0u64; ranks];
+    match &scheme.plan {
+        Plan::None => {}
+        Plan::Partner { .. } => {
+            let dir = Path::new(REDUNDANCY_DIR).join("partner");
+            for e in storage.list(&dir).unwrap_or_default() {
+                let Some(r) = e.name.strip_prefix("rank-").and_then(|r| r.parse::<usize>().ok()) else { continue };
+                let newest = storage
+                    .list(&dir.join(&e.name))
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|f| f.name.strip_prefix('v')?.strip_suffix(".bundle")?.parse::<u64>().ok())
+                    .max()
+                    .unwrap_or(0);
+                if let Some(h) = held.get_mut(r) {
+                    *h = newest;
+                }
+            }
+        }
+        Plan::Xor { .. } => {
+            let newest = held_parity(storage, scheme.me).last().copied().unwrap_or(0);
+            for &r in scheme.plan.group_of(scheme.me).unwrap_or_default() {
+                if r != scheme.me
+                    && let Some(h) = held.get_mut(r as usize)
+                {
+                    *h = newest;
+                }
+            }
+        }
+    }
+    held
 }
 
 /// Why the copies cannot rebuild the `lost` ranks (the same answer on
