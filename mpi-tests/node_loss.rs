@@ -195,6 +195,33 @@ pub(super) fn node_loss(w: &World, root: &Path) {
             );
         }
     }
+    // A job that died with rank 2's newest file durable but neither listed
+    // nor committed yet (its copy made), then node 1 lost: rank 2 is not
+    // "behind its copies" (its newest file is there), so node 1 alone is
+    // rebuilt; taking rank 2 for stale would have made the loss look beyond
+    // the scheme and set every version aside.
+    if w.size == 3 && per_node(w) == 1 {
+        let dir = root.join("unlisted");
+        let o = opts(w, Redundancy::Partner);
+        take(w, &dir, &o);
+        w.comm.barrier();
+        let holds_2 = dir.join("node-0/redundancy/partner/rank-00002").is_dir();
+        if w.rank == 2 && holds_2 {
+            let node = dir.join("node-2");
+            let mpath = node.join("rank-00002/MANIFEST");
+            let mut m = dckpt::format::manifest::Manifest::decode(&std::fs::read(&mpath).unwrap(), &mpath).unwrap();
+            m.versions.retain(|e| e.version < TAKEN);
+            std::fs::write(&mpath, m.encode()).unwrap();
+            std::fs::remove_file(node.join(format!("commits/v{TAKEN:012}.r000002.part"))).unwrap();
+        }
+        lose(w, &dir, &[1]);
+        if holds_2 {
+            restart(w, &dir, &o, "rank 2's newest file not listed yet, node 1 lost");
+            if w.rank == 0 {
+                println!("  partner: a newest file not listed yet is not taken for an old directory");
+            }
+        }
+    }
     // Two nodes lost where one scheme covers one: nothing can be rebuilt;
     // said once (a warning), the others' versions left for the runtime to
     // set aside (the job starts from the beginning), and no rank's files

@@ -50,14 +50,21 @@ pub(crate) fn prepare<C: Communicator>(comm: &C, scheme: &Scheme) -> Result<Reco
     let mut newest_copy = vec![0u64; p];
     comm.all_reduce_into(&held[..], &mut newest_copy[..], ::mpi::collective::SystemOperation::max());
     let present = |r: usize| all[3 * r] == 1;
-    let lost: Vec<u32> = match (0..p).any(present) {
-        true => (0..p)
-            .filter(|&r| !present(r) || all[3 * r + 1] == 1 || newest_copy[r] > all[3 * r + 2])
-            .map(|r| r as u32)
-            .collect(),
+    let behind = |r: usize| all[3 * r + 1] == 1 || newest_copy[r] > all[3 * r + 2];
+    let mut lost: Vec<u32> = match (0..p).any(present) {
+        true => (0..p).filter(|&r| !present(r) || behind(r)).map(|r| r as u32).collect(),
         false => Vec::new(), // a new name everywhere (or every node lost: nothing to rebuild from)
     };
-    for &r in lost.iter().filter(|&&r| present(r as usize)) {
+    // A directory behind its copies is mended only where that leaves the
+    // lost ones rebuildable: never at their expense.
+    let gone: Vec<u32> = lost.iter().copied().filter(|&r| !present(r as usize)).collect();
+    if lost.len() > gone.len()
+        && beyond_the_scheme(scheme, &lost).is_some()
+        && beyond_the_scheme(scheme, &gone).is_none()
+    {
+        lost = gone;
+    }
+    for &r in lost.iter().filter(|&&r| present(r as usize) && scheme.plan != Plan::None) {
         if scheme.me == 0 {
             let r = r as usize;
             tracing::warn!(
@@ -66,7 +73,7 @@ pub(crate) fn prepare<C: Communicator>(comm: &C, scheme: &Scheme) -> Result<Reco
                     "missing files its manifest lists".to_string()
                 } else {
                     format!(
-                        "older than its copies (it lists up to version {}, a copy holds {})",
+                        "older than its copies (its newest file is version {}, a copy holds {})",
                         all[3 * r + 2],
                         newest_copy[r]
                     )
@@ -184,7 +191,8 @@ fn is_table(name: &str) -> bool {
 
 /// What this rank's node-local directory lists.
 struct OwnListing {
-    /// The newest version its manifest lists (rolled forward: 0 if none).
+    /// The newest version whose diff file is there, listed or not (a file
+    /// durable but not listed yet, when the job died, is not "behind").
     newest: u64,
     /// Whether a version it lists has no diff file.
     gutted: bool,
@@ -201,7 +209,8 @@ fn own_listing(storage: &Posix, me: u32) -> Option<OwnListing> {
     };
     let versions: Vec<u64> = store.manifest().versions.iter().map(|v| v.version).collect();
     let gutted = versions.iter().any(|&v| !storage.locate(&rank_rel(me).join(diff_file_name(v))).exists());
-    Some(OwnListing { newest: versions.last().copied().unwrap_or(0), gutted })
+    let files = crate::store::versions_present(storage, &rank_rel(me)).unwrap_or_default();
+    Some(OwnListing { newest: files.last().copied().unwrap_or(0), gutted })
 }
 
 /// The newest version of each rank's copy this rank holds (0: none).
