@@ -300,11 +300,11 @@ impl Runtime {
     /// number of ranks; for a restart on another rank count). Not collective.
     pub fn old_regions(&self, name: &str) -> Result<Vec<RegionTable>> {
         check_name(name)?;
-        super::table::all_tables_of_tiers(&self.table_roots(name))
+        super::table::all_tables_of_tiers(&self.tier_roots(name))
     }
 
-    /// The tier directories of `name` that hold region tables, fastest first.
-    fn table_roots(&self, name: &str) -> Vec<std::path::PathBuf> {
+    /// The tier directories of `name` on this rank, fastest first.
+    fn tier_roots(&self, name: &str) -> Vec<std::path::PathBuf> {
         let t = self.tiers(name);
         [t.local, t.shared].into_iter().flatten().collect()
     }
@@ -319,7 +319,7 @@ impl Runtime {
     /// collective.
     pub fn read_region(&self, name: &str, rank: u32, id: u32, version: u64, range: Range<u64>) -> Result<Vec<u8>> {
         // A table damaged on the tier read is written again from another's.
-        super::table::tables_of_tiers(&self.table_roots(name), Some(rank))?;
+        super::table::tables_of_tiers(&self.tier_roots(name), Some(rank))?;
         super::table::read_region(&self.read_root(name)?, rank, id, version, range)
     }
 

@@ -51,13 +51,8 @@ impl Runtime {
             // numbers again. Set aside on every tier of every rank, as a
             // fallback does; with no version common to every rank, all of
             // them: the job starts from the beginning, on purpose.
-            let t = self.tiers(name);
+            self.set_aside_on_every_tier(name, newest, "setting aside the versions not every rank has")?;
             let rank = self.rank();
-            let done = [t.local, t.shared]
-                .into_iter()
-                .flatten()
-                .try_for_each(|root| crate::repair::set_aside_newer(&root, rank, newest).map(drop));
-            all_agree(&self.comm, "setting aside the versions not every rank has", newest, done)?;
             if rank == 0 && newest > 0 {
                 tracing::warn!(
                     "checkpoint '{name}': versions {}..={highest} are not on every rank; set aside (*.damaged), \
@@ -83,7 +78,7 @@ impl Runtime {
     /// found: nothing to compare). Collective.
     fn check_one_run(&self, name: &str, version: u64) -> Result<()> {
         const HEX: usize = 64;
-        let roots = self.table_roots(name);
+        let roots = self.tier_roots(name);
         let rank = self.rank();
         // The file's own trailer (its last 32 bytes), not its manifest's
         // entry: opening a store rolls the entries forward from the records.
@@ -164,7 +159,7 @@ impl Runtime {
     /// tables name, on any tier (a table lost on every tier does not make
     /// the job look smaller).
     fn check_rank_count(&self, name: &str) -> Result<()> {
-        let written = crate::runtime::table::written_rank_count(&self.table_roots(name))?;
+        let written = crate::runtime::table::written_rank_count(&self.tier_roots(name))?;
         let now = self.comm.size().max(1) as u32;
         if written == 0 || written == now {
             return Ok(());
@@ -299,14 +294,19 @@ impl Runtime {
             None => Ok(()),
         };
         all_agree(&self.comm, "closing the name", keep, closed)?;
-        let t = self.tiers(name);
-        let rank = self.rank();
-        let done = [t.local, t.shared]
-            .into_iter()
-            .flatten()
-            .try_for_each(|root| crate::repair::set_aside_newer(&root, rank, keep).map(drop));
-        all_agree(&self.comm, "setting aside the skipped versions", keep, done)?;
+        self.set_aside_on_every_tier(name, keep, "setting aside the skipped versions")?;
         self.named(name).map(drop)
+    }
+
+    /// This rank's versions of `name` newer than `keep` set aside on every
+    /// tier (`repair::set_aside_newer`), agreed as `step`. Collective.
+    fn set_aside_on_every_tier(&self, name: &str, keep: u64, step: &str) -> Result<()> {
+        let rank = self.rank();
+        let done = self
+            .tier_roots(name)
+            .iter()
+            .try_for_each(|root| crate::repair::set_aside_newer(root, rank, keep).map(drop));
+        all_agree(&self.comm, step, keep, done)
     }
 
     /// The newest version older than `version` this rank lists on any tier.
