@@ -75,6 +75,17 @@ def settle(bin_path, args):
         time.sleep(0.1)
 
 
+def judge(rc, out, want, right):
+    """A run's verdict: HANG (no exit), `right` (exit 0, the uninterrupted
+    digest), WRONG (exit 0, another digest), or None (it stopped)."""
+    if rc is None:
+        return "HANG"
+    if rc != 0:
+        return None
+    m = DIGEST.search(out)
+    return right if m and m.group(1) == want else "WRONG"
+
+
 def config(path, work, scheme, shared):
     lines = [
         f'scratch = "{work}/node-{{node}}"',
@@ -203,37 +214,22 @@ def main():
         for _ in range(rng.randrange(0, 3)):
             story.append(damage(rng, work, a.ranks, snapshots))
         counts["trials"] += 1
-        verdict = None
         rc, out = mpirun(args, a.ranks, bins[e], log)
         runs = [out]
-        if rc is None:
-            verdict = "HANG"
-        elif rc == 0:
-            m = DIGEST.search(out)
-            verdict = "ok" if m and m.group(1) == want[e] else "WRONG"
-        else:
+        verdict = judge(rc, out, want[e], "ok")
+        if verdict is None:
             # A stop: run again as it is, then after what it names.
-            rc2, out2 = mpirun(args, a.ranks, bins[e], log)
-            runs.append(out2)
-            if rc2 == 0 or rc2 is None:
-                rc, out = rc2, out2
-            elif "dckpt repair" in out2:
+            rc, out = mpirun(args, a.ranks, bins[e], log)
+            runs.append(out)
+            if rc not in (0, None) and "dckpt repair" in out:
                 for d in sorted(os.listdir(work)):
-                    for store in sorted(os.listdir(os.path.join(work, d))):
-                        path = os.path.join(work, d, store)
-                        if os.path.isdir(path):
-                            subprocess.run([dckpt, "repair", "--dir", path], capture_output=True)
+                    node = os.path.join(work, d)
+                    for store in sorted(os.listdir(node)) if os.path.isdir(node) else []:
+                        if os.path.isdir(os.path.join(node, store)):
+                            subprocess.run([dckpt, "repair", "--dir", os.path.join(node, store)], capture_output=True)
                 rc, out = mpirun(args, a.ranks, bins[e], log)
                 runs.append(out)
-            else:
-                rc, out = rc2, out2
-            if rc is None:
-                verdict = "HANG"
-            elif rc == 0:
-                m = DIGEST.search(out)
-                verdict = "stopped-then-right" if m and m.group(1) == want[e] else "WRONG"
-            else:
-                verdict = "WEDGED"
+            verdict = judge(rc, out, want[e], "stopped-then-right") or "WEDGED"
         if verdict == "ok":
             m = FROM.search(out)
             verdict = "from-checkpoint" if m else "from-start"
