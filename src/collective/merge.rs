@@ -36,6 +36,11 @@ impl HashFreq {
     }
 }
 
+/// Runs a merge's shared regions are given away in, at most about: a run
+/// goes to one owner whole (see [`merge`]), so the owners' loads differ by
+/// at most 1/64 of the shared bytes (one region where regions are larger).
+pub const LOCALITY_RUNS: u64 = 64;
+
 /// Default threshold K (2^17 entries).
 pub const DEFAULT_THRESHOLD: usize = 1 << 17;
 
@@ -58,11 +63,13 @@ impl Loads {
 
 /// Merges two tuple sets (each sorted by digest, digests distinct) into at
 /// most `threshold` entries: entries in one set only keep their owner and
-/// count as unavoidable load first; shared entries then go, largest first
-/// (ties in digest order), to the less loaded of the two owners (load in
+/// count as unavoidable load first; shared entries then go, in position
+/// order (the left holder's node), in runs of at most 1/[`LOCALITY_RUNS`] of
+/// the shared bytes, each run to the less loaded of its holders (load in
 /// bytes, ties to the lower rank); finally the entries saving the most bytes
-/// are kept. The result is sorted by digest. Linear in the inputs (plus a
-/// selection when more sharing entries than `threshold` exist).
+/// are kept. The result is sorted by digest. Linear in the inputs plus a
+/// sort of the shared entries (and a selection when more sharing entries
+/// than `threshold` exist).
 pub fn merge(left: &[HashFreq], right: &[HashFreq], threshold: usize) -> Vec<HashFreq> {
     let mut m = Merger::default();
     m.merge_sets(left, right, threshold);
@@ -111,14 +118,30 @@ impl Merger {
                 j += 1;
             }
         }
-        // Largest first (LPT), then digest order: better balance when sizes
-        // differ. `shared` is in digest order already, so a stable sort by
-        // size alone gives that order (and is linear when sizes are equal).
-        shared.sort_by_key(|s| std::cmp::Reverse(s.1.bytes));
+        // In position order (the left holder's node; digest order among
+        // equal positions), in runs: a region goes to the owner of the run
+        // before it while that run holds fewer than `run_cap` bytes and the
+        // owner holds the region; otherwise to the less loaded holder. A
+        // shared base stays in long runs per owner, so a restart reads each
+        // owner's file in a few long pieces (one region in two, in digest
+        // order, would alternate between the files), and the loads differ
+        // by at most one run.
+        let shared_bytes: u64 = shared.iter().map(|s| s.1.bytes).sum();
+        let run_cap = (shared_bytes / LOCALITY_RUNS).max(1);
+        shared.sort_unstable_by_key(|&(slot, r)| (out[slot].node.first_chunk(), r.digest));
+        let mut run: Option<(u32, u64)> = None;
         for &(slot, r) in shared.iter() {
             let l = out[slot];
-            let pick_left = (load.get(l.owner), l.owner) <= (load.get(r.owner), r.owner);
-            let winner = if pick_left { l } else { r };
+            let winner = match run {
+                Some((owner, bytes)) if bytes < run_cap && owner == l.owner => l,
+                Some((owner, bytes)) if bytes < run_cap && owner == r.owner => r,
+                _ if (load.get(l.owner), l.owner) <= (load.get(r.owner), r.owner) => l,
+                _ => r,
+            };
+            run = match run {
+                Some((owner, bytes)) if owner == winner.owner && bytes < run_cap => Some((owner, bytes + winner.bytes)),
+                _ => Some((winner.owner, winner.bytes)),
+            };
             load.add(winner.owner, winner.bytes);
             out[slot] = HashFreq { count: l.count + r.count, ..winner };
         }
@@ -276,6 +299,31 @@ mod tests {
     }
 
     #[test]
+    fn a_shared_base_goes_to_owners_in_long_runs_of_positions() {
+        // 2 and 8 ranks hold the same 4096 regions at the same positions
+        // (digests in no relation to positions): the owners, read in position
+        // order, change at most about LOCALITY_RUNS times a merge level, and
+        // the loads stay within a few percent.
+        for ranks in [2u32, 8] {
+            let sets: Vec<Vec<HashFreq>> = (0..ranks)
+                .map(|r| local_set(r, (0..4096).map(|i| (d(i), 4096, NodeId::new(2, i as u64))), DEFAULT_THRESHOLD))
+                .collect();
+            let mut top = reduce_all(&sets, DEFAULT_THRESHOLD);
+            top.sort_by_key(|e| e.node.first_chunk());
+            let switches = top.windows(2).filter(|w| w[0].owner != w[1].owner).count() as u64;
+            let levels = u64::from(ranks.ilog2());
+            assert!(switches <= levels * (LOCALITY_RUNS + 2), "{ranks} ranks: {switches} owner changes");
+            let mut per_rank = vec![0u64; ranks as usize];
+            for e in &top {
+                per_rank[e.owner as usize] += e.bytes;
+            }
+            let max = *per_rank.iter().max().unwrap() as f64;
+            let mean = per_rank.iter().sum::<u64>() as f64 / f64::from(ranks);
+            assert!(max / mean <= 1.05, "{ranks} ranks: per-rank bytes {per_rank:?}");
+        }
+    }
+
+    #[test]
     fn disjoint_sets_keep_their_owners_and_truncation_keeps_the_biggest_savings() {
         let n = NodeId::leaf;
         let a = local_set(0, [(d(1), 100, n(0)), (d(2), 100, n(1))], 16);
@@ -332,10 +380,22 @@ mod tests {
         }
         let mut shared: Vec<(&HashFreq, &HashFreq)> =
             left.iter().filter_map(|l| in_right.get(&l.digest).map(|r| (l, *r))).collect();
-        shared.sort_by(|a, b| b.0.bytes.cmp(&a.0.bytes).then(a.0.digest.cmp(&b.0.digest)));
+        shared.sort_by_key(|(l, _)| (l.node.first_chunk(), l.digest));
+        let cap = (shared.iter().map(|(l, _)| l.bytes).sum::<u64>() / LOCALITY_RUNS).max(1);
+        let (mut run_owner, mut run_bytes) = (u32::MAX, 0u64);
         for (l, r) in shared {
-            let (ll, rl) = (load.get(&l.owner).copied().unwrap_or(0), load.get(&r.owner).copied().unwrap_or(0));
-            let w = if (ll, l.owner) <= (rl, r.owner) { l } else { r };
+            let continues = run_bytes < cap && (run_owner == l.owner || run_owner == r.owner);
+            let w = if continues {
+                if run_owner == l.owner { l } else { r }
+            } else {
+                let (ll, rl) = (load.get(&l.owner).copied().unwrap_or(0), load.get(&r.owner).copied().unwrap_or(0));
+                if (ll, l.owner) <= (rl, r.owner) { l } else { r }
+            };
+            if continues {
+                run_bytes += w.bytes;
+            } else {
+                (run_owner, run_bytes) = (w.owner, w.bytes);
+            }
             *load.entry(w.owner).or_default() += w.bytes;
             result.push(HashFreq { count: l.count + r.count, ..*w });
         }

@@ -160,6 +160,11 @@ pub fn integrity(bytes: &[u8]) -> [u8; 32] {
 /// tree's rule, which an aligned subtree shares). A region's digest; `verify`
 /// recomputes it from the owner's copy.
 pub fn subtree_digest(hash: HashAlgo, chunk_size: u32, bytes: &[u8]) -> Digest {
+    if !bytes.is_empty() && bytes.len() <= chunk_size as usize {
+        // One chunk: its leaf (no level to build; a restore checks
+        // hundreds of thousands of one-chunk references).
+        return hash.leaf(bytes);
+    }
     let mut level: Vec<Digest> = bytes.chunks(chunk_size as usize).map(|c| hash.leaf(c)).collect();
     while level.len() > 1 {
         level = level.chunks(2).map(|p| if let [l, r] = p { hash.node(*l, *r) } else { p[0] }).collect();

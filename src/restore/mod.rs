@@ -143,8 +143,8 @@ pub struct UsedReference {
     /// Whether every chunk of it was restored from it (then the restored
     /// bytes are hashed; otherwise the owner's bytes are read again).
     pub whole: bool,
-    /// The file holding the reference.
-    pub path: PathBuf,
+    /// The file holding the reference (shared by its file's references).
+    pub path: std::sync::Arc<Path>,
 }
 
 /// A run of a diff as the walk sees it.

@@ -55,7 +55,7 @@ pub fn resolve_all(catalog: &mut Catalog, rank: u32, version: u64) -> Result<Res
             } {
                 runs.push(next);
             }
-            VersionRuns { version: reader.header.version, runs, path: reader.path().to_path_buf() }
+            VersionRuns { version: reader.header.version, runs, path: std::sync::Arc::from(reader.path()) }
         })
         .collect();
     drop(runs_span);
@@ -123,7 +123,7 @@ pub fn resolve_all(catalog: &mut Catalog, rank: u32, version: u64) -> Result<Res
 pub(super) struct VersionRuns {
     version: u64,
     runs: Vec<Run>,
-    path: PathBuf,
+    path: std::sync::Arc<Path>,
 }
 
 /// What walking one segment found.
@@ -233,27 +233,39 @@ pub fn check_references(
         let m = catalog.store(rank)?.manifest();
         (m.hash, m.chunk_size)
     };
-    // Whether each reference matched; `None`: to read from its owner.
-    let mut matched: Vec<Option<Result<bool>>> = refs
+    // Whether each reference matched: restored bytes hashed where it was
+    // whole, the rest owner file by owner file (each opened once), in
+    // parallel within one. One byte a reference (there are hundreds of
+    // thousands with a shared base); an owner that cannot be read keeps its
+    // error apart.
+    const UNCHECKED: u8 = 0;
+    const MATCHED: u8 = 1;
+    const MISMATCHED: u8 = 2;
+    const UNREADABLE: u8 = 3;
+    let verdict = |ok: bool| if ok { MATCHED } else { MISMATCHED };
+    let mut state: Vec<u8> = refs
         .par_iter()
-        .with_min_len(16)
-        .map(|r| {
-            out.filter(|_| r.whole).map(|out| {
+        .with_min_len(256)
+        .map(|r| match out.filter(|_| r.whole) {
+            Some(out) => {
                 let b = layout.chunk_bytes(r.dst..r.dst + r.count);
-                Ok(subtree_digest(hash, cs, &out[b.start as usize..b.end as usize]) == r.digest)
-            })
+                verdict(subtree_digest(hash, cs, &out[b.start as usize..b.end as usize]) == r.digest)
+            }
+            None => UNCHECKED,
         })
         .collect();
-    // The rest, owner file by owner file (each opened once), in parallel within one.
     let mut by_file: std::collections::BTreeMap<(u32, u64), Vec<usize>> = std::collections::BTreeMap::new();
-    for (i, r) in refs.iter().enumerate().filter(|(i, _)| matched[*i].is_none()) {
+    for (i, r) in refs.iter().enumerate().filter(|(i, _)| state[*i] == UNCHECKED) {
         by_file.entry((r.owner, r.version)).or_default().push(i);
     }
+    let mut unreadable: std::collections::HashMap<usize, Error> = std::collections::HashMap::new();
     for ((owner, version), indices) in by_file {
         let reader = match owner_reader(catalog, rank, owner, version) {
             Ok(reader) => reader,
             Err(e) => {
-                matched[indices[0]] = Some(Err(e));
+                // The file's first reference carries the error (its others come later).
+                indices.iter().for_each(|&i| state[i] = UNREADABLE);
+                unreadable.insert(indices[0], e);
                 continue;
             }
         };
@@ -265,21 +277,29 @@ pub fn check_references(
             })
             .collect();
         for (i, result) in indices.into_iter().zip(results) {
-            matched[i] = Some(result);
+            match result {
+                Ok(ok) => state[i] = verdict(ok),
+                Err(e) => {
+                    state[i] = UNREADABLE;
+                    unreadable.insert(i, e);
+                }
+            }
         }
     }
-    for (r, m) in refs.iter().zip(matched) {
-        // Every index was set above; an unset one would be a bug, never a pass.
-        let ok = m.ok_or_else(|| Error::Internal("a reference left unchecked".into()))??;
-        if !ok {
-            return Err(Error::BrokenReference {
-                path: r.path.clone(),
+    // The first reference in order that fails names the error.
+    if let Some(i) = state.iter().position(|&s| s != MATCHED) {
+        let r = &refs[i];
+        return Err(match state[i] {
+            UNREADABLE => unreadable.remove(&i).unwrap_or_else(|| Error::Internal("an owner's error lost".into())),
+            UNCHECKED => Error::Internal("a reference left unchecked".into()),
+            _ => Error::BrokenReference {
+                path: r.path.to_path_buf(),
                 reason: format!(
                     "chunks {}..+{} reference bytes of rank {} version {} that do not match the region's digest",
                     r.dst, r.count, r.owner, r.version
                 ),
-            });
-        }
+            },
+        });
     }
     Ok(())
 }
