@@ -67,6 +67,7 @@ pub fn never_wedged(w: &World, root: &Path) {
         another_run_s_directory(w, &Config { collective, ..config.clone() });
     }
     copies_keep_up(w, &config);
+    retention_waits_for_the_copies(w, &config);
 }
 
 /// The highest rank's directory gone from every tier (a lost node whose
@@ -334,5 +335,52 @@ fn copies_keep_up(w: &World, config: &Config) {
     let [(bounded_lag, bounded_waits), (free_lag, free_waits)] = seen[..] else { unreachable!() };
     w.check(bounded_lag <= 1 && bounded_waits >= 3, &format!("bounded: lag {bounded_lag}, {bounded_waits} waits"));
     w.check(free_lag >= 2 && free_waits == 0, &format!("unbounded: lag {free_lag}, {free_waits} waits"));
+    w.comm.barrier();
+}
+
+/// Retention against copies not yet made: one scratch directory for every
+/// emulated node (each rank its own node, none named in the path), so a
+/// version commits there as soon as every rank's part is written, without
+/// waiting for the copies; the copies come slowly and unbounded
+/// (`max_copy_lag = 0`), one version kept, a baseline every 2. Retention
+/// used to delete a rank's files before its partner copy was made: the
+/// copies failed ("No such file") and `finalize` reported the version not
+/// durable on the redundancy tier. Now it keeps what the copies still need,
+/// and deletes it after.
+fn retention_waits_for_the_copies(w: &World, config: &Config) {
+    if w.size < 2 {
+        return;
+    }
+    let root = config.scratch.as_ref().expect("scratch").with_extension("retained");
+    let config = Config {
+        scratch: Some(root.clone()),
+        persistent: None,
+        ranks_per_node: 1,
+        redundancy: "partner".parse().expect("partner"),
+        max_copy_lag: 0,
+        max_versions: Some(1),
+        max_chain: Some(2),
+        mode: dckpt::config::Mode::Async,
+        ..config.clone()
+    };
+    let len = 20_000;
+    dckpt::failpoint::delay("protect.version", std::time::Duration::from_millis(60));
+    let mut buf = vec![0u8; len];
+    let mut rt = Runtime::init(w.comm, config);
+    for v in 1..=10 {
+        buf = content(w.rank, len, v);
+        protect(&mut rt, &mut buf);
+        rt.checkpoint("retained", v).expect("checkpoint");
+    }
+    let lag = rt.stats().max_copy_lag_seen;
+    dckpt::failpoint::delay("protect.version", std::time::Duration::ZERO);
+    let finalized = rt.finalize();
+    w.check(finalized.is_ok(), &format!("finalize: {finalized:?}"));
+    // Not vacuous: the copies lagged, and retention did delete old files.
+    let mine = root.join("retained").join(format!("rank-{:05}", w.rank));
+    let files = std::fs::read_dir(&mine)
+        .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".dckpt")).count());
+    w.check(lag >= 2, &format!("the copies kept up (lag {lag}): nothing to test"));
+    w.check(matches!(files, Ok(n) if n < 10), &format!("retention deleted nothing: {files:?}"));
     w.comm.barrier();
 }

@@ -92,6 +92,8 @@ impl Protector {
     /// versions or more are still without their copies (0: never).
     pub fn start(comm: &SimpleCommunicator, scheme: Scheme, watch: TierWatch, max_lag: usize) -> Result<Self> {
         let scheme = Arc::new(scheme);
+        // Retention keeps what the copies still read.
+        watch.hold_for_copies();
         let outcomes = Arc::new(Outcomes::default());
         let threaded = ThreadComm::new(comm.duplicate());
         let mut everywhere = 0u8;
@@ -110,6 +112,7 @@ impl Protector {
                                 // A bug: recorded, so that no `wait` waits for it forever.
                                 crate::sync::lock(&outcomes.done)
                                     .insert(version, Err("the protection thread panicked (a bug)".into()));
+                                watch.copied(version);
                                 outcomes.changed.notify_all();
                             }
                         }
@@ -267,6 +270,7 @@ fn run_one(comm: &SimpleCommunicator, scheme: &Scheme, watch: &TierWatch, outcom
         tracing::warn!("version {version}: the node-local tier's copies were not made: {e}");
     }
     crate::sync::lock(&outcomes.done).insert(version, outcome);
+    watch.copied(version);
     outcomes.changed.notify_all();
 }
 

@@ -115,6 +115,18 @@ pub(crate) struct TierWatch {
 }
 
 impl TierWatch {
+    /// From now on, retention on this tier keeps each version until
+    /// [`TierWatch::copied`] says its copies are over.
+    pub fn hold_for_copies(&self) {
+        self.shared.copy_hold.hold(self.tier);
+    }
+
+    /// `version`'s copies from this tier are over (made or failed), and so
+    /// are those of every version before it: retention may delete them.
+    pub fn copied(&self, version: u64) {
+        self.shared.copy_hold.copied(version);
+    }
+
     /// Blocks until `version` is settled on the tier; whether this rank's
     /// file is durable there (or was, before retention deleted it).
     pub fn wait_durable(&self, version: u64) -> bool {

@@ -28,7 +28,7 @@ use crate::regions::Rewrite;
 use crate::store::commits::{CommitLog, CommitPart, RankEntry, parse_part_name};
 use crate::store::{StoreWriter, rank_rel, versions_present};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -99,6 +99,46 @@ pub(crate) struct Shared {
     /// host cache (single-rank tiers; the first tier's worker removes each
     /// once it is listed there, or failed).
     pub inflight: InFlightMap,
+    /// The versions another process still copies from one tier (the
+    /// node-local tier's redundancy copies): retention keeps them there.
+    pub copy_hold: CopyHold,
+}
+
+/// Versions whose files on one tier are still to be copied elsewhere (by
+/// the collective layer's protection, through a
+/// [`TierWatch`](super::durability::TierWatch)): retention on that tier
+/// deletes a version only once its copies are over (made or failed). No
+/// tier is held until a protection starts.
+#[derive(Debug)]
+pub(crate) struct CopyHold {
+    /// The tier held (`usize::MAX`: none).
+    tier: AtomicUsize,
+    /// The newest version whose copies are over (they finish in order).
+    through: AtomicU64,
+}
+
+impl Default for CopyHold {
+    fn default() -> Self {
+        CopyHold { tier: AtomicUsize::new(usize::MAX), through: AtomicU64::new(0) }
+    }
+}
+
+impl CopyHold {
+    /// Holds tier `tier` from now on: no version there is copied yet.
+    pub fn hold(&self, tier: usize) {
+        self.through.store(0, Ordering::SeqCst);
+        self.tier.store(tier, Ordering::SeqCst);
+    }
+
+    /// `version`'s copies are over (and those of every version before it).
+    pub fn copied(&self, version: u64) {
+        self.through.fetch_max(version, Ordering::SeqCst);
+    }
+
+    /// Whether retention on `tier` may delete `version` as far as copies go.
+    pub fn released(&self, tier: usize, version: u64) -> bool {
+        self.tier.load(Ordering::SeqCst) != tier || version <= self.through.load(Ordering::SeqCst)
+    }
 }
 
 /// How a worker lists a version once its file is durable on its tier.
@@ -501,10 +541,13 @@ impl Worker {
         Ok(doomed)
     }
 
-    /// Whether every later tier has settled version `v` (a version a later
-    /// tier has not settled yet is still copied from this tier's file).
+    /// Whether every later tier has settled version `v` and its copies
+    /// elsewhere are over (until then, this tier's file is still copied).
     fn copied(&self) -> impl Fn(u64) -> bool + '_ {
-        move |v| self.shared.progress.states(v).is_none_or(|st| st.iter().skip(self.tier + 1).all(TierState::settled))
+        move |v| {
+            self.shared.progress.states(v).is_none_or(|st| st.iter().skip(self.tier + 1).all(TierState::settled))
+                && self.shared.copy_hold.released(self.tier, v)
+        }
     }
 }
 

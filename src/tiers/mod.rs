@@ -232,6 +232,7 @@ impl TieredEngine {
             cache,
             restore_cache,
             inflight: Default::default(),
+            copy_hold: Default::default(),
         });
         let stores = stores.into_iter().map(|(name, store)| (tiers.keep_of(&name), name, store)).collect();
         let flusher = Flusher::start(rank, stores, Arc::clone(&shared), listing, tiers.compression)?;
