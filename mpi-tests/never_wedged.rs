@@ -68,6 +68,7 @@ pub fn never_wedged(w: &World, root: &Path) {
     }
     copies_keep_up(w, &config);
     retention_waits_for_the_copies(w, &config);
+    another_rank_count_on_node_local_directories(w, &config);
 }
 
 /// The highest rank's directory gone from every tier (a lost node whose
@@ -382,5 +383,40 @@ fn retention_waits_for_the_copies(w: &World, config: &Config) {
         .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".dckpt")).count());
     w.check(lag >= 2, &format!("the copies kept up (lag {lag}): nothing to test"));
     w.check(matches!(files, Ok(n) if n < 10), &format!("retention deleted nothing: {files:?}"));
+    w.comm.barrier();
+}
+
+/// A job of one rank fewer reading a store kept on node-local directories
+/// only (one emulated node a rank, no `persistent`): the last old rank's
+/// files are on a node this job does not have. Every rank of the smaller
+/// job gets the same refusal from `old_regions`, naming the rank count to
+/// restart with (it used to return the tables, and `read_region` then
+/// failed on some ranks only: heat stopped on one rank and hung, or named
+/// different checkpoints on a new node). On the old rank count the store
+/// is read as always.
+fn another_rank_count_on_node_local_directories(w: &World, config: &Config) {
+    if w.size < 2 {
+        return;
+    }
+    let root = config.scratch.as_ref().expect("scratch").with_extension("resized");
+    let config =
+        Config { scratch: Some(root.join("node-{node}")), persistent: None, ranks_per_node: 1, ..config.clone() };
+    let (name, len) = ("resized", 30_000);
+    take(w, &config, name, len, 2);
+    let color = if w.rank == w.size - 1 { 1 } else { 0 };
+    let part = w.comm.split_by_color(mpi::topology::Color::with_value(color)).expect("split");
+    if color == 0 {
+        let rt = Runtime::init(&part, config.clone());
+        let old = rt.old_regions(name);
+        let refused = matches!(&old, Err(e) if e.kind() == dckpt::ErrorKind::InvalidOption
+            && e.to_string().contains(&format!("restart with {} ranks", w.size)));
+        w.check(refused, &format!("another rank count on node-local directories: {old:?}"));
+        drop(rt);
+    }
+    w.comm.barrier();
+    let rt = Runtime::init(w.comm, config);
+    let old = rt.old_regions(name);
+    w.check(matches!(&old, Ok(t) if t.len() == w.size as usize), &format!("the old rank count: {old:?}"));
+    drop(rt);
     w.comm.barrier();
 }

@@ -226,20 +226,39 @@ fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
     }
     // The checkpoints of a job of this size are "heat" (or "heat-P" when a
     // job of another size wrote "heat" first).
-    let old = rt.old_regions("heat").unwrap_or_default();
-    let name = if old.is_empty() || old.len() == size as usize { "heat".to_string() } else { format!("heat-{size}") };
+    // Every rank takes the same name: an old job seen by any rank counts
+    // (a rank on a node that lost its directory sees none).
+    let old = match rt.old_regions("heat") {
+        Ok(old) => old,
+        // One that this job cannot read (refused on every rank): say why.
+        Err(e) if e.kind() == dckpt::ErrorKind::InvalidOption => return Err(e.into()),
+        // Anything else: the restart below rebuilds it or names it.
+        Err(_) => Vec::new(),
+    };
+    let mut old_ranks = 0u64;
+    world.all_reduce_into(&(old.len() as u64), &mut old_ranks, mpi::collective::SystemOperation::max());
+    let resized = old_ranks > 0 && old_ranks != size as u64;
+    let name = if resized { format!("heat-{size}") } else { "heat".to_string() };
     // The newest version every rank restores (an older one where the
     // newest is damaged on every tier; none: from the start).
     if rt.restart_latest(&name)?.is_some() {
         if rank == 0 {
             println!("heat: restarted from the checkpoint of step {}", step[0]);
         }
-    } else if name != "heat" {
+    } else if resized {
         // A job of another size wrote "heat": read this rank's rows of the
         // plate out of the old ranks' regions at their newest version.
         let version = rt.committed_versions("heat")?.last().copied();
         if let Some(v) = version {
-            redistribute(&rt, &old, v, rank as usize, rows, cols, &mut plate, &mut step)?;
+            let read = redistribute(&rt, &old, v, (rank as usize, size as usize), rows, cols, &mut plate, &mut step);
+            // Every rank goes on, or none does (the others would wait in the halo exchange).
+            let mut failed = 0u8;
+            world.all_reduce_into(&u8::from(read.is_err()), &mut failed, mpi::collective::SystemOperation::max());
+            read?;
+            if failed == 1 {
+                let why = "another rank could not read its rows of the old job's plate (its message is above)";
+                return Err(dckpt::Error::InvalidOption(why.into()).into());
+            }
             if rank == 0 {
                 println!(
                     "heat: restarted on {size} ranks from the {} ranks' checkpoint of step {}",
@@ -315,7 +334,7 @@ fn redistribute(
     rt: &Runtime,
     old: &[dckpt::runtime::table::RegionTable],
     version: u64,
-    rank: usize,
+    (rank, size): (usize, usize),
     rows: usize,
     cols: usize,
     plate: &mut Plate,
@@ -326,8 +345,17 @@ fn redistribute(
     let old_rows = old
         .first()
         .and_then(|t| t.get(0))
-        .map(|e| (e.len / row_bytes) as usize - 2)
+        .map(|e| (e.len / row_bytes).saturating_sub(2) as usize)
         .ok_or_else(|| dckpt::Error::InvalidOption("the old job left no plate".into()))?;
+    let total = old_rows * old.len();
+    if total != rows * size {
+        let hint = if total % size == 0 { format!(": run with --rows {}", total / size) } else { String::new() };
+        return Err(dckpt::Error::InvalidOption(format!(
+            "the old job's plate has {total} rows of {cols} ({} ranks × {old_rows}); this job's is {} ({size} × {rows}){hint}",
+            old.len(),
+            rows * size
+        )));
+    }
     // My global rows, one read per old rank that held some of them.
     let (first, end) = (rank * rows, (rank + 1) * rows);
     let mut global = first;

@@ -297,10 +297,37 @@ impl Runtime {
     }
 
     /// The regions every rank of the job that wrote `name` protected (any
-    /// number of ranks; for a restart on another rank count). Not collective.
+    /// number of ranks; for a restart on another rank count; empty for a
+    /// name never checkpointed). Collective: an error is every rank's
+    /// ([`Error::OnRanks`]). With no shared tier, an old job of another
+    /// rank count whose files some rank cannot reach (they lie on other
+    /// nodes' node-local disks) is refused: the error says to restart on the
+    /// old rank count, or to configure `persistent`. Where a node lost its
+    /// directory, its ranks may see fewer tables than the others (a restart
+    /// on the same rank count rebuilds them from the copies).
     pub fn old_regions(&self, name: &str) -> Result<Vec<RegionTable>> {
-        check_name(name)?;
-        super::table::all_tables_of_tiers(&self.tier_roots(name))
+        let step = "reading the old job's region tables";
+        let local = check_name(name).and_then(|()| super::table::all_tables_of_tiers(&self.tier_roots(name)));
+        let tables = all_agree_on_name(&self.comm, step, 0, name, local)?;
+        let mut old_ranks = 0u64;
+        self.comm.all_reduce_into(&(tables.len() as u64), &mut old_ranks, ::mpi::collective::SystemOperation::max());
+        let tiers = self.tiers(name);
+        // Another rank count, read from node-local directories only: every
+        // old rank's files must be in this rank's.
+        let resized = old_ranks > 0 && old_ranks != u64::from(self.comm.size().unsigned_abs());
+        let reached = match (resized, tiers.shared, tiers.local) {
+            (true, None, Some(local)) if !(0..old_ranks).all(|r| crate::store::rank_dir(&local, r as u32).is_dir()) => {
+                Err(Error::InvalidOption(format!(
+                    "'{name}' was written by a job of {old_ranks} ranks on node-local directories only (no \
+                     `persistent` tier), and not every old rank's files are on this node ({}): restart with \
+                     {old_ranks} ranks, or set `persistent` (a directory every node sees) for the job that writes it",
+                    local.display()
+                )))
+            }
+            _ => Ok(()),
+        };
+        all_agree(&self.comm, step, 0, reached)?;
+        Ok(tables)
     }
 
     /// The tier directories of `name` on this rank, fastest first.
