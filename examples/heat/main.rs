@@ -231,7 +231,7 @@ fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
     let old = match rt.old_regions("heat") {
         Ok(old) => old,
         // One that this job cannot read (refused on every rank): say why.
-        Err(e) if e.kind() == dckpt::ErrorKind::InvalidOption => return Err(e.into()),
+        Err(e) if e.kind() == dckpt::ErrorKind::InvalidOption => return Err(e),
         // Anything else: the restart below rebuilds it or names it.
         Err(_) => Vec::new(),
     };
@@ -257,7 +257,7 @@ fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
             read?;
             if failed == 1 {
                 let why = "another rank could not read its rows of the old job's plate (its message is above)";
-                return Err(dckpt::Error::InvalidOption(why.into()).into());
+                return Err(dckpt::Error::InvalidOption(why.into()));
             }
             if rank == 0 {
                 println!(
@@ -349,7 +349,8 @@ fn redistribute(
         .ok_or_else(|| dckpt::Error::InvalidOption("the old job left no plate".into()))?;
     let total = old_rows * old.len();
     if total != rows * size {
-        let hint = if total % size == 0 { format!(": run with --rows {}", total / size) } else { String::new() };
+        let hint =
+            if total.is_multiple_of(size) { format!(": run with --rows {}", total / size) } else { String::new() };
         return Err(dckpt::Error::InvalidOption(format!(
             "the old job's plate has {total} rows of {cols} ({} ranks × {old_rows}); this job's is {} ({size} × {rows}){hint}",
             old.len(),
