@@ -69,6 +69,7 @@ pub fn never_wedged(w: &World, root: &Path) {
     copies_keep_up(w, &config);
     retention_waits_for_the_copies(w, &config);
     another_rank_count_on_node_local_directories(w, &config);
+    a_truncated_commit_part_of_the_baseline(w, &config);
 }
 
 /// The highest rank's directory gone from every tier (a lost node whose
@@ -419,4 +420,44 @@ fn another_rank_count_on_node_local_directories(w: &World, config: &Config) {
     w.check(matches!(&old, Ok(t) if t.len() == w.size as usize), &format!("the old rank count: {old:?}"));
     drop(rt);
     w.comm.barrier();
+}
+
+/// Rank 0's commit part of the chain's baseline truncated on every tier:
+/// no version of the chain is committed anywhere, and no older chain is
+/// left. The job starts from the beginning on purpose, the same on every
+/// rank, with the old versions set aside (listed no more); its new
+/// versions proceed, and the next job restarts from them.
+fn a_truncated_commit_part_of_the_baseline(w: &World, config: &Config) {
+    let (name, len) = ("truncated", 24_000);
+    take(w, config, name, len, 3);
+    if w.rank == 0 {
+        for tier in tiers(config) {
+            let part = tier.join(name).join("commits").join("v000000000001.r000000.part");
+            let bytes = std::fs::read(&part).expect("the baseline's part");
+            std::fs::write(&part, &bytes[..bytes.len() / 2]).expect("truncate it");
+        }
+    }
+    w.comm.barrier();
+    let mut buf = vec![0u8; len];
+    let mut rt = Runtime::init(w.comm, config.clone());
+    protect(&mut rt, &mut buf);
+    let restored = rt.restart_latest(name);
+    w.check(matches!(restored, Ok(None)), &format!("a truncated baseline part: {restored:?}"));
+    w.check(same_everywhere(w, u64::from(matches!(restored, Ok(None)))), "the same answer on every rank");
+    let listed = rt.versions(name);
+    w.check(matches!(&listed, Ok(v) if v.is_empty()), &format!("the old versions set aside: {listed:?}"));
+    buf = content(w.rank, len, 1);
+    protect(&mut rt, &mut buf);
+    let taken = rt.checkpoint(name, 1);
+    w.check(taken.is_ok(), &format!("the new version 1: {taken:?}"));
+    rt.finalize().expect("finalize");
+    let mut again = vec![0u8; len];
+    let mut rt = Runtime::init(w.comm, config.clone());
+    protect(&mut rt, &mut again);
+    let restored = rt.restart_latest(name);
+    w.check(
+        matches!(restored, Ok(Some(1))) && again == content(w.rank, len, 1),
+        &format!("the next job: {restored:?}"),
+    );
+    rt.finalize().expect("finalize");
 }
