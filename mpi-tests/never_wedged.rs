@@ -70,6 +70,7 @@ pub fn never_wedged(w: &World, root: &Path) {
     retention_waits_for_the_copies(w, &config);
     another_rank_count_on_node_local_directories(w, &config);
     a_truncated_commit_part_of_the_baseline(w, &config);
+    a_damaged_manifest(w, &config);
 }
 
 /// The highest rank's directory gone from every tier (a lost node whose
@@ -460,4 +461,34 @@ fn a_truncated_commit_part_of_the_baseline(w: &World, config: &Config) {
         &format!("the next job: {restored:?}"),
     );
     rt.finalize().expect("finalize");
+}
+
+/// A flipped byte in rank 0's `MANIFEST`, on one tier and then on every
+/// tier: the restart mends it from the rank's verified files and restarts
+/// from the newest version, the same on every rank (it used to stop
+/// every run until `dckpt repair`).
+fn a_damaged_manifest(w: &World, config: &Config) {
+    let len = 20_000;
+    for (name, every_tier) in [("manifest-one", false), ("manifest-all", true)] {
+        take(w, config, name, len, 3);
+        if w.rank == 0 {
+            for tier in tiers(config).into_iter().take(if every_tier { 2 } else { 1 }) {
+                let path = tier.join(name).join("rank-00000").join("MANIFEST");
+                let mut bytes = std::fs::read(&path).expect("the manifest");
+                let at = bytes.len() / 2;
+                bytes[at] ^= 0x20;
+                std::fs::write(&path, bytes).expect("damage it");
+            }
+        }
+        w.comm.barrier();
+        let mut buf = vec![0u8; len];
+        let mut rt = Runtime::init(w.comm, config.clone());
+        protect(&mut rt, &mut buf);
+        let restored = rt.restart_latest(name);
+        w.check(
+            matches!(restored, Ok(Some(3))) && buf == content(w.rank, len, 3),
+            &format!("{name}: a damaged MANIFEST: {restored:?}"),
+        );
+        rt.finalize().expect("finalize");
+    }
 }
