@@ -50,6 +50,11 @@ python3 scripts/break-campaign.py --seed "${CAMPAIGN_SEED:-1}" --budget "${CAMPA
 echo "restart tests: the heat example in C and Fortran, 2 ranks"
 scripts/c-fortran-restart.sh 2
 
+# The Python binding: pip-installed into target/python-venv; its tests under
+# mpirun (1-3 ranks) and the mpi4py + NumPy stencil killed and restarted.
+echo "python tests: the dckpt package, 1-3 ranks, and the stencil example"
+scripts/python-test.sh
+
 # The replicated-data example: the table stored once for all ranks; killed, restarted, same data.
 echo "restart tests: the replicated-data example, 3 ranks (the step on its thread)"
 DCKPT_OVERLAP=true scripts/replicated-restart.sh 3 target/release/examples/replicated

@@ -142,41 +142,67 @@ unsafe fn init_with(raw: mpi::ffi::MPI_Comm, config: *const c_char, out: *mut *m
         if out.is_null() {
             return Err(Error::InvalidOption("the output handle pointer is NULL".into()));
         }
-        // SAFETY: reading the value of a constant MPI handle.
-        let (null, mut dup) = unsafe { (mpi::ffi::RSMPI_COMM_NULL, mpi::ffi::RSMPI_COMM_NULL) };
-        if raw == null {
-            return Err(Error::InvalidOption("the communicator is MPI_COMM_NULL".into()));
-        }
-        let mut inter: c_int = 0;
-        // SAFETY: `raw` is a live communicator per the caller's contract
-        // (under MPI's default error handler a bad one aborts the job);
-        // `inter` and `dup` receive plain values.
-        let rc = unsafe { mpi::ffi::MPI_Comm_test_inter(raw, &mut inter) };
-        if rc != mpi::ffi::MPI_SUCCESS as c_int || inter != 0 {
-            return Err(Error::InvalidOption("the communicator is not an intra-communicator".into()));
-        }
-        // SAFETY: as above.
-        let rc = unsafe { mpi::ffi::MPI_Comm_dup(raw, &mut dup) };
-        if rc != mpi::ffi::MPI_SUCCESS as c_int {
-            return Err(Error::Collective(format!("MPI_Comm_dup of the given communicator failed (code {rc})")));
-        }
-        // SAFETY: `dup` is a live intra-communicator (checked above) this
-        // function owns (a duplicate: neither MPI_COMM_WORLD nor
-        // MPI_COMM_SELF), freed when `comm` drops; the runtime keeps a
-        // duplicate of its own.
-        let comm = unsafe { SimpleCommunicator::from_raw(dup) };
         let config = if config.is_null() {
             Config::load(None)
         } else {
             // SAFETY: a NUL-terminated string per dckpt_init's contract.
             unsafe { text(config, "the configuration path") }.and_then(|path| Config::load(Some(Path::new(path))))
         };
-        let config = crate::collective::mpi::all_agree(&comm, "loading the configuration", 0, config)?;
-        let rt = Runtime::init(&comm, config);
+        // SAFETY: the caller's contract is dckpt_init's, which is runtime_on's.
+        let rt = unsafe { runtime_on(raw, config) }?;
         // SAFETY: `out` is non-NULL and writable per the caller's contract.
         unsafe { *out = Box::into_raw(Box::new(DckptRuntime { rt })) };
         Ok(())
     })
+}
+
+/// A runtime over a duplicate of the Fortran communicator handle `comm`
+/// (which stays the caller's; `MPI_Comm_f2c` converts it), with `config`
+/// agreed by every rank first: what [`dckpt_init_f`] makes, for bindings
+/// written in Rust (the Python module passes mpi4py's `comm.py2f()`).
+/// Collective.
+///
+/// # Safety
+/// MPI is initialized and `comm` is a live communicator handle of this
+/// process (or `MPI_COMM_NULL`, refused).
+pub unsafe fn runtime_on_fortran_comm(comm: c_int, config: Result<Config>) -> Result<Runtime> {
+    // SAFETY: MPI_Comm_f2c only converts the handle (MPI_COMM_NULL stays
+    // null, checked in runtime_on).
+    let raw = unsafe { mpi::ffi::RSMPI_Comm_f2c(comm) };
+    // SAFETY: the caller's contract is runtime_on's.
+    unsafe { runtime_on(raw, config) }
+}
+
+/// A runtime over a duplicate of `raw`, `config` agreed by every rank.
+///
+/// # Safety
+/// As for [`dckpt_init`]: `raw` is a live communicator (or MPI_COMM_NULL).
+unsafe fn runtime_on(raw: mpi::ffi::MPI_Comm, config: Result<Config>) -> Result<Runtime> {
+    // SAFETY: reading the value of a constant MPI handle.
+    let (null, mut dup) = unsafe { (mpi::ffi::RSMPI_COMM_NULL, mpi::ffi::RSMPI_COMM_NULL) };
+    if raw == null {
+        return Err(Error::InvalidOption("the communicator is MPI_COMM_NULL".into()));
+    }
+    let mut inter: c_int = 0;
+    // SAFETY: `raw` is a live communicator per the caller's contract
+    // (under MPI's default error handler a bad one aborts the job);
+    // `inter` and `dup` receive plain values.
+    let rc = unsafe { mpi::ffi::MPI_Comm_test_inter(raw, &mut inter) };
+    if rc != mpi::ffi::MPI_SUCCESS as c_int || inter != 0 {
+        return Err(Error::InvalidOption("the communicator is not an intra-communicator".into()));
+    }
+    // SAFETY: as above.
+    let rc = unsafe { mpi::ffi::MPI_Comm_dup(raw, &mut dup) };
+    if rc != mpi::ffi::MPI_SUCCESS as c_int {
+        return Err(Error::Collective(format!("MPI_Comm_dup of the given communicator failed (code {rc})")));
+    }
+    // SAFETY: `dup` is a live intra-communicator (checked above) this
+    // function owns (a duplicate: neither MPI_COMM_WORLD nor
+    // MPI_COMM_SELF), freed when `comm` drops; the runtime keeps a
+    // duplicate of its own.
+    let comm = unsafe { SimpleCommunicator::from_raw(dup) };
+    let config = crate::collective::mpi::all_agree(&comm, "loading the configuration", 0, config)?;
+    Ok(Runtime::init(&comm, config))
 }
 
 /// Makes a runtime over a duplicate of `comm` (collective over it) with the

@@ -1,0 +1,139 @@
+"""The Python binding under mpirun, through what users call:
+
+    mpirun -np N python python/tests/test_runtime.py write DIR
+    mpirun -np N python python/tests/test_runtime.py restart DIR    (a new job: byte-exact)
+    mpirun -np 1 python python/tests/test_runtime.py resize DIR N   (another rank count)
+
+Exits non-zero, naming what failed, on any rank.
+"""
+
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+import dckpt
+
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+N = 50_000
+
+
+def plate(r, v):
+    x = np.arange(N, dtype=np.float64) * (r + 1)
+    x[(v * 7919) % N] = -v  # one value changes per version
+    return x
+
+
+def counter(v):
+    return bytearray(v.to_bytes(8, "little"))
+
+
+def check(ok, what):
+    if not ok:
+        print(f"test_runtime: rank {rank}: FAILED: {what}", flush=True)
+        comm.Abort(1)
+
+
+def same_everywhere(x):
+    return all(y == x for y in comm.allgather(x))
+
+
+def settings(d):
+    return dict(persistent=f"{d}/persistent", scratch=f"{d}/scratch", host_cache_size="16M")
+
+
+def write(d):
+    u, c = np.zeros(N), bytearray(8)
+    with dckpt.Runtime(comm, **settings(d)) as rt:
+        try:
+            rt.restart_latest("sim")
+            check(False, "a restart with nothing protected")
+        except dckpt.ConfigurationError as e:
+            check("no region is protected" in str(e), f"the message says why: {e}")
+        rt.protect(0, u)
+        rt.protect(1, c)
+        check(rt.restart_latest("sim") is None, "a new store restarts nothing")
+        for v in (1, 2, 3):
+            u[:] = plate(rank, v)
+            c[:] = counter(v)
+            report = rt.checkpoint("sim", v)
+            check(report["version"] == v and report["ranks"] == size, f"the report: {report}")
+            check(report["baseline"] == (v == 1), f"baseline only first: {report}")
+        rt.wait("sim", 3)  # async by default: durable everywhere now
+        check(rt.versions("sim") == [1, 2, 3], f"versions: {rt.versions('sim')}")
+        check(rt.latest("sim") == 3, "latest")
+        # Errors: the kind's class, a code, the same on every rank.
+        try:
+            rt.checkpoint("sim", 2)
+            check(False, "an older version accepted")
+        except dckpt.Error as e:
+            check(e.code > 0 and same_everywhere(e.code), f"the same code everywhere: {e.code} {e}")
+        for bad, kind in [(np.arange(4.0)[::2], ValueError), (object(), TypeError)]:
+            try:
+                rt.protect(9, bad)
+                check(False, f"{type(bad).__name__} protected")
+            except kind:
+                pass
+        frozen = np.zeros(4)
+        frozen.flags.writeable = False
+        try:
+            rt.protect(9, frozen)
+            check(False, "a read-only array protected")
+        except ValueError:
+            pass
+        check(rt.stats()["checkpoints"] == 3, f"stats: {rt.stats()}")
+    check(rt.finalized, "the context manager finalizes")
+    try:
+        dckpt.Runtime(comm, chunk_sise=128, **settings(d))
+        check(False, "a misspelled key accepted")
+    except dckpt.ConfigurationError as e:
+        check("chunk_sise" in str(e) and e.code == 7, f"the message names the key: {e}")
+
+
+def restart(d):
+    u, c = np.zeros(N), bytearray(8)
+    rt = dckpt.Runtime(comm, settings(d))
+    rt.protect(0, u)
+    rt.protect(1, c)
+    v = rt.restart_latest("sim")
+    check(v == 3, f"restarted version {v}")
+    check(np.array_equal(u, plate(rank, 3)) and c == counter(3), "the restored bytes")
+    rt.restart("sim", 1)
+    check(np.array_equal(u, plate(rank, 1)) and c == counter(1), "version 1's bytes")
+    rt.finalize()
+    rt.finalize()  # a second call does nothing
+    try:
+        rt.latest("sim")
+        check(False, "a finalized runtime answered")
+    except RuntimeError:
+        pass
+
+
+def resize(d, old_size):
+    rt = dckpt.Runtime(comm, **settings(d))
+    old = rt.old_regions("sim")
+    check(len(old) == old_size, f"{len(old)} old ranks")
+    check(rt.committed_versions("sim") == [1, 2, 3], "committed versions")
+    for r in range(old_size):
+        got = np.frombuffer(rt.read_region("sim", r, 0, 3), dtype=np.float64)
+        check(np.array_equal(got, plate(r, 3)), f"old rank {r}'s region at version 3")
+        part = rt.read_region("sim", r, 0, 2, 8 * 10, 8 * 20)
+        check(part == plate(r, 2)[10:20].tobytes(), f"a range of old rank {r}'s region")
+    rt.protect(0, np.zeros(N))
+    rt.protect(1, bytearray(8))
+    if old_size != size:
+        try:
+            rt.restart_latest("sim")
+            check(False, "a store of another rank count restarted")
+        except dckpt.RankCountError as e:
+            check(e.code == 17, f"RankCountError: {e}")
+    rt.finalize()
+
+
+if __name__ == "__main__":
+    phase, d = sys.argv[1], sys.argv[2]
+    {"write": write, "restart": restart}.get(phase, lambda d: resize(d, int(sys.argv[3])))(d)
+    comm.Barrier()
+    if rank == 0:
+        print(f"test_runtime: {phase} ok ({size} ranks)", flush=True)
