@@ -7,6 +7,7 @@
 Exits non-zero, naming what failed, on any rank.
 """
 
+import array
 import sys
 
 import numpy as np
@@ -27,6 +28,19 @@ def plate(r, v):
 
 def counter(v):
     return bytearray(v.to_bytes(8, "little"))
+
+
+# Every NumPy kind of element, and array.array: region ids 10, 11, ...
+DTYPES = [np.int8, np.uint16, np.int32, np.int64, np.float16, np.float32, np.complex128, np.bool_]
+
+
+def typed(r, v, dtype):
+    return ((np.arange(1000) * (r + 1) + v) % 127).astype(dtype)
+
+
+def protect_typed(rt, arrays):
+    for i, x in enumerate(arrays):
+        rt.protect(10 + i, x)
 
 
 def check(ok, what):
@@ -53,10 +67,15 @@ def write(d):
             check("no region is protected" in str(e), f"the message says why: {e}")
         rt.protect(0, u)
         rt.protect(1, c)
+        arrays = [np.zeros(1000, dtype=dt) for dt in DTYPES] + [array.array("d", bytes(8000))]
+        protect_typed(rt, arrays)
         check(rt.restart_latest("sim") is None, "a new store restarts nothing")
         for v in (1, 2, 3):
             u[:] = plate(rank, v)
             c[:] = counter(v)
+            for x, dt in zip(arrays, DTYPES):
+                x[:] = typed(rank, v, dt)
+            arrays[-1][:] = array.array("d", typed(rank, v, np.float64).tobytes())
             report = rt.checkpoint("sim", v)
             check(report["version"] == v and report["ranks"] == size, f"the report: {report}")
             check(report["baseline"] == (v == 1), f"baseline only first: {report}")
@@ -69,7 +88,8 @@ def write(d):
             check(False, "an older version accepted")
         except dckpt.Error as e:
             check(e.code > 0 and same_everywhere(e.code), f"the same code everywhere: {e.code} {e}")
-        for bad, kind in [(np.arange(4.0)[::2], ValueError), (object(), TypeError)]:
+        fortran = np.asfortranarray(np.zeros((4, 3)))
+        for bad, kind in [(np.arange(4.0)[::2], ValueError), (fortran, ValueError), (object(), TypeError)]:
             try:
                 rt.protect(9, bad)
                 check(False, f"{type(bad).__name__} protected")
@@ -96,9 +116,14 @@ def restart(d):
     rt = dckpt.Runtime(comm, settings(d))
     rt.protect(0, u)
     rt.protect(1, c)
+    arrays = [np.zeros(1000, dtype=dt) for dt in DTYPES] + [array.array("d", bytes(8000))]
+    protect_typed(rt, arrays)
     v = rt.restart_latest("sim")
     check(v == 3, f"restarted version {v}")
     check(np.array_equal(u, plate(rank, 3)) and c == counter(3), "the restored bytes")
+    for x, dt in zip(arrays, DTYPES):
+        check(np.array_equal(x, typed(rank, 3, dt)), f"the {np.dtype(dt)} array")
+    check(arrays[-1].tobytes() == typed(rank, 3, np.float64).tobytes(), "the array.array")
     rt.restart("sim", 1)
     check(np.array_equal(u, plate(rank, 1)) and c == counter(1), "version 1's bytes")
     rt.finalize()
@@ -122,6 +147,7 @@ def resize(d, old_size):
         check(part == plate(r, 2)[10:20].tobytes(), f"a range of old rank {r}'s region")
     rt.protect(0, np.zeros(N))
     rt.protect(1, bytearray(8))
+    protect_typed(rt, [np.zeros(1000, dtype=dt) for dt in DTYPES] + [array.array("d", bytes(8000))])
     if old_size != size:
         try:
             rt.restart_latest("sim")
