@@ -33,3 +33,15 @@ out=$(stencil --dir "$work/crashed")
 got=$(echo "$out" | grep -o 'digest [0-9a-f]*')
 [ "$got" = "$want" ] || { echo "FAILED: stencil killed at step $crash: $got, uninterrupted: $want"; echo "$out"; exit 1; }
 echo "python: the stencil killed at step $crash, $(echo "$out" | grep -o 'restarted from the checkpoint of step [0-9]*'): same plate"
+# Ctrl-C: SIGINT to the job (mpirun and its ranks) mid-run; it ends, and
+# the next run restarts from a checkpoint and ends with the same plate.
+want=$(stencil --dir "$work/clean-long" --steps 20000 --every 100 | grep -o 'digest [0-9a-f]*')
+(stencil --dir "$work/sigint" --steps 20000 --every 100 >/dev/null 2>&1 || true) &
+job=$!
+sleep "$((1 + RANDOM % 2)).$((RANDOM % 10))"
+pkill -INT -f "$work/sigint" || true
+wait "$job"
+out=$(stencil --dir "$work/sigint" --steps 20000 --every 100)
+got=$(echo "$out" | grep -o 'digest [0-9a-f]*')
+[ "$got" = "$want" ] || { echo "FAILED: the stencil after SIGINT: $got, uninterrupted: $want"; echo "$out"; exit 1; }
+echo "python: the stencil interrupted by SIGINT, $(echo "$out" | grep -o 'restarted from the checkpoint of step [0-9]*' || echo 'from the start'): same plate"
