@@ -119,11 +119,62 @@ def _setting(value):
     return str(value)
 
 
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+# DLPack's device types: host memory (CPU, CUDA pinned host) and CUDA device memory.
+_DL_HOST = (1, 3)
+_DL_CUDA = 2
+
+
+def _dlpack_region(obj):
+    """(address, bytes, on the device) of an object that only speaks DLPack
+    (`__dlpack__`): its unversioned capsule read in place (the capsule is
+    not consumed; the object, kept alive while protected, owns the
+    memory)."""
+    capsule = obj.__dlpack__()
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    try:
+        address = get(capsule, b"dltensor")
+    except ValueError:
+        raise TypeError("the object's DLPack capsule is not a 'dltensor' one") from None
+    t = _DLTensor.from_address(address)  # DLManagedTensor starts with its DLTensor
+    if t.device.device_type not in _DL_HOST + (_DL_CUDA,):
+        raise TypeError(f"DLPack device type {t.device.device_type}: only host and CUDA memory")
+    shape = [t.shape[i] for i in range(t.ndim)]
+    itemsize = t.dtype.bits * t.dtype.lanes // 8
+    if t.strides:
+        step = 1
+        for i in reversed(range(t.ndim)):
+            if shape[i] > 1 and t.strides[i] != step:
+                raise ValueError("the DLPack tensor is not C-contiguous")
+            step *= shape[i]
+    return (t.data or 0) + t.byte_offset, prod(shape) * itemsize, t.device.device_type == _DL_CUDA
+
+
 def _region(obj):
     """(address, bytes, on the device) of `obj`'s memory: a PyTorch tensor,
-    anything with `__cuda_array_interface__` (CuPy, Numba), or anything
-    with the buffer protocol (NumPy, bytearray, array.array); contiguous
-    and writable."""
+    anything with `__cuda_array_interface__` (CuPy, Numba), anything with
+    the buffer protocol (NumPy, bytearray, array.array), or anything that
+    speaks DLPack (`__dlpack__`); contiguous and writable."""
     if hasattr(obj, "data_ptr") and hasattr(obj, "is_contiguous") and hasattr(obj, "element_size"):
         if not obj.is_contiguous():
             raise ValueError("the tensor is not contiguous: protect t.contiguous() and keep that tensor")
@@ -147,9 +198,11 @@ def _region(obj):
     try:
         view = memoryview(obj)
     except TypeError:
+        if hasattr(obj, "__dlpack__"):
+            return _dlpack_region(obj)
         raise TypeError(
             f"cannot protect a {type(obj).__name__}: give a NumPy array, a PyTorch tensor, a CuPy array "
-            "or another object with the buffer protocol or __cuda_array_interface__"
+            "or another object with the buffer protocol, __cuda_array_interface__ or __dlpack__"
         ) from None
     if view.readonly:
         raise ValueError("the buffer is read-only")

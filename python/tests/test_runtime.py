@@ -38,6 +38,19 @@ def typed(r, v, dtype):
     return ((np.arange(1000) * (r + 1) + v) % 127).astype(dtype)
 
 
+class OnlyDLPack:
+    """An array that speaks DLPack only (no buffer protocol): a NumPy array's."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, stream=None):
+        return self.array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
 def protect_typed(rt, arrays):
     for i, x in enumerate(arrays):
         rt.protect(10 + i, x)
@@ -69,6 +82,8 @@ def write(d):
         rt.protect(1, c)
         arrays = [np.zeros(1000, dtype=dt) for dt in DTYPES] + [array.array("d", bytes(8000))]
         protect_typed(rt, arrays)
+        dl = np.zeros(777, dtype=np.float32)
+        rt.protect(30, OnlyDLPack(dl))
         check(rt.restart_latest("sim") is None, "a new store restarts nothing")
         for v in (1, 2, 3):
             u[:] = plate(rank, v)
@@ -76,6 +91,7 @@ def write(d):
             for x, dt in zip(arrays, DTYPES):
                 x[:] = typed(rank, v, dt)
             arrays[-1][:] = array.array("d", typed(rank, v, np.float64).tobytes())
+            dl[:] = typed(rank, v, np.float32)[:777]
             report = rt.checkpoint("sim", v)
             check(report["version"] == v and report["ranks"] == size, f"the report: {report}")
             check(report["baseline"] == (v == 1), f"baseline only first: {report}")
@@ -118,12 +134,15 @@ def restart(d):
     rt.protect(1, c)
     arrays = [np.zeros(1000, dtype=dt) for dt in DTYPES] + [array.array("d", bytes(8000))]
     protect_typed(rt, arrays)
+    dl = np.zeros(777, dtype=np.float32)
+    rt.protect(30, OnlyDLPack(dl))
     v = rt.restart_latest("sim")
     check(v == 3, f"restarted version {v}")
     check(np.array_equal(u, plate(rank, 3)) and c == counter(3), "the restored bytes")
     for x, dt in zip(arrays, DTYPES):
         check(np.array_equal(x, typed(rank, 3, dt)), f"the {np.dtype(dt)} array")
     check(arrays[-1].tobytes() == typed(rank, 3, np.float64).tobytes(), "the array.array")
+    check(np.array_equal(dl, typed(rank, 3, np.float32)[:777]), "the array given by DLPack only")
     rt.restart("sim", 1)
     check(np.array_equal(u, plate(rank, 1)) and c == counter(1), "version 1's bytes")
     rt.finalize()
@@ -148,6 +167,7 @@ def resize(d, old_size):
     rt.protect(0, np.zeros(N))
     rt.protect(1, bytearray(8))
     protect_typed(rt, [np.zeros(1000, dtype=dt) for dt in DTYPES] + [array.array("d", bytes(8000))])
+    rt.protect(30, np.zeros(777, dtype=np.float32))
     if old_size != size:
         try:
             rt.restart_latest("sim")
