@@ -51,9 +51,19 @@ class OnlyDLPack:
         return self.array.__dlpack_device__()
 
 
-def protect_typed(rt, arrays):
+def protect_all(rt):
+    """Protects every region the tests write: the plate (0), the counter
+    (1), one array of every element kind (10, ...) and an array given by
+    DLPack only (30). Returns them, zeroed."""
+    u, c = np.zeros(N), bytearray(8)
+    arrays = [np.zeros(1000, dtype=dt) for dt in DTYPES] + [array.array("d", bytes(8000))]
+    dl = np.zeros(777, dtype=np.float32)
+    rt.protect(0, u)
+    rt.protect(1, c)
     for i, x in enumerate(arrays):
         rt.protect(10 + i, x)
+    rt.protect(30, OnlyDLPack(dl))
+    return u, c, arrays, dl
 
 
 def check(ok, what):
@@ -71,19 +81,13 @@ def settings(d):
 
 
 def write(d):
-    u, c = np.zeros(N), bytearray(8)
     with dckpt.Runtime(comm, **settings(d)) as rt:
         try:
             rt.restart_latest("sim")
             check(False, "a restart with nothing protected")
         except dckpt.ConfigurationError as e:
             check("no region is protected" in str(e), f"the message says why: {e}")
-        rt.protect(0, u)
-        rt.protect(1, c)
-        arrays = [np.zeros(1000, dtype=dt) for dt in DTYPES] + [array.array("d", bytes(8000))]
-        protect_typed(rt, arrays)
-        dl = np.zeros(777, dtype=np.float32)
-        rt.protect(30, OnlyDLPack(dl))
+        u, c, arrays, dl = protect_all(rt)
         check(rt.restart_latest("sim") is None, "a new store restarts nothing")
         for v in (1, 2, 3):
             u[:] = plate(rank, v)
@@ -128,14 +132,8 @@ def write(d):
 
 
 def restart(d):
-    u, c = np.zeros(N), bytearray(8)
     rt = dckpt.Runtime(comm, settings(d))
-    rt.protect(0, u)
-    rt.protect(1, c)
-    arrays = [np.zeros(1000, dtype=dt) for dt in DTYPES] + [array.array("d", bytes(8000))]
-    protect_typed(rt, arrays)
-    dl = np.zeros(777, dtype=np.float32)
-    rt.protect(30, OnlyDLPack(dl))
+    u, c, arrays, dl = protect_all(rt)
     v = rt.restart_latest("sim")
     check(v == 3, f"restarted version {v}")
     check(np.array_equal(u, plate(rank, 3)) and c == counter(3), "the restored bytes")
@@ -164,10 +162,7 @@ def resize(d, old_size):
         check(np.array_equal(got, plate(r, 3)), f"old rank {r}'s region at version 3")
         part = rt.read_region("sim", r, 0, 2, 8 * 10, 8 * 20)
         check(part == plate(r, 2)[10:20].tobytes(), f"a range of old rank {r}'s region")
-    rt.protect(0, np.zeros(N))
-    rt.protect(1, bytearray(8))
-    protect_typed(rt, [np.zeros(1000, dtype=dt) for dt in DTYPES] + [array.array("d", bytes(8000))])
-    rt.protect(30, np.zeros(777, dtype=np.float32))
+    protect_all(rt)
     if old_size != size:
         try:
             rt.restart_latest("sim")
