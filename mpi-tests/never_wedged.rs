@@ -43,6 +43,19 @@ fn take(w: &World, config: &Config, name: &str, len: usize, n: u64) {
     rt.finalize().expect("finalize");
 }
 
+/// A new job of every rank restarts `name` from `version`, with its bytes.
+fn next_job_restarts(w: &World, config: &Config, name: &str, len: usize, version: u64, what: &str) {
+    let mut buf = vec![0u8; len];
+    let mut rt = Runtime::init(w.comm, config.clone());
+    protect(&mut rt, &mut buf);
+    let restored = rt.restart_latest(name);
+    w.check(
+        matches!(restored, Ok(Some(v)) if v == version) && buf == content(w.rank, len, version),
+        &format!("{what}: {restored:?}"),
+    );
+    rt.finalize().expect("finalize");
+}
+
 /// The same value on every rank (an error's code, a flag).
 fn same_everywhere(w: &World, x: u64) -> bool {
     let mut all = vec![0u64; w.size as usize];
@@ -452,15 +465,7 @@ fn a_truncated_commit_part_of_the_baseline(w: &World, config: &Config) {
     let taken = rt.checkpoint(name, 1);
     w.check(taken.is_ok(), &format!("the new version 1: {taken:?}"));
     rt.finalize().expect("finalize");
-    let mut again = vec![0u8; len];
-    let mut rt = Runtime::init(w.comm, config.clone());
-    protect(&mut rt, &mut again);
-    let restored = rt.restart_latest(name);
-    w.check(
-        matches!(restored, Ok(Some(1))) && again == content(w.rank, len, 1),
-        &format!("the next job: {restored:?}"),
-    );
-    rt.finalize().expect("finalize");
+    next_job_restarts(w, config, name, len, 1, "the next job");
 }
 
 /// A flipped byte in rank 0's `MANIFEST`, on one tier and then on every
@@ -481,14 +486,6 @@ fn a_damaged_manifest(w: &World, config: &Config) {
             }
         }
         w.comm.barrier();
-        let mut buf = vec![0u8; len];
-        let mut rt = Runtime::init(w.comm, config.clone());
-        protect(&mut rt, &mut buf);
-        let restored = rt.restart_latest(name);
-        w.check(
-            matches!(restored, Ok(Some(3))) && buf == content(w.rank, len, 3),
-            &format!("{name}: a damaged MANIFEST: {restored:?}"),
-        );
-        rt.finalize().expect("finalize");
+        next_job_restarts(w, config, name, len, 3, &format!("{name}: a damaged MANIFEST"));
     }
 }
