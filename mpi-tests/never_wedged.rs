@@ -84,6 +84,7 @@ pub fn never_wedged(w: &World, root: &Path) {
     another_rank_count_on_node_local_directories(w, &config);
     a_truncated_commit_part_of_the_baseline(w, &config);
     a_damaged_manifest(w, &config);
+    a_store_still_in_use(w, &config);
 }
 
 /// The highest rank's directory gone from every tier (a lost node whose
@@ -488,4 +489,36 @@ fn a_damaged_manifest(w: &World, config: &Config) {
         w.comm.barrier();
         next_job_restarts(w, config, name, len, 3, &format!("{name}: a damaged MANIFEST"));
     }
+}
+
+/// A restart while the job before still holds the store (its ranks still
+/// ending, as after a Ctrl-C): one error on every rank, `Locked`, naming
+/// the writer; nothing set aside (it used to fall back version by
+/// version and set aside the newer ones as damaged once the old job was
+/// gone). Once the writer has finished, the next job restarts from the
+/// newest version.
+fn a_store_still_in_use(w: &World, config: &Config) {
+    let (name, len) = ("in-use", 30_000);
+    let mut buf = vec![0u8; len];
+    let mut writer = Runtime::init(w.comm, config.clone());
+    for v in 1..=3 {
+        buf = content(w.rank, len, v);
+        protect(&mut writer, &mut buf);
+        writer.checkpoint(name, v).expect("checkpoint");
+    }
+    writer.wait(name, 3).expect("durable");
+    let mut mine = vec![0u8; len];
+    let mut second = Runtime::init(w.comm, config.clone());
+    protect(&mut second, &mut mine);
+    let restored = second.restart_latest(name);
+    let kind = restored.as_ref().err().map(dckpt::Error::kind);
+    w.check(kind == Some(dckpt::ErrorKind::Locked), &format!("a store in use: {restored:?}"));
+    w.check(same_everywhere(w, u64::from(kind == Some(dckpt::ErrorKind::Locked))), "the same error everywhere");
+    w.check(
+        restored.as_ref().err().is_some_and(|e| e.to_string().contains("another writer")),
+        &format!("the error says why: {restored:?}"),
+    );
+    second.finalize().expect("finalize the second");
+    writer.finalize().expect("finalize the writer");
+    next_job_restarts(w, config, name, len, 3, "after the writer finished");
 }

@@ -81,6 +81,17 @@ pub fn is_damage(e: &Error) -> bool {
     }
 }
 
+/// Whether `e` is a store in use by another writer (on this rank or, agreed,
+/// on another): a condition of the moment, never a sign of damage, so a
+/// restart neither falls back past it nor sets anything aside.
+pub fn is_in_use(e: &Error) -> bool {
+    match e {
+        Error::Locked { .. } => true,
+        Error::OnRanks { kind, .. } => *kind == crate::error::ErrorKind::Locked,
+        _ => false,
+    }
+}
+
 /// Sets aside every version of `rank` newer than `keep_through` under the
 /// store root `root`, for a restart that fell back past them (damaged on
 /// some rank of every tier): their commit records and this rank's commit

@@ -7,7 +7,9 @@
         train_one_epoch(model, optimizer)
         rt.checkpoint("train", epoch)
 
-GPU tensors stay on the GPU: the runtime de-duplicates them there.
+GPU tensors stay on the GPU: the runtime de-duplicates them there (and,
+with the collective step, across the ranks of a data-parallel job, whose
+replicas are the same bytes).
 """
 
 import torch
@@ -30,13 +32,54 @@ def _tensors(model, optimizer):
                     yield f"optim:{index.get(id(p), -1)}:{key}", value
 
 
+def init_optimizer_state(optimizer):
+    """Makes the state an optimizer would make at its first step, now, so
+    that it can be protected (and restored into) before training starts.
+
+    Takes one step with zero gradients and a learning rate of 0 (the
+    parameters do not change), then sets every state tensor it made to
+    zero: what Adam, AdamW, NAdam, RAdam, Adamax, RMSprop and SGD with
+    momentum (dampening 0) start their first step from, so training goes on
+    bit for bit as it would have. Parameters that already have state are
+    left alone. Returns the number of parameters given state."""
+    fresh = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad and not optimizer.state.get(p)]
+    if not fresh:
+        return 0
+    grads = {p: p.grad for p in fresh}
+    lrs = [g["lr"] for g in optimizer.param_groups]
+    try:
+        for p in fresh:
+            p.grad = torch.zeros_like(p)
+        for g in optimizer.param_groups:
+            g["lr"] = torch.zeros_like(g["lr"]) if torch.is_tensor(g["lr"]) else 0.0
+        with torch.no_grad():
+            before = [p.detach().clone() for p in fresh]
+            optimizer.step()
+            for p, was in zip(fresh, before):
+                p.copy_(was)  # exact, whatever a zero step did to -0.0 or NaN
+            for p in fresh:
+                for value in optimizer.state[p].values():
+                    if torch.is_tensor(value):
+                        value.zero_()
+    finally:
+        for g, lr in zip(optimizer.param_groups, lrs):
+            g["lr"] = lr
+        for p, grad in grads.items():
+            p.grad = grad
+    return len(fresh)
+
+
 def protect_module(rt, model, optimizer=None, first_id=0):
     """Protects every parameter, buffer and optimizer state tensor of
     `model` (and `optimizer`) where it lives, as regions `first_id`, +1, ...
-    in a stable order; returns the ids as {name: id}. An optimizer keeps no
-    state before its first step: take one step (or call this again after
-    it) so that its moments are protected too. Every tensor must be
-    contiguous (`model.to(memory_format=torch.contiguous_format)`)."""
+    in a stable order; returns the ids as {name: id}.
+
+    An optimizer keeps no state before its first step: its state is made
+    now ([`init_optimizer_state`]) so that its moments are protected too,
+    and a restart can restore them before training goes on. Every tensor
+    must be contiguous (`model.to(memory_format=torch.contiguous_format)`)."""
+    if optimizer is not None:
+        init_optimizer_state(optimizer)
     ids = {}
     for i, (name, t) in enumerate(_tensors(model, optimizer)):
         rt.protect(first_id + i, t)

@@ -175,6 +175,7 @@ impl Runtime {
     /// durable on every tier of every rank (mode `sync`). Collective.
     pub fn checkpoint(&mut self, name: &str, version: u64) -> Result<CollectiveReport<TieredReport>> {
         let opening = self.names.get(name).is_none_or(|n| n.calls == 0);
+        let _call = crate::profile::Span::new("runtime-call", version);
         let started = std::time::Instant::now();
         let report = self.checkpoint_untimed(name, version)?;
         let seconds = started.elapsed().as_secs_f64();
@@ -236,7 +237,10 @@ impl Runtime {
     fn checkpoint_untimed(&mut self, name: &str, version: u64) -> Result<CollectiveReport<TieredReport>> {
         // 0 is `latest`'s "none" in C and Fortran: never a version.
         let numbered = crate::error::check_version_number(version);
-        all_agree_on_name(&self.comm, "the checkpoint's number and name", version, name, numbered)?;
+        {
+            let _span = crate::profile::Span::new("runtime-agree-name", version);
+            all_agree_on_name(&self.comm, "the checkpoint's number and name", version, name, numbered)?;
+        }
         let regions = self.regions.clone();
         let sync = self.config.mode == Mode::Sync;
         {

@@ -194,7 +194,16 @@ impl Runtime {
         // condition of this machine, such as an I/O error).
         let mut only_damage = true;
         loop {
-            let restored = self.restart_here(name, version);
+            // A store another process still writes (the job before, still
+            // ending) says nothing about any version: every rank stops with
+            // that error, nothing set aside, and the next run proceeds once
+            // that process is gone.
+            let (restored, busy) = match self.restart_here(name, version) {
+                Err(e) if crate::repair::is_in_use(&e) => (None, Err(e)),
+                restored => (Some(restored), Ok(())),
+            };
+            all_agree(&self.comm, "the restart", version, busy)?;
+            let restored = restored.ok_or_else(|| Error::Internal("a store in use agreed as free".into()))?;
             only_damage &= restored.as_ref().err().is_none_or(crate::repair::is_damage);
             let ok = u64::from(restored.is_ok());
             let mut everywhere = 0u64;

@@ -1,18 +1,24 @@
-//! The host cache tier: a budget of host memory, allocated and touched
-//! by a background thread from the moment the tiers open (never in the
-//! application's path), lent out in fixed-size segments to hold diff
-//! files until the first disk tier has them. A checkpoint copies its file
-//! into segments and returns; the flusher writes them out and gives them
-//! back. When every segment is lent, a checkpoint waits (backpressure) and
-//! says how long.
+//! The host cache tier: a budget of host memory, lent out in fixed-size
+//! segments to hold diff files until the first disk tier has them. A
+//! background thread allocates and touches the segments (never in the
+//! application's path, never during a call that asked for quiet), and only
+//! as many as the files need: room for two of the largest file yet beside
+//! those lent (at least 64 MiB in all), up to the budget. A
+//! checkpoint copies its file into segments and returns; the flusher
+//! writes them out and gives them back. When every segment is lent and
+//! the budget is spent, a checkpoint waits (backpressure) and says how
+//! long.
 //!
 //! A file the cache cannot hold now for a reason other than backpressure
 //! is **spilled**: held in heap memory of its own, outside the budget,
 //! until the first disk tier has it. That is a file larger than the whole
 //! cache (never refused), or one that needs segments the background
-//! thread has not made yet (the first checkpoints after opening do not
-//! wait for page-locked allocations). One spilled file at a time: the next
-//! waits until the previous one is written (and the report says how long).
+//! thread is still making (a checkpoint does not wait for page-locked
+//! allocations). One spilled file at a time: the next waits until the
+//! previous one is written (and the report says how long). A file that
+//! needs more than the cache has set out to make waits for segments (the
+//! thread then makes them at once, quiet or not), or on the CUDA backend
+//! stays in the GPU cache tier meanwhile ([`HostCache::defer`]).
 //!
 //! Segments move by ownership (a segment travels with its job), so the
 //! application thread and the flusher never share a byte. On the CUDA
@@ -293,9 +299,9 @@ impl HostCache {
     /// A cache of `bytes` whose segments `alloc` makes (heap memory without
     /// it, or once it fails: a cache that cannot be page-locked still
     /// works, only its copies are slower). A background thread makes them
-    /// one by one from now on; a file that needs segments not made yet is
-    /// spilled meanwhile ([`Cached::spilled`]), so no checkpoint waits for
-    /// an allocation.
+    /// one by one as the files need them (see the module documentation); a
+    /// file that needs segments still being made is spilled meanwhile
+    /// ([`Cached::spilled`]), so no checkpoint waits for an allocation.
     pub fn with_memory(bytes: u64, alloc: Option<SegmentAlloc>) -> Result<Self> {
         Self::make(bytes, alloc, false)
     }
@@ -332,6 +338,9 @@ impl HostCache {
             allocating: false,
             waiting: 0,
             held,
+            wanted: FIRST_SEGMENTS.min(segments),
+            largest: 0,
+            closed: false,
         };
         let pool = Arc::new(Pool { state: Mutex::new(state), returned: Condvar::new() });
         let weak = Arc::downgrade(&pool);
@@ -347,6 +356,8 @@ impl HostCache {
     pub fn wait_made(&self) {
         self.release();
         let mut st = self.pool.lock();
+        st.wanted = st.total;
+        self.pool.returned.notify_all();
         while st.made < st.total {
             st = crate::sync::wait(&self.pool.returned, st);
         }
@@ -444,7 +455,11 @@ impl HostCache {
             })?;
             return Ok(cached);
         }
-        self.pool.lock().deferred += 1;
+        let mut st = self.pool.lock();
+        st.deferred += 1;
+        st.grow_for(len.div_ceil(SEGMENT_BYTES).max(1)); // made before its reader asks
+        drop(st);
+        self.pool.returned.notify_all();
         Ok(Cached::new(&self.pool, None, len, Gate::Deferred(file.fill), Some(file.peek)))
     }
 
@@ -457,8 +472,7 @@ impl HostCache {
         let need = len.div_ceil(SEGMENT_BYTES).max(1);
         let st = self.pool.lock();
         let turn = st.deferred == 0;
-        (st.free.len() >= need && turn)
-            || (!st.spilled && (need > st.total || (turn && need <= st.free.len() + st.total - st.made)))
+        (st.free.len() >= need && turn) || st.may_spill(need, turn)
     }
 
     /// Segments (or a spill's one segment) for a file of `len` bytes: the
@@ -504,6 +518,15 @@ fn copy_parts(parts: &[&[u8]], lo: usize, dst: &mut [u8]) {
         if s < e {
             dst[s - lo..e - lo].copy_from_slice(&p[s - plo..e - plo]);
         }
+    }
+}
+
+impl Drop for HostCache {
+    /// Stops the background thread (the files still cached keep their
+    /// segments until they are dropped).
+    fn drop(&mut self) {
+        self.pool.lock().closed = true;
+        self.pool.returned.notify_all();
     }
 }
 

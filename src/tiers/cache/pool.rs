@@ -40,6 +40,41 @@ pub(super) struct PoolState {
     /// before it makes anything (a restart's restore first: nothing made
     /// beside it competes with it), unless a taker waits.
     pub(super) held: bool,
+    /// Segments the background thread is to have made by now: the cache
+    /// grows with what its files ask for ([`PoolState::grow_for`]), never
+    /// past `total`.
+    pub(super) wanted: usize,
+    /// The most segments one file has asked for.
+    pub(super) largest: usize,
+    /// Whether the cache is gone (the background thread stops).
+    pub(super) closed: bool,
+}
+
+/// Segments made before any file asks (64 MiB): the first small diffs find
+/// them made.
+pub(super) const FIRST_SEGMENTS: usize = 16;
+
+impl PoolState {
+    /// Raises the segments wanted for a file of `need` segments: those lent
+    /// now plus room for two of the largest file yet (at least
+    /// [`FIRST_SEGMENTS`] in all), at most the whole cache. A cache grows only as
+    /// far as its files need: every page-locked allocation holds the CUDA
+    /// driver, so each one made and never used is a stall some call may
+    /// wait on (span `cache-quiet`), for nothing.
+    pub(super) fn grow_for(&mut self, need: usize) {
+        self.largest = self.largest.max(need);
+        let lent = self.made - self.free.len();
+        let wanted = lent.saturating_add(2 * self.largest).max(FIRST_SEGMENTS);
+        self.wanted = self.wanted.max(wanted).min(self.total);
+    }
+
+    /// Whether `need` segments not free now may be spilled instead of
+    /// waited for: the file can never fit, or the segments it lacks are
+    /// already being made (the cache is still growing toward them), and no
+    /// other spilled file is alive.
+    pub(super) fn may_spill(&self, need: usize, turn: bool) -> bool {
+        !self.spilled && (need > self.total || (turn && need <= self.free.len() + (self.wanted - self.made)))
+    }
 }
 
 /// What [`Pool::take`] lends.
@@ -69,12 +104,14 @@ impl Pool {
             if need <= st.free.len() && turn {
                 break;
             }
-            let unmade = st.total - st.made;
-            let spill = need > st.total || (turn && need <= st.free.len() + unmade);
-            if may_spill && spill && !st.spilled {
+            if may_spill && st.may_spill(need, turn) {
                 st.spilled = true;
+                st.grow_for(need);
+                drop(st);
+                self.returned.notify_all();
                 return Lent::Spill(t.elapsed());
             }
+            st.grow_for(need);
             if st.waiting == 0 {
                 self.returned.notify_all(); // the allocation may go on now
             }
@@ -87,6 +124,7 @@ impl Pool {
         }
         let at = st.free.len() - need;
         let taken = st.free.drain(at..).collect();
+        st.grow_for(need); // room for the next file, made between calls
         drop(st);
         self.returned.notify_all();
         Lent::Segments(taken, t.elapsed())
@@ -98,15 +136,16 @@ impl Pool {
         self.returned.notify_all();
     }
 
-    /// Waits until the cache is released and no call asked for quiet (or
-    /// a taker waits for segments), then marks a page-locking allocation as
-    /// running.
-    pub(super) fn begin_allocation(&self) {
+    /// Waits until the cache is released, wants another segment and no
+    /// call asked for quiet (or a taker waits for segments), then marks a
+    /// page-locking allocation as running; `false` once the cache is gone.
+    pub(super) fn begin_allocation(&self) -> bool {
         let mut st = self.lock();
-        while (st.held || st.quiet > 0) && st.waiting == 0 {
+        while !st.closed && (st.held || st.quiet > 0 || st.made >= st.wanted) && st.waiting == 0 {
             st = crate::sync::wait(&self.returned, st);
         }
-        st.allocating = true;
+        st.allocating = !st.closed;
+        st.allocating
     }
 
     /// Adds a segment the background thread made (its allocation ended).
@@ -151,10 +190,11 @@ pub(super) fn slices_of(segments: &mut [Segment], len: usize, seg_len: usize) ->
         .collect()
 }
 
-/// The background thread's work: makes the cache's segments one by one
-/// (page-locked by `alloc` where it works, outside any call that asked for
-/// quiet; heap memory written now otherwise, so that no checkpoint pays the
-/// page faults) until there are `total`, or the cache is gone.
+/// The background thread's work: makes the cache's segments one by one as
+/// they are wanted (page-locked by `alloc` where it works, outside any call
+/// that asked for quiet; heap memory written now otherwise, so that no
+/// checkpoint pays the page faults) until there are `total`, or the cache
+/// is gone.
 pub(super) fn make_segments(pool: &std::sync::Weak<Pool>, total: usize, mut alloc: Option<SegmentAlloc>) {
     let started = Instant::now();
     let (mut allocating, mut longest) = (Duration::ZERO, Duration::ZERO);
@@ -163,8 +203,8 @@ pub(super) fn make_segments(pool: &std::sync::Weak<Pool>, total: usize, mut allo
         // core the call's own work (the CPU backend's) would use: neither
         // starts during a call's quiet.
         match pool.upgrade() {
-            Some(pool) => pool.begin_allocation(),
-            None => return,
+            Some(pool) if pool.begin_allocation() => {}
+            _ => return,
         }
         let t = Instant::now();
         let made = alloc.as_ref().map(|a| a(SEGMENT_BYTES)).transpose().unwrap_or_else(|_| {

@@ -306,3 +306,34 @@ fn no_later_file_takes_segments_while_a_deferred_one_waits_for_its_own() {
     drop(cache.defer(10, unread).expect("defer"));
     assert!(cache.has_room(10));
 }
+
+#[test]
+fn the_cache_grows_only_as_far_as_its_files_need() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let settled = |begun: &AtomicUsize, want: usize| {
+        let t = Instant::now();
+        while begun.load(Ordering::SeqCst) < want && t.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(80)); // time to make more, were it to
+        begun.load(Ordering::SeqCst)
+    };
+    let begun = Arc::new(AtomicUsize::new(0));
+    let total = 48;
+    let cache = HostCache::with_memory((total * SEGMENT_BYTES) as u64, Some(slow_alloc(&begun))).expect("cache");
+    assert_eq!(settled(&begun, pool::FIRST_SEGMENTS), pool::FIRST_SEGMENTS, "made before any file asks");
+    // Small files, one after another: nothing more is made.
+    for k in 0..5u8 {
+        let (c, _) = cache.store_parts(&[&vec![k; SEGMENT_BYTES / 2]]).expect("small");
+        assert!(!c.spilled());
+    }
+    assert_eq!(settled(&begun, pool::FIRST_SEGMENTS), pool::FIRST_SEGMENTS, "small files grew the cache");
+    // A file of 12 segments held while the next comes: room for two of it.
+    let (big, _) = cache.store_parts(&[&vec![7u8; 12 * SEGMENT_BYTES]]).expect("big");
+    assert!(!big.spilled());
+    assert_eq!(settled(&begun, 12 + 24), 12 + 24, "lent plus room for two of the largest");
+    assert!(cache.pinned_bytes() == 0 && cache.capacity() == (total * SEGMENT_BYTES) as u64);
+    drop(big);
+    drop(cache);
+    assert_eq!(settled(&begun, 0), 36, "a dropped cache makes nothing more");
+}
