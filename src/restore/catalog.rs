@@ -71,6 +71,26 @@ impl Catalog {
         Ok(())
     }
 
+    /// Opens the readers of `files` (`(rank, version)`, any ranks) not open
+    /// yet, in parallel, as far as they open: a file that does not is left
+    /// for [`Catalog::reader`] (or [`owner_reader`]) to open again and name
+    /// in its error. What a restore does before it reads other ranks'
+    /// files (each parses and checks a file's tables).
+    pub fn preload_files(&mut self, files: &[(u32, u64)]) {
+        let missing: Vec<(u32, u64)> = files.iter().copied().filter(|key| !self.readers.contains_key(key)).collect();
+        // At most MAX_OPEN_FILES at once: each open reader holds its file.
+        for batch in missing.chunks(MAX_OPEN_FILES) {
+            let wanted: Vec<ReaderOpening> =
+                batch.iter().filter_map(|&(rank, version)| self.opening(rank, version).ok()).collect();
+            let opened: Vec<DiffReader> = wanted.into_par_iter().filter_map(|o| o.open().ok()).collect();
+            for reader in opened {
+                let key = (reader.header.rank, reader.header.version);
+                self.readers.insert(key, reader);
+                self.touch(key);
+            }
+        }
+    }
+
     /// What opening the reader of `(rank, version)` needs from its store.
     pub(super) fn opening(&mut self, rank: u32, version: u64) -> Result<ReaderOpening> {
         let store = self.store(rank)?;

@@ -93,6 +93,7 @@ pub(super) fn plan_copies(
     dst_base: u64,
 ) -> Result<CopyPlan> {
     let keys = distinct_files(sources);
+    catalog.preload_files(&keys);
     for &(owner, version) in &keys {
         owner_reader(catalog, rank, owner, version)?;
     }
