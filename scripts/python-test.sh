@@ -18,20 +18,34 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 if [ -n "${DCKPT_WHEEL:-}" ]; then  # a machine without Rust (or pip's index)
     "$venv/bin/pip" install -q --no-deps --force-reinstall "$DCKPT_WHEEL"
+    "$venv/bin/python" -c "import pytest" 2>/dev/null || "$venv/bin/pip" install -q --no-index --find-links "$(dirname "$DCKPT_WHEEL")" pytest
 else
     "$venv/bin/pip" install -q --upgrade pip >/dev/null
-    "$venv/bin/pip" install -q numpy mpi4py
+    "$venv/bin/pip" install -q numpy mpi4py pytest
     "$venv/bin/pip" install -q ./python
 fi
 py="$PWD/$venv/bin/python"   # not resolved: the link is what makes it the environment
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# pytest under mpirun, one phase a job (python/tests/conftest.py); every
+# rank's pytest reports, rank 0's line is kept.
+pytest() {
+    local log="$work/pytest.log" rc=0
+    timeout 300 mpirun --oversubscribe -np "$1" "$py" -m pytest -q --color=no "${@:2}" >"$log" 2>&1 || rc=$?
+    # 5: nothing collected, as when a module skips itself (no GPU here).
+    if [ "$rc" != 0 ] && ! { [ "$rc" = 5 ] && grep -q skipped "$log"; }; then
+        cat "$log"
+        echo "FAILED: $1 rank(s): pytest ${*:2}"
+        exit 1
+    fi
+    echo "pytest, $1 rank(s), ${*:2}: $(grep -m1 -E 'passed|skipped' "$log")"
+}
 for np in 1 2 3; do
     d="$work/t$np"
     for phase in write restart; do
-        timeout 300 mpirun --oversubscribe -np "$np" "$py" python/tests/test_runtime.py "$phase" "$d"
+        pytest "$np" python/tests/test_runtime.py -k "test_$phase" --store "$d"
     done
-    timeout 300 mpirun --oversubscribe -np 1 "$py" python/tests/test_runtime.py resize "$d" "$np"
+    pytest 1 python/tests/test_runtime.py -k test_resize --store "$d" --old-ranks "$np"
 done
 stencil() { timeout 300 mpirun --oversubscribe -np 3 "$py" examples/python/stencil.py --rows 64 --cols 256 "$@"; }
 want=$(stencil --dir "$work/clean" | grep -o 'digest [0-9a-f]*')
@@ -60,7 +74,7 @@ echo "python: the stencil interrupted by SIGINT, $(echo "$out" | grep -o 'restar
 # `skipped` without them), and the PyTorch example killed (SIGKILL) mid-run.
 for np in 1 2; do
     for phase in write restart; do
-        timeout 300 mpirun --oversubscribe -np "$np" "$py" python/tests/test_gpu.py "$phase" "$work/g$np"
+        pytest "$np" python/tests/test_gpu.py -k "test_$phase" --store "$work/g$np"
     done
 done
 if "$py" -c "import torch" 2>/dev/null; then

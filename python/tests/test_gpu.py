@@ -1,32 +1,27 @@
-"""The Python binding on the GPU, under mpirun, through what users call:
+"""The Python binding on the GPU, under mpirun, through what users call
+(pytest, one phase a job; see conftest.py):
 
-    mpirun -np N python python/tests/test_gpu.py write DIR
-    mpirun -np N python python/tests/test_gpu.py restart DIR    (a new job: byte-exact)
+    mpirun -np N python -m pytest python/tests/test_gpu.py -k test_write --store DIR
+    mpirun -np N python -m pytest python/tests/test_gpu.py -k test_restart --store DIR   (a new job: byte-exact)
 
 CuPy arrays of every element kind, PyTorch tensors on the GPU and on the
 host, an array given by `__cuda_array_interface__` only and one given by
 DLPack only, protected where they live; the restart restores them in place,
-byte-exact. Needs CuPy and PyTorch with CUDA; exits 0 saying `skipped`
-without them. Exits non-zero, naming what failed, on any rank.
+byte-exact. Skipped without CuPy, PyTorch or a CUDA device.
 """
 
 import sys
 
 import numpy as np
+import pytest
 from mpi4py import MPI
 
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
-try:
-    import cupy as cp
-    import torch
-
-    if not torch.cuda.is_available() or cp.cuda.runtime.getDeviceCount() == 0:
-        raise ImportError("no CUDA device")
-except ImportError as e:
-    if rank == 0:
-        print(f"test_gpu: skipped ({e})", flush=True)
-    sys.exit(0)
+cp = pytest.importorskip("cupy")
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device", allow_module_level=True)
 
 import dckpt  # noqa: E402
 
@@ -60,7 +55,8 @@ class DLPackOnly:
 
 def check(ok, what):
     if not ok:
-        print(f"test_gpu: rank {rank}: FAILED: {what}", flush=True)
+        # Past pytest's capture: the abort ends the process before it reports.
+        print(f"test_gpu: rank {rank}: FAILED: {what}", file=sys.__stderr__, flush=True)
         comm.Abort(1)
 
 
@@ -123,7 +119,8 @@ def settings(d):
     return dict(persistent=f"{d}/persistent", scratch=f"{d}/scratch", host_cache_size="64M")
 
 
-def write(d):
+def test_write(store):
+    d = store
     with dckpt.Runtime(comm, **settings(d)) as rt:
         r = regions()
         protect(rt, r)
@@ -140,7 +137,8 @@ def write(d):
                 pass
 
 
-def restart(d):
+def test_restart(store):
+    d = store
     with dckpt.Runtime(comm, **settings(d)) as rt:
         r = regions()
         protect(rt, r)
@@ -149,10 +147,3 @@ def restart(d):
         rt.restart("gpu", 1)
         same(r, 1)
 
-
-if __name__ == "__main__":
-    phase, d = sys.argv[1], sys.argv[2]
-    {"write": write, "restart": restart}[phase](d)
-    comm.Barrier()
-    if rank == 0:
-        print(f"test_gpu: {phase} ok ({size} ranks)", flush=True)

@@ -1,13 +1,13 @@
-"""The Python binding under mpirun, through what users call:
+"""The Python binding under mpirun, through what users call (pytest, one
+phase a job; see conftest.py):
 
-    mpirun -np N python python/tests/test_runtime.py write DIR
-    mpirun -np N python python/tests/test_runtime.py restart DIR    (a new job: byte-exact)
-    mpirun -np 1 python python/tests/test_runtime.py resize DIR N   (another rank count)
-
-Exits non-zero, naming what failed, on any rank.
+    mpirun -np N python -m pytest python/tests/test_runtime.py -k test_write --store DIR
+    mpirun -np N python -m pytest python/tests/test_runtime.py -k test_restart --store DIR   (a new job: byte-exact)
+    mpirun -np 1 python -m pytest python/tests/test_runtime.py -k test_resize --store DIR --old-ranks N
 """
 
 import array
+
 import sys
 
 import numpy as np
@@ -68,7 +68,8 @@ def protect_all(rt):
 
 def check(ok, what):
     if not ok:
-        print(f"test_runtime: rank {rank}: FAILED: {what}", flush=True)
+        # Past pytest's capture: the abort ends the process before it reports.
+        print(f"test_runtime: rank {rank}: FAILED: {what}", file=sys.__stderr__, flush=True)
         comm.Abort(1)
 
 
@@ -80,7 +81,8 @@ def settings(d):
     return dict(persistent=f"{d}/persistent", scratch=f"{d}/scratch", host_cache_size="16M")
 
 
-def write(d):
+def test_write(store):
+    d = store
     with dckpt.Runtime(comm, **settings(d)) as rt:
         try:
             rt.restart_latest("sim")
@@ -131,7 +133,8 @@ def write(d):
         check("chunk_sise" in str(e) and e.code == 7, f"the message names the key: {e}")
 
 
-def restart(d):
+def test_restart(store):
+    d = store
     rt = dckpt.Runtime(comm, settings(d))
     u, c, arrays, dl = protect_all(rt)
     v = rt.restart_latest("sim")
@@ -152,7 +155,8 @@ def restart(d):
         pass
 
 
-def resize(d, old_size):
+def test_resize(store, old_ranks):
+    d, old_size = store, old_ranks
     rt = dckpt.Runtime(comm, **settings(d))
     old = rt.old_regions("sim")
     check(len(old) == old_size, f"{len(old)} old ranks")
@@ -171,10 +175,3 @@ def resize(d, old_size):
             check(e.code == 17, f"RankCountError: {e}")
     rt.finalize()
 
-
-if __name__ == "__main__":
-    phase, d = sys.argv[1], sys.argv[2]
-    {"write": write, "restart": restart}.get(phase, lambda d: resize(d, int(sys.argv[3])))(d)
-    comm.Barrier()
-    if rank == 0:
-        print(f"test_runtime: {phase} ok ({size} ranks)", flush=True)
