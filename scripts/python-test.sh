@@ -2,7 +2,8 @@
 # The Python binding (issue #43): builds and installs `dckpt` with pip into a
 # virtual environment (target/python-venv, which sees the interpreter's own
 # packages: a machine's PyTorch and CuPy; PYTHON picks the interpreter;
-# DCKPT_WHEEL installs a wheel built elsewhere instead of ./python), then,
+# DCKPT_WHEEL=path uses a wheel built elsewhere instead, beside the
+# interpreter's packages, on a machine without Rust), then,
 # under mpirun, its tests with 1, 2 and 3 ranks (write, a restart in a new
 # job, byte-exact, a read on another rank count), the mpi4py + NumPy stencil
 # killed and restarted (the same plate as a run never interrupted), and
@@ -12,21 +13,30 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-venv=target/python-venv
-if [ ! -x "$venv/bin/python" ]; then
-    "${PYTHON:-python3}" -m venv --system-site-packages "$venv"
-fi
-if [ -n "${DCKPT_WHEEL:-}" ]; then  # a machine without Rust (or pip's index)
-    "$venv/bin/pip" install -q --no-deps --force-reinstall "$DCKPT_WHEEL"
-    "$venv/bin/python" -c "import pytest" 2>/dev/null || "$venv/bin/pip" install -q --no-index --find-links "$(dirname "$DCKPT_WHEEL")" pytest
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+wheel=${DCKPT_WHEEL:-}
+unset DCKPT_WHEEL # not a setting: the runtime refuses unknown DCKPT_* variables
+if [ -n "$wheel" ]; then
+    # A machine without Rust (or pip's index): the wheel beside the
+    # interpreter's own packages (NumPy, mpi4py, PyTorch, CuPy), and pytest
+    # from the wheel's folder where the interpreter has none.
+    py=$(command -v "${PYTHON:-python3}")
+    "$py" -m pip install -q --no-deps --target "$work/site" "$wheel"
+    "$py" -c "import pytest" 2>/dev/null ||
+        "$py" -m pip install -q --no-deps --no-index --find-links "$(dirname "$wheel")" --target "$work/site" \
+            pytest pluggy iniconfig packaging pygments
+    export PYTHONPATH="$work/site${PYTHONPATH:+:$PYTHONPATH}"
 else
+    venv=target/python-venv
+    if [ ! -x "$venv/bin/python" ]; then
+        "${PYTHON:-python3}" -m venv --system-site-packages "$venv"
+    fi
     "$venv/bin/pip" install -q --upgrade pip >/dev/null
     "$venv/bin/pip" install -q numpy mpi4py pytest
     "$venv/bin/pip" install -q ./python
+    py="$PWD/$venv/bin/python" # not resolved: the link is what makes it the environment
 fi
-py="$PWD/$venv/bin/python"   # not resolved: the link is what makes it the environment
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 # pytest under mpirun, one phase a job (python/tests/conftest.py); every
 # rank's pytest reports, rank 0's line is kept.
 pytest() {
@@ -79,13 +89,20 @@ for np in 1 2; do
 done
 if "$py" -c "import torch" 2>/dev/null; then
     train() { timeout 300 mpirun --oversubscribe -np "${TRAIN_RANKS:-2}" "$py" examples/python/train.py --steps 30 "$@"; }
-    want=$(train --dir "$work/train-clean" | grep -o 'weights digest [0-9a-f]*')
-    kill_at=$((6 + RANDOM % 20))
-    train --dir "$work/train-killed" --kill-at "$kill_at" >/dev/null 2>&1 && { echo "FAILED: the training meant to die finished"; exit 1; }
-    out=$(train --dir "$work/train-killed")
-    got=$(echo "$out" | grep -o 'weights digest [0-9a-f]*')
-    [ -n "$want" ] && [ "$got" = "$want" ] || { echo "FAILED: training killed at step $kill_at: $got, uninterrupted: $want"; echo "$out"; exit 1; }
-    echo "python: training killed at step $kill_at, $(echo "$out" | grep -o 'restarted from the checkpoint of step [0-9]*' || echo 'from the start'): the same weights"
+    # Killed at a random step, then run again: the weights of a run never
+    # interrupted, bit for bit; with NCCL summing the gradients too, where
+    # there are GPUs for it.
+    variants=("")
+    "$py" -c "import torch, sys; sys.exit(torch.cuda.device_count() < 2)" 2>/dev/null && variants+=("--torch-distributed")
+    for v in "${variants[@]}"; do
+        want=$(train $v --dir "$work/train-clean$v" | grep -o 'weights digest [0-9a-f]*')
+        kill_at=$((6 + RANDOM % 20))
+        train $v --dir "$work/train-killed$v" --kill-at "$kill_at" >/dev/null 2>&1 && { echo "FAILED: the training meant to die finished"; exit 1; }
+        out=$(train $v --dir "$work/train-killed$v")
+        got=$(echo "$out" | grep -o 'weights digest [0-9a-f]*')
+        [ -n "$want" ] && [ "$got" = "$want" ] || { echo "FAILED: training $v killed at step $kill_at: $got, uninterrupted: $want"; echo "$out"; exit 1; }
+        echo "python: training ${v:-(MPI all-reduce)} killed at step $kill_at, $(echo "$out" | grep -o 'restarted from the checkpoint of step [0-9]*' || echo 'from the start'): the same weights"
+    done
 else
     echo "python: the PyTorch example skipped (no torch here)"
 fi
