@@ -310,9 +310,13 @@ impl TieredCollective {
     ) -> Result<CollectiveReport<TieredReport>> {
         let input = data.into();
         let t0 = Instant::now();
-        self.settle_steps(false);
+        {
+            let _span = crate::profile::Span::new("settle-before", version);
+            self.settle_steps(false);
+        }
         if let Some(p) = &mut self.protector {
             // Without a thread of its own, the protection runs here.
+            let _span = crate::profile::Span::new("protect-queued", version);
             p.run_queued();
         }
         {
@@ -332,7 +336,10 @@ impl TieredCollective {
         };
         // Every rank that agreed hands the version on, taken here or not,
         // so that the protection's and the step's threads meet.
-        self.protect(version);
+        {
+            let _span = crate::profile::Span::new("protect-submit", version);
+            self.protect(version);
+        }
         let (checkpoint, file) = match submitted {
             Ok((checkpoint, file)) => (Ok(checkpoint), Some(file)),
             Err(e) => (Err(e), None),
@@ -348,6 +355,7 @@ impl TieredCollective {
         match &self.worker {
             // Beside the call: the thread decides; the next call settles.
             Some(worker) => {
+                let _span = crate::profile::Span::new("step-submit", version);
                 if let Err(e) = worker.submit(task) {
                     // The dropped task kept the version's regions: its flush goes on.
                     tracing::warn!("version {version}: {e}; its regions are kept");
@@ -358,6 +366,7 @@ impl TieredCollective {
             }
             // In the call: the same step, on the call's communicator, then settled.
             None => {
+                let _span = crate::profile::Span::new("step-in-call", version);
                 let (comm, reducer) = self.reduction.parts();
                 run_step(comm, &self.params, reducer, task);
                 let report = self.report_of(checkpoint?, t0);

@@ -179,6 +179,7 @@ impl Runtime {
         let started = std::time::Instant::now();
         let report = self.checkpoint_untimed(name, version)?;
         let seconds = started.elapsed().as_secs_f64();
+        let _stats = crate::profile::Span::new("runtime-stats", version);
         if let Some(named) = self.names.get_mut(name) {
             named.calls += 1;
         }
