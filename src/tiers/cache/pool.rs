@@ -57,11 +57,16 @@ pub(super) const FIRST_SEGMENTS: usize = 16;
 impl PoolState {
     /// Raises the segments wanted for a file of `need` segments: those lent
     /// now plus room for two of the largest file yet (at least
-    /// [`FIRST_SEGMENTS`] in all), at most the whole cache. A cache grows only as
+    /// [`FIRST_SEGMENTS`] in all), at most the whole cache. A file larger
+    /// than the whole cache (a large baseline, always spilled) changes
+    /// nothing. A cache grows only as
     /// far as its files need: every page-locked allocation holds the CUDA
     /// driver, so each one made and never used is a stall some call may
     /// wait on (span `cache-quiet`), for nothing.
     pub(super) fn grow_for(&mut self, need: usize) {
+        if need > self.total {
+            return; // spilled whatever the cache holds: it asks for nothing
+        }
         self.largest = self.largest.max(need);
         let lent = self.made - self.free.len();
         let wanted = lent.saturating_add(2 * self.largest).max(FIRST_SEGMENTS);

@@ -334,6 +334,11 @@ fn the_cache_grows_only_as_far_as_its_files_need() {
     assert_eq!(settled(&begun, 12 + 24), 12 + 24, "lent plus room for two of the largest");
     assert!(cache.pinned_bytes() == 0 && cache.capacity() == (total * SEGMENT_BYTES) as u64);
     drop(big);
+    // A file larger than the whole cache is spilled and asks for nothing.
+    let (huge, _) = cache.store_parts(&[&vec![9u8; (total + 1) * SEGMENT_BYTES]]).expect("huge");
+    assert!(huge.spilled());
+    drop(huge);
+    assert_eq!(settled(&begun, 36), 36, "a spilled file grew the cache");
     drop(cache);
     assert_eq!(settled(&begun, 0), 36, "a dropped cache makes nothing more");
 }
