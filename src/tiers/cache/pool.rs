@@ -76,9 +76,11 @@ impl PoolState {
     /// Whether `need` segments not free now may be spilled instead of
     /// waited for: the file can never fit, or the segments it lacks are
     /// already being made (the cache is still growing toward them), and no
-    /// other spilled file is alive.
+    /// other spilled file is alive. (A taker that waited may have had more
+    /// made than wanted.)
     pub(super) fn may_spill(&self, need: usize, turn: bool) -> bool {
-        !self.spilled && (need > self.total || (turn && need <= self.free.len() + (self.wanted - self.made)))
+        !self.spilled
+            && (need > self.total || (turn && need <= self.free.len() + self.wanted.saturating_sub(self.made)))
     }
 }
 
