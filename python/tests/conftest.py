@@ -18,17 +18,19 @@ def pytest_addoption(parser):
     parser.addoption("--old-ranks", type=int, default=None, help="ranks of the job that wrote --store (resize)")
 
 
+def _given(request, option, why):
+    """The value of `option`, or the test skipped saying what to give."""
+    value = request.config.getoption(option)
+    if value is None:
+        pytest.skip(why)
+    return value
+
+
 @pytest.fixture
 def store(request):
-    d = request.config.getoption("--store")
-    if d is None:
-        pytest.skip("a phase of a job: give --store DIR")
-    return d
+    return _given(request, "--store", "a phase of a job: give --store DIR")
 
 
 @pytest.fixture
 def old_ranks(request):
-    n = request.config.getoption("--old-ranks")
-    if n is None:
-        pytest.skip("the resize phase: give --old-ranks N")
-    return n
+    return _given(request, "--old-ranks", "the resize phase: give --old-ranks N")

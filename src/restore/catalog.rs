@@ -63,12 +63,17 @@ impl Catalog {
         let missing: Vec<u64> = versions.iter().copied().filter(|&v| !self.readers.contains_key(&(rank, v))).collect();
         let wanted: Vec<ReaderOpening> = missing.into_iter().map(|v| self.opening(rank, v)).collect::<Result<_>>()?;
         let opened: Vec<DiffReader> = wanted.into_par_iter().map(ReaderOpening::open).collect::<Result<_>>()?;
+        self.keep_opened(opened);
+        Ok(())
+    }
+
+    /// Adds readers opened apart (each most recently used, in order).
+    fn keep_opened(&mut self, opened: Vec<DiffReader>) {
         for reader in opened {
-            let key = (rank, reader.header.version);
+            let key = (reader.header.rank, reader.header.version);
             self.readers.insert(key, reader);
             self.touch(key);
         }
-        Ok(())
     }
 
     /// Opens the readers of `files` (`(rank, version)`, any ranks) not open
@@ -83,11 +88,7 @@ impl Catalog {
             let wanted: Vec<ReaderOpening> =
                 batch.iter().filter_map(|&(rank, version)| self.opening(rank, version).ok()).collect();
             let opened: Vec<DiffReader> = wanted.into_par_iter().filter_map(|o| o.open().ok()).collect();
-            for reader in opened {
-                let key = (reader.header.rank, reader.header.version);
-                self.readers.insert(key, reader);
-                self.touch(key);
-            }
+            self.keep_opened(opened);
         }
     }
 
