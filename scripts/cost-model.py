@@ -70,6 +70,8 @@ RUNS = {  # machine -> scaling CSV, reduction class, cores, GPUs, rank counts le
     # ranks, weak; heat on 1 and 2 H200s (1 GiB a rank), weak and strong.
     "h200x2-1128-cpu": dict(csv="docs/bench/scaling/h200x2-1128-cpu.csv", micro=GPU_NODE, cores=32, gpus=0, bad=[]),
     "h200x2-1128-gpu": dict(csv="docs/bench/scaling/h200x2-1128-gpu.csv", micro=GPU_NODE, cores=32, gpus=2, bad=[]),
+    # Heat on 1, 2 and 4 H200s (1 GiB a rank weak, 4 GiB in all strong), the pool at the rank's share.
+    "h200x4-1128-gpu": dict(csv="docs/bench/scaling/h200x4-gpu.csv", micro=GPU_NODE, cores=64, gpus=4, bad=[]),
 }
 # Where and when each input was measured (BENCHMARKS.md): the figure's title names them.
 MEASURED = {
@@ -82,6 +84,7 @@ MEASURED = {
     "h200x2": "2 × NVIDIA H200 (nvidia-h200-x2, 32 cores), ranks placed, 2026-11-24",
     "h200x2-1128-cpu": "the 2 × H200 host's 32 cores, CPU backend, the step beside the call, 2026-11-28",
     "h200x2-1128-gpu": "2 × NVIDIA H200, heat 1 GiB a rank, the step beside the call, 2026-11-28",
+    "h200x4-1128-gpu": "4 × NVIDIA H200 (nvidia-h200-x4, 64 cores), heat 1 GiB a rank, 2026-11-28",
 }
 K_DEFAULT, CHUNK, ENTRY_BYTES = 1 << 17, 128, 40
 PER_NODE, A_NET, BW_NET = 8, 5e-6, 25e9
@@ -89,7 +92,7 @@ P_OUT = [64, 256, 1024, 4096]
 P_LINE = np.unique(np.round(np.logspace(0, 12, 97, base=2)))
 EXAMPLES, MODES = ("heat", "labels", "replicated"), ("collective", "local", "full")
 COLOR = {"devbox-cpu": "C3", "h100-cpu": "C1", "h100": "C2", "h200x2": "C0", "h200x2-1128-cpu": "C4",
-         "h200x2-1128-gpu": "C5"}
+         "h200x2-1128-gpu": "C5", "h200x4-1128-gpu": "C6"}
 
 
 def read_csv(rel):

@@ -17,6 +17,7 @@ use crate::hash::Digest;
 use crate::layout::{Layout, NodeId};
 use crate::record::RecordEntry;
 use rayon::prelude::*;
+use std::borrow::Cow;
 use std::ops::Range;
 
 /// A region this rank would store.
@@ -185,13 +186,30 @@ fn region(layout: &Layout, node: NodeId, digest: Digest) -> Region {
 
 /// The regions of `diff`'s FIRST runs, with their digests hashed over `bytes`.
 pub fn first_regions(diff: &Diff, bytes: &FirstBytes<'_>, max_level: u32) -> Vec<Region> {
+    let read = |at: Range<u64>| Some(Cow::Borrowed(&bytes.data[at.start as usize..at.end as usize]));
+    // Every range lies in `bytes` (the index was made from the same diff).
+    first_regions_read(diff, &bytes.index, max_level, &read).unwrap_or_default()
+}
+
+/// The regions of `diff`'s FIRST runs, their digests hashed over the bytes
+/// `read` gives for a range of the data `index` describes: borrowed where
+/// they lie in one piece (a cached file's segment), copied where they do
+/// not, so that no copy of all the FIRST data is made first. `None` where
+/// `read` could not give a range (data shorter than the diff says).
+pub fn first_regions_read<'a>(
+    diff: &Diff,
+    index: &FirstIndex,
+    max_level: u32,
+    read: &(dyn Fn(Range<u64>) -> Option<Cow<'a, [u8]>> + Sync),
+) -> Option<Vec<Region>> {
     let layout = diff.layout;
     region_nodes(diff, max_level)
         .into_par_iter()
-        .with_min_len(64)
+        .with_min_len(256)
         .map(|node| {
-            let digest = subtree_digest(diff.hash, layout.chunk_size(), bytes.get(layout.node_chunks(node)));
-            region(&layout, node, digest)
+            let bytes = read(index.locate(layout.node_chunks(node)))?;
+            let digest = subtree_digest(diff.hash, layout.chunk_size(), &bytes);
+            Some(region(&layout, node, digest))
         })
         .collect()
 }
@@ -538,6 +556,28 @@ mod tests {
         let sub = [FirstRun { start: 3, count: 2 }, FirstRun { start: 40, count: 1 }, FirstRun { start: 45, count: 6 }];
         assert_eq!(part.gather(&sub), whole.gather(&sub));
         assert_eq!(part.gather(&first), gathered);
+
+        // Read in pieces (segments of 100 bytes, not chunk-aligned: some
+        // regions cross two and are copied), the regions are the same; a
+        // reader that runs short gives none.
+        let segmented = |at: Range<u64>| -> Option<Cow<'_, [u8]>> {
+            let bytes = gathered.get(at.start as usize..at.end as usize)?;
+            Some(if at.start / 100 == (at.end - 1) / 100 { Cow::Borrowed(bytes) } else { Cow::Owned(bytes.to_vec()) })
+        };
+        let index = FirstIndex::gathered(&diff);
+        for level in 0..4 {
+            let nodes = region_nodes(&diff, level);
+            let digests: Vec<Digest> =
+                nodes.iter().map(|&n| subtree_digest(diff.hash, 64, whole.get(layout.node_chunks(n)))).collect();
+            let want = regions_of(&layout, &nodes, &digests);
+            assert!(want.len() >= first.len());
+            assert_eq!(first_regions(&diff, &part, level), want, "level {level}");
+            assert_eq!(first_regions_read(&diff, &index, level, &segmented), Some(want), "level {level}");
+        }
+        let short = gathered.len() as u64 - 1;
+        let truncated =
+            |at: Range<u64>| (at.end <= short).then(|| Cow::Borrowed(&gathered[at.start as usize..at.end as usize]));
+        assert_eq!(first_regions_read(&diff, &index, 2, &truncated), None);
     }
 
     #[test]

@@ -277,6 +277,21 @@ pub fn restore_with<'o>(
     version: u64,
     output: impl FnOnce(usize) -> Result<&'o mut [u8]>,
 ) -> Result<(RestoreStats, Resolution)> {
+    restore_beside(catalog, rank, version, output, |_| Ok(()))
+}
+
+/// [`restore_with`], running `beside` on the filled buffer while the
+/// references are checked (on a thread of their own): a restore into
+/// device memory uploads the bytes meanwhile. An error of either is the
+/// restore's (the check's first); `beside` has then seen bytes that are
+/// not all verified.
+pub fn restore_beside<'o>(
+    catalog: &mut Catalog,
+    rank: u32,
+    version: u64,
+    output: impl FnOnce(usize) -> Result<&'o mut [u8]>,
+    beside: impl FnOnce(&[u8]) -> Result<()>,
+) -> Result<(RestoreStats, Resolution)> {
     let t0 = std::time::Instant::now();
     let res = {
         let _span = crate::profile::Span::new("restore-resolve", version);
@@ -298,10 +313,25 @@ pub fn restore_with<'o>(
         fill(catalog, plan, out)?
     };
     crate::profile::record("restore-fill-cut", version, std::time::Duration::from_secs_f64(io.cut));
-    {
-        let _span = crate::profile::Span::new("restore-references", version);
-        check_references(catalog, rank, &layout, &res.references, Some(out))?;
-    }
+    let out: &[u8] = out;
+    let (checked, done) = std::thread::scope(|s| {
+        let (references, catalog) = (&res.references, &mut *catalog);
+        if references.is_empty() {
+            return (Ok(()), beside(out));
+        }
+        let check = std::thread::Builder::new().name("dckpt-restore-check".into()).spawn_scoped(s, move || {
+            let _span = crate::profile::Span::new("restore-references", version);
+            check_references(catalog, rank, &layout, references, Some(out))
+        });
+        let done = beside(out);
+        let checked = match check {
+            Ok(check) => check.join().unwrap_or_else(|_| Err(Error::Internal("the reference check panicked".into()))),
+            Err(e) => Err(Error::no_thread("the reference check", e)),
+        };
+        (checked, done)
+    });
+    checked?;
+    done?;
     let stats = RestoreStats {
         files_opened: catalog.files_opened(),
         bytes_read: io.bytes,

@@ -69,6 +69,7 @@ impl Runtime {
     pub fn init<C: Communicator>(comm: &C, config: Config) -> Runtime {
         crate::log::init(Some(comm.rank().max(0) as u32));
         super::placement::warn_if_crowded(comm);
+        super::placement::size_the_pool(comm);
         let node = crate::collective::protect::node_map(comm, config.ranks_per_node).node(comm.rank().max(0) as u32);
         Runtime {
             comm: comm.duplicate(),

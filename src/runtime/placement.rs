@@ -62,9 +62,57 @@ pub fn warn_if_crowded<C: ::mpi::traits::Communicator>(comm: &C) {
     }
 }
 
+/// The threads of the process's data-parallel pool (rayon's global pool,
+/// which de-duplication, hashing, restores and rewrites share) for a rank
+/// that can count on `share` CPUs ([`crate::cpus::share`]) of the
+/// `online` this process sees: its share, two at least (a pool of one would
+/// run a task that waits for another pool task's result alone). `None`
+/// where rayon's default (one thread a CPU online) is no larger, or where
+/// the user chose (`RAYON_NUM_THREADS` set): 4 ranks of a 64-CPU node get
+/// 16 threads each instead of 64 (4 × 64 threads on 64 CPUs slowed the
+/// collective step's hashing and a restart's checks: BENCHMARKS.md, "The
+/// pool at the rank's share").
+pub fn pool_threads(share: Option<usize>, online: usize, user_chose: bool) -> Option<usize> {
+    let threads = share?.max(2);
+    (!user_chose && threads < online).then_some(threads)
+}
+
+/// Sizes the process's data-parallel pool to this rank's share of its
+/// node's CPUs ([`pool_threads`]), if the pool is not running yet (the
+/// application or an earlier `init` may have started it: then it stays as
+/// it is). Collective.
+#[cfg(feature = "mpi")]
+pub fn size_the_pool<C: ::mpi::traits::Communicator>(comm: &C) {
+    let share = crate::collective::mpi::cpu_share(comm);
+    let online = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let Some(threads) = pool_threads(share, online, std::env::var_os("RAYON_NUM_THREADS").is_some()) else {
+        return;
+    };
+    let built =
+        rayon::ThreadPoolBuilder::new().num_threads(threads).thread_name(|i| format!("dckpt-pool-{i}")).build_global();
+    match built {
+        Ok(()) => tracing::debug!("the data-parallel pool runs {threads} threads (this rank's share of its node)"),
+        Err(e) => tracing::debug!("the data-parallel pool stays as it is: {e}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pool_takes_the_rank_s_share_unless_the_user_chose() {
+        // 4 ranks of a 64-CPU node: 16 threads each.
+        assert_eq!(pool_threads(Some(16), 64, false), Some(16));
+        // Two at least: 2 ranks on a 2-CPU node keep rayon's default.
+        assert_eq!(pool_threads(Some(1), 2, false), None);
+        assert_eq!(pool_threads(Some(1), 8, false), Some(2));
+        // One rank with every CPU: the default.
+        assert_eq!(pool_threads(Some(64), 64, false), None);
+        // RAYON_NUM_THREADS set, or the share unknown: as it is.
+        assert_eq!(pool_threads(Some(16), 64, true), None);
+        assert_eq!(pool_threads(None, 64, false), None);
+    }
 
     #[test]
     fn one_core_a_rank_is_crowded_only_with_cores_to_spare() {

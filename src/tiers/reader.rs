@@ -63,14 +63,24 @@ pub(crate) fn restore(
     out: &mut [u8],
 ) -> Result<PendingMap> {
     let want = out.len();
-    restore_with(at, rank, version, reach, cache, |len| match len == want {
-        true => Ok(out),
-        false => Err(Error::InvalidOption(format!("the buffer holds {want} bytes, version {version} holds {len}"))),
-    })
+    restore_with(
+        at,
+        rank,
+        version,
+        reach,
+        cache,
+        |len| match len == want {
+            true => Ok(out),
+            false => Err(Error::InvalidOption(format!("the buffer holds {want} bytes, version {version} holds {len}"))),
+        },
+        |_| Ok(()),
+    )
 }
 
 /// As [`restore`], asking `output` for the buffer once the version is
-/// resolved (the caller may ready it meanwhile).
+/// resolved (the caller may ready it meanwhile), and running `beside` on
+/// the filled buffer while its references are checked
+/// ([`crate::restore::restore_beside`]).
 pub(crate) fn restore_with<'o>(
     at: At<'_>,
     rank: u32,
@@ -78,6 +88,7 @@ pub(crate) fn restore_with<'o>(
     reach: Reach,
     cache: Option<&RestoreCache>,
     output: impl FnOnce(usize) -> Result<&'o mut [u8]>,
+    beside: impl FnOnce(&[u8]) -> Result<()>,
 ) -> Result<PendingMap> {
     let tiers: Vec<Posix> = at.roots.iter().map(|r| Posix::at(r)).collect();
     let reader = Arc::new(TierReader {
@@ -90,7 +101,7 @@ pub(crate) fn restore_with<'o>(
         touched: Mutex::new(Vec::new()),
     });
     let mut catalog = Catalog::on(Arc::clone(&reader) as Arc<dyn Storage>);
-    let result = crate::restore::restore_with(&mut catalog, rank, version, output)
+    let result = crate::restore::restore_beside(&mut catalog, rank, version, output, beside)
         .and_then(|(_, res)| PendingMap::of(&mut catalog, res.sources));
     if let Some(cache) = cache {
         if result.is_err() {

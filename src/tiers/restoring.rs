@@ -167,7 +167,12 @@ impl TieredEngine {
                     false => None,
                 };
                 let slot = &mut *staging;
-                let map = reader::restore_with(at, self.rank, version, reach, cache, |want| {
+                // The upload runs while the references are checked.
+                let upload = |buf: &[u8]| {
+                    let _span = crate::profile::Span::new("restore-upload", version);
+                    self.backend.place(buf, ProtectedMut::Device(*region))
+                };
+                let output = |want| {
                     if let Some(making) = making {
                         let _span = crate::profile::Span::new("restore-staging", version);
                         let made = making.join().map_err(|_| Error::Internal("making the restore buffer".into()))?;
@@ -178,11 +183,8 @@ impl TieredEngine {
                         true => Ok(buf),
                         false => Err(Error::size_mismatch("restored bytes for their region", len as u64, want as u64)),
                     }
-                })?;
-                let buf = staging.as_ref().ok_or_else(|| Error::Internal("restore staging".into()))?.bytes();
-                let _span = crate::profile::Span::new("restore-upload", version);
-                self.backend.place(buf, ProtectedMut::Device(*region))?;
-                Ok(map)
+                };
+                reader::restore_with(at, self.rank, version, reach, cache, output, upload)
             }
         }
     }

@@ -10,6 +10,7 @@
 
 use super::*;
 use crate::backend::{Described, GivenAway, StepDiff};
+use std::borrow::Cow;
 
 /// A version handed to the host cache with no regions to offer
 /// ([`TieredEngine::hand_over`]), not yet committed nor queued.
@@ -61,24 +62,26 @@ impl StepFile {
         };
         drop(decode);
         let (diff, data_start) = (&described.diff, described.data_start);
-        // The FIRST data where it lies in one segment (a spilled file),
-        // else gathered.
-        let gather = crate::profile::Span::new("step-describe-gather", version);
-        let data = data_start..data_start + diff.data_bytes() as usize;
-        let copied;
-        let first = match cached.contiguous(data.clone()) {
-            Some(bytes) => bytes,
-            None => {
-                let mut bytes = vec![0u8; data.len()];
-                read(data.start as u64, &mut bytes)?;
-                copied = bytes;
-                &copied
+        // Each region hashed where its bytes lie in the cache (a segment,
+        // or a spilled file's one piece); only a region across two segments
+        // is copied.
+        let _span = crate::profile::Span::new("step-describe-hash", version);
+        let index = crate::regions::FirstIndex::gathered(diff);
+        let data_bytes = diff.data_bytes();
+        let in_file = |at: std::ops::Range<u64>| {
+            if at.end > data_bytes {
+                return None;
+            }
+            let at = data_start + at.start as usize..data_start + at.end as usize;
+            match cached.contiguous(at.clone()) {
+                Some(bytes) => Some(Cow::Borrowed(bytes)),
+                None => {
+                    let mut bytes = vec![0u8; at.len()];
+                    cached.read_at(at.start, &mut bytes).map(|()| Cow::Owned(bytes))
+                }
             }
         };
-        drop(gather);
-        let _span = crate::profile::Span::new("step-describe-hash", version);
-        let regions =
-            crate::regions::first_regions(diff, &crate::regions::FirstBytes::gathered(diff, first), max_level);
+        let regions = crate::regions::first_regions_read(diff, &index, max_level, &in_file).ok_or_else(short)?;
         Ok((described, regions))
     }
 }

@@ -183,6 +183,9 @@ pub fn run(
     if on_device && backend != BackendKind::Cuda {
         return Err(Error::InvalidOption("a device region needs the CUDA backend".into()));
     }
+    // The pool sized as `Runtime::init` sizes it, before the workload's
+    // generation starts it (an application's init comes first).
+    dckpt::runtime::placement::size_the_pool(world);
     let seed = if o.shared_base { o.seed } else { o.seed + u64::from(rank) };
     let workload = || Workload::new(o.size, o.change, o.shape, seed);
     let w = workload()?;
