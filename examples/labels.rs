@@ -242,8 +242,15 @@ fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
         step[0] += 1;
         iterations += 1;
         compute += started.elapsed().as_secs_f64();
-        if step[0] % a.run.every == 0 {
+        let checkpoint_now = step[0] % a.run.every == 0;
+        if checkpoint_now {
             rt.checkpoint("labels", step[0])?;
+        }
+        if step[0] < a.run.steps
+            && common::stop_if_asked(&mut rt, ("labels", "labels"), step[0], checkpoint_now, || Ok(()))?
+        {
+            common::finish(world, rt, &a.run, "labels", compute)?;
+            return Ok(());
         }
     }
     let stats = common::finish(world, rt, &a.run, "labels", compute)?;

@@ -10,6 +10,7 @@ mod common;
 mod never_wedged;
 mod node_loss;
 mod runtime;
+mod stopping;
 
 mod tiered;
 
@@ -383,7 +384,7 @@ fn main() {
     if w.rank == 0 {
         println!("mpi-tests: backend auto (set DCKPT_MPI_TEST_BACKEND=cpu|cuda to choose)");
     }
-    let tests: [(&str, Test); 17] = [
+    let tests: [(&str, Test); 18] = [
         ("reduction", reduction),
         ("identical", |w, r| {
             identical(w, r);
@@ -405,6 +406,8 @@ fn main() {
         ("runtime", runtime::runtime),
         ("node-loss", node_loss::node_loss),
         ("never-wedged", never_wedged::never_wedged),
+        // Last: the signal it raises stays watched for the process.
+        ("should-exit", stopping::stopping),
     ];
     // DCKPT_MPI_TEST_ONLY=name runs one scenario (while working on it).
     let only = std::env::var("DCKPT_MPI_TEST_ONLY").ok();

@@ -47,3 +47,29 @@ for lang in c f; do
     [ "$got" = "$want" ] || { echo "FAILED: heat-$lang restarted (async): $got, uninterrupted: $want"; exit 1; }
     echo "heat-$lang: killed at step 130 (sync) and 75 (async), restarted ($(grep -o 'from the checkpoint of step [0-9]*' "$work/log" || echo 'from the start')): same plate"
 done
+
+# A scheduler's signal (SIGUSR1 to mpirun, which forwards it; SLURM's
+# --signal, PBS's kill_delay): dckpt_should_exit says stop on every rank, the
+# example takes a last checkpoint, waits for it and exits 0; the same command
+# goes on from that step and ends with the uninterrupted plate.
+for lang in c f; do
+    run() { DCKPT_PERSISTENT="$work/$lang-$1" timeout 120 mpirun --oversubscribe -np "$ranks" "$work/heat-$lang" \
+        --steps 200000 --every 1000; }
+    want=$(run whole | grep -o 'digest [0-9a-fA-F]*')
+    run signalled >"$work/log" 2>&1 &
+    job=$!
+    # Once a checkpoint is stored, every rank watches the signals (from its first should_exit).
+    for _ in $(seq 300); do
+        [ -n "$(find "$work/$lang-signalled" -name 'v*.part' -print -quit 2>/dev/null)" ] && break
+        sleep 0.1
+    done
+    pkill -USR1 -x mpirun || true
+    wait "$job" || { echo "FAILED: heat-$lang exited non-zero after SIGUSR1"; cat "$work/log"; exit 1; }
+    stopped=$(grep -o 'stopping after step [0-9]*' "$work/log") ||
+        { echo "FAILED: heat-$lang did not stop on SIGUSR1"; cat "$work/log"; exit 1; }
+    got=$(run signalled | tee "$work/log" | grep -o 'digest [0-9a-fA-F]*')
+    grep -q "restarted from the checkpoint of step ${stopped##* }" "$work/log" ||
+        { echo "FAILED: heat-$lang did not go on from step ${stopped##* }"; cat "$work/log"; exit 1; }
+    [ "$got" = "$want" ] || { echo "FAILED: heat-$lang signalled and resumed: $got, uninterrupted: $want"; exit 1; }
+    echo "heat-$lang: SIGUSR1 to mpirun: $stopped (exit 0), then resumed: same plate"
+done

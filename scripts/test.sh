@@ -46,9 +46,19 @@ scripts/node-loss.sh 3 target/release/examples/heat
 echo "break campaign: heat and labels, 3 ranks on 3 emulated nodes"
 python3 scripts/break-campaign.py --seed "${CAMPAIGN_SEED:-1}" --budget "${CAMPAIGN_SECONDS:-420}"
 
-# The C and Fortran heat examples through the C ABI: killed, restarted, same plate.
+# The C and Fortran heat examples through the C ABI: killed, restarted, same plate;
+# stopped by a scheduler's signal (dckpt_should_exit), resumed, same plate.
 echo "restart tests: the heat example in C and Fortran, 2 ranks"
 scripts/c-fortran-restart.sh 2
+
+# The README's install lines as printed: scripts/install.sh, pkg-config, CMake.
+echo "install test: scripts/install.sh, pkg-config and find_package(dckpt)"
+scripts/install-test.sh
+
+# A batch job's life: dckpt run after a crash, a scheduler's signal through
+# dckpt run and mpirun, the SLURM job script's trap and requeue.
+echo "batch tests: dckpt run, signals, scripts/slurm/heat.sbatch, 2 ranks"
+scripts/batch-test.sh 2
 
 # The Python binding: pip-installed into target/python-venv; its tests under
 # mpirun (1-3 ranks) and the mpi4py + NumPy stencil killed and restarted.

@@ -59,6 +59,7 @@ pub mod failpoint;
 #[cfg(feature = "mpi")]
 pub mod ffi;
 pub mod format;
+pub mod halt;
 pub mod hash;
 pub mod inspect;
 pub mod layout;

@@ -100,8 +100,22 @@ int main(int argc, char **argv) {
         step++;
         if (step % every == 0) CHECK(dckpt_checkpoint(ck, "heat-c", (uint64_t)step));
         if (step == crash_at && rank == size - 1) {
-            fprintf(stderr, "heat-c: rank %d dies at step %" PRId64 "\n", rank, step);
+            fprintf(stderr, "heat-c: rank %d dies at step %" PRId64 " (--crash-at)\n", rank, step);
             abort();
+        }
+        /* The scheduler's signal, or the walltime nearly spent (every rank agrees):
+         * a last checkpoint, durable, then exit 0; the same command goes on from it. */
+        int stop = 0;
+        CHECK(dckpt_should_exit(ck, &stop));
+        if (stop && step < steps) {
+            if (step % every != 0) CHECK(dckpt_checkpoint(ck, "heat-c", (uint64_t)step));
+            CHECK(dckpt_wait(ck, "heat-c", (uint64_t)step));
+            if (rank == 0) printf("heat-c: stopping after step %" PRId64 ", its checkpoint durable\n", step);
+            CHECK(dckpt_finalize(ck));
+            free(u);
+            free(v);
+            MPI_Finalize();
+            return 0;
         }
     }
     CHECK(dckpt_finalize(ck));

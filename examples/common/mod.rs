@@ -116,6 +116,36 @@ impl RunFlags {
     }
 }
 
+/// Asks the runtime whether the job should stop (a scheduler's signal, the
+/// walltime nearly spent; the same answer on every rank). If so, makes sure
+/// `step` is checkpointed (`checkpointed`: the loop just took it) and
+/// durable (`ready` first brings the regions up to date, as before any
+/// checkpoint), says so on rank 0, and returns true: the example then ends
+/// with exit status 0, and the same command resumes from that step.
+pub fn stop_if_asked(
+    rt: &mut Runtime,
+    (example, name): (&str, &str),
+    step: u64,
+    checkpointed: bool,
+    ready: impl FnOnce() -> dckpt::Result<()>,
+) -> dckpt::Result<bool> {
+    if !rt.should_exit()? {
+        return Ok(false);
+    }
+    if !checkpointed {
+        ready()?;
+        rt.checkpoint(name, step)?;
+    }
+    rt.wait(name, step)?;
+    if rt.rank() == 0 {
+        let why = rt.halt_reason().map(ToString::to_string).unwrap_or_default();
+        println!(
+            "{example}: stopping after step {step} ({why}); its checkpoint is durable: run the same command to go on"
+        );
+    }
+    Ok(true)
+}
+
 /// Ends a run of `example`: waits for every checkpoint to be durable
 /// (`finalize`) and, with `--report`, appends the job's line to the scaling
 /// study's CSV (its flags, `compute_seconds` of simulation, the drain

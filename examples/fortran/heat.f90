@@ -24,6 +24,7 @@ program heat
     integer(int64), allocatable :: all(:)
     type(c_ptr) :: ck
     integer :: provided
+    logical :: halt
 
     ! MPI_THREAD_MULTIPLE lets dckpt run its collective step behind the
     ! application (with less, it runs in the checkpoint call).
@@ -78,6 +79,17 @@ program heat
         if (step == crash_at .and. rank == nranks - 1) then
             write (error_unit, '(a, i0, a, i0)') "heat-f: rank ", rank, " dies at step ", step
             call MPI_Abort(MPI_COMM_WORLD, 9, ierr)
+        end if
+        ! The scheduler's signal, or the walltime nearly spent (every rank agrees):
+        ! a last checkpoint, durable, then stop; the same command goes on from it.
+        call check(dckpt_should_exit(ck, halt), "dckpt_should_exit")
+        if (halt .and. step < steps) then
+            if (mod(step, int(every, c_int64_t)) /= 0) call check(dckpt_checkpoint(ck, "heat-f", step), "dckpt_checkpoint")
+            call check(dckpt_wait(ck, "heat-f", step), "dckpt_wait")
+            if (rank == 0) print '(a, i0, a)', "heat-f: stopping after step ", step, ", its checkpoint durable"
+            call check(dckpt_finalize(ck), "dckpt_finalize")
+            call MPI_Finalize(ierr)
+            stop
         end if
     end do
     call check(dckpt_finalize(ck), "dckpt_finalize")

@@ -288,6 +288,12 @@ fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
         if checkpoint_now {
             rt.checkpoint(&name, step[0])?;
         }
+        if step[0] < a.run.steps
+            && common::stop_if_asked(&mut rt, ("heat", &name), step[0], checkpoint_now, || plate.settle())?
+        {
+            common::finish(world, rt, &a.run, "heat", compute)?;
+            return Ok(());
+        }
     }
     plate.settle()?;
     let stats = common::finish(world, rt, &a.run, "heat", compute)?;

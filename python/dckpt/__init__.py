@@ -280,6 +280,19 @@ class Runtime:
         every rank. Collective."""
         self._call("wait", name, int(version))
 
+    def should_exit(self):
+        """Whether the job should take a last checkpoint and stop, the same
+        answer on every rank: True once SIGTERM, SIGUSR1 or SIGINT reached
+        any rank (from the first call on; a second signal of a kind ends the
+        process), or once the scheduler's walltime left (SLURM, PBS) is
+        shorter than `halt_seconds` plus what the last checkpoint took to
+        become durable. Collective."""
+        return self._call("should_exit")
+
+    def halt_reason(self):
+        """Why the last `should_exit` said stop (a sentence), or None."""
+        return self._call("halt_reason")
+
     def latest(self, name):
         """The newest version of `name` every rank has, or None. Collective."""
         return self._call("latest", name)

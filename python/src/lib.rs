@@ -153,6 +153,18 @@ impl PyRuntime {
         self.detached(py, |rt| rt.wait(name, version))
     }
 
+    /// Whether the job should take a last checkpoint and stop, the same on
+    /// every rank: a termination signal reached a rank, or the walltime is
+    /// nearly spent. Collective.
+    fn should_exit(&mut self, py: Python<'_>) -> PyResult<bool> {
+        self.detached(py, |rt| rt.should_exit())
+    }
+
+    /// Why the last `should_exit` said stop, or None.
+    fn halt_reason(&self) -> Option<String> {
+        self.rt.as_ref().and_then(|rt| rt.halt_reason().map(ToString::to_string))
+    }
+
     /// The newest version of `name` every rank has, or None. Collective.
     fn latest(&mut self, py: Python<'_>, name: &str) -> PyResult<Option<u64>> {
         self.detached(py, |rt| rt.latest(name))

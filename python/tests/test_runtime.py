@@ -7,7 +7,8 @@ phase a job; see conftest.py):
 """
 
 import array
-
+import os
+import signal
 import sys
 
 import numpy as np
@@ -125,6 +126,15 @@ def test_write(store):
         except ValueError:
             pass
         check(rt.stats()["checkpoints"] == 3, f"stats: {rt.stats()}")
+        # Nothing asks the job to stop (no signal, no scheduler in CI), then
+        # SIGUSR1 on the last rank only: every rank says stop, and why.
+        if "SLURM_JOB_ID" not in os.environ and "PBS_JOBID" not in os.environ:
+            check(rt.should_exit() is False and rt.halt_reason() is None, "should_exit with nothing asking")
+            comm.Barrier()
+            if rank == size - 1:
+                signal.raise_signal(signal.SIGUSR1)
+            check(rt.should_exit() is True, "should_exit after SIGUSR1 on one rank")
+            check("SIGUSR1" in (rt.halt_reason() or ""), f"the reason: {rt.halt_reason()}")
     check(rt.finalized, "the context manager finalizes")
     try:
         dckpt.Runtime(comm, chunk_sise=128, **settings(d))

@@ -29,6 +29,7 @@
 //! redundancy = "partner"         # none | partner | xor:N: copies of the scratch tier on other nodes
 //! ranks_per_node = 0             # node membership: 0 from MPI, k: ranks 0..k-1 on node 0, … (emulated nodes)
 //! max_copy_lag = 2               # versions the copies may lag behind the calls before a call waits (0: no bound)
+//! halt_seconds = 0               # should_exit: the margin kept before the scheduler's walltime ends
 //! ```
 //!
 //! `scratch` may hold `{node}`, replaced by the node's index
@@ -172,6 +173,11 @@ pub struct Config {
     /// Versions the copies of the node-local tier may lag behind the calls
     /// before a call waits for them (0: no bound).
     pub max_copy_lag: u64,
+    /// Seconds kept in reserve before the scheduler's walltime ends:
+    /// [`crate::runtime::Runtime::should_exit`] says stop once the time
+    /// left is shorter than this plus what the last checkpoint took to
+    /// become durable.
+    pub halt_seconds: u64,
 }
 
 impl Default for Config {
@@ -204,6 +210,7 @@ impl Default for Config {
             redundancy: collective.redundancy,
             ranks_per_node: collective.ranks_per_node,
             max_copy_lag: collective.max_copy_lag,
+            halt_seconds: 0,
         }
     }
 }
@@ -234,6 +241,7 @@ pub const KEYS: &[&str] = &[
     "redundancy",
     "ranks_per_node",
     "max_copy_lag",
+    "halt_seconds",
 ];
 
 impl Config {

@@ -20,7 +20,8 @@ module dckpt
     implicit none
     private
     public :: dckpt_init, dckpt_protect, dckpt_unprotect, dckpt_checkpoint, dckpt_latest, dckpt_restart, &
-              dckpt_restart_latest, dckpt_versions, dckpt_wait, dckpt_finalize, dckpt_error_message
+              dckpt_restart_latest, dckpt_versions, dckpt_wait, dckpt_should_exit, dckpt_finalize, &
+              dckpt_error_message
     public :: DCKPT_OK, DCKPT_HOST, DCKPT_DEVICE, DCKPT_ERR_INVALID_OPTION, DCKPT_ERR_MISSING_VERSION, &
               DCKPT_ERR_MISMATCH, DCKPT_ERR_RANK_COUNT, DCKPT_ERR_SIZE_MISMATCH, DCKPT_ERR_MISSING_REGION, &
               DCKPT_ERR_RESOURCES_EXHAUSTED, DCKPT_ERR_INTERNAL
@@ -95,6 +96,11 @@ module dckpt
             type(c_ptr), value :: h
             character(kind=c_char), dimension(*) :: name
             integer(c_int64_t), value :: version
+        end function
+        integer(c_int) function c_should_exit(h, flag) bind(C, name="dckpt_should_exit")
+            import :: c_int, c_ptr
+            type(c_ptr), value :: h
+            integer(c_int), intent(out) :: flag
         end function
         integer(c_int) function c_finalize(h) bind(C, name="dckpt_finalize")
             import :: c_int, c_ptr
@@ -207,6 +213,17 @@ contains
         character(len=*), intent(in) :: name
         integer(c_int64_t), intent(in) :: version
         dckpt_wait = c_wait(handle, c_text(name), version)
+    end function
+
+    !> Whether the job should take a last checkpoint and stop (collective): `stop` is .true. on every
+    !> rank once SIGTERM, SIGUSR1 or SIGINT reached any rank, or once the walltime left is shorter than
+    !> `halt_seconds` plus what the last checkpoint took to become durable.
+    integer(c_int) function dckpt_should_exit(handle, stop)
+        type(c_ptr), intent(in) :: handle
+        logical, intent(out) :: stop
+        integer(c_int) :: flag
+        dckpt_should_exit = c_should_exit(handle, flag)
+        stop = flag /= 0
     end function
 
     !> Waits for every checkpoint and frees the runtime (collective).

@@ -251,6 +251,20 @@ int dckpt_versions(struct DckptRuntime *h,
 int dckpt_wait(struct DckptRuntime *h, const char *name, uint64_t version);
 
 /**
+ * Whether the job should take a last checkpoint and stop (collective:
+ * every rank calls it at the same point): `*flag` is 1 on every rank
+ * once SIGTERM, SIGUSR1 or SIGINT reached any rank, or once the
+ * scheduler's walltime left is shorter than `halt_seconds` plus what the
+ * last checkpoint took to become durable; 0 otherwise (also on error).
+ * The first call starts watching the signals (a second signal of a kind
+ * then ends the process).
+ *
+ * # Safety
+ * `h` is a live handle; `flag` points to a writable `int`.
+ */
+int dckpt_should_exit(struct DckptRuntime *h, int *flag);
+
+/**
  * Waits for every checkpoint to be durable and frees the runtime
  * (collective). NULL is accepted and does nothing.
  *

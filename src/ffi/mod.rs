@@ -404,6 +404,33 @@ pub unsafe extern "C" fn dckpt_wait(h: *mut DckptRuntime, name: *const c_char, v
     })
 }
 
+/// Whether the job should take a last checkpoint and stop (collective:
+/// every rank calls it at the same point): `*flag` is 1 on every rank
+/// once SIGTERM, SIGUSR1 or SIGINT reached any rank, or once the
+/// scheduler's walltime left is shorter than `halt_seconds` plus what the
+/// last checkpoint took to become durable; 0 otherwise (also on error).
+/// The first call starts watching the signals (a second signal of a kind
+/// then ends the process).
+///
+/// # Safety
+/// `h` is a live handle; `flag` points to a writable `int`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dckpt_should_exit(h: *mut DckptRuntime, flag: *mut c_int) -> c_int {
+    if flag.is_null() {
+        return status(|| Err(Error::InvalidOption("dckpt_should_exit: flag is NULL".into())));
+    }
+    // SAFETY: non-NULL and writable per the contract; written before anything can fail.
+    unsafe { *flag = 0 };
+    status(|| {
+        // SAFETY: per the contract.
+        let rt = unsafe { runtime(h)? };
+        let stop = rt.should_exit()?;
+        // SAFETY: as above.
+        unsafe { *flag = c_int::from(stop) };
+        Ok(())
+    })
+}
+
 /// Waits for every checkpoint to be durable and frees the runtime
 /// (collective). NULL is accepted and does nothing.
 ///

@@ -15,8 +15,10 @@ use std::ops::Range;
 use super::raw::{self, Region};
 
 mod restart;
+mod stopping;
 use super::study::RunStats;
 use super::table::{RegionTable, TableEntry};
+pub use stopping::HaltReason;
 
 /// A process's checkpointing runtime (see the module documentation).
 pub struct Runtime {
@@ -28,6 +30,8 @@ pub struct Runtime {
     stats: RunStats,
     /// This rank's node (`{node}` in `scratch`).
     node: u32,
+    /// What [`Runtime::should_exit`] keeps between calls.
+    halt: stopping::HaltState,
 }
 
 /// What a region looks like to a name's layout.
@@ -78,6 +82,7 @@ impl Runtime {
             names: HashMap::new(),
             stats: RunStats::default(),
             node,
+            halt: stopping::HaltState::default(),
         }
     }
 
@@ -181,6 +186,7 @@ impl Runtime {
         let report = self.checkpoint_untimed(name, version)?;
         let seconds = started.elapsed().as_secs_f64();
         let _stats = crate::profile::Span::new("runtime-stats", version);
+        self.halt.called(name, version, started, seconds);
         if let Some(named) = self.names.get_mut(name) {
             named.calls += 1;
         }
@@ -361,6 +367,9 @@ impl Runtime {
     pub fn wait(&mut self, name: &str, version: u64) -> Result<()> {
         let waited = self.named(name)?.ckpt.wait(version);
         self.account_settled();
+        if waited.is_ok() {
+            self.halt.durable(name, version);
+        }
         waited
     }
 

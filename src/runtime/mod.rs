@@ -40,6 +40,6 @@ pub mod study;
 pub mod table;
 
 #[cfg(feature = "mpi")]
-pub use handle::Runtime;
+pub use handle::{HaltReason, Runtime};
 #[cfg(feature = "mpi")]
 pub use raw::Region;

@@ -9,6 +9,7 @@ mod compress_cmd;
 mod progress;
 mod report;
 mod rtm_cmd;
+mod run_cmd;
 #[cfg(feature = "mpi")]
 mod runtime_cmd;
 mod store_cmds;
@@ -118,6 +119,11 @@ enum Command {
     /// --emit DIR compiles them ahead of time.
     #[cfg(feature = "mpi")]
     Kernels(runtime_cmd::KernelsArgs),
+    /// Runs a job's command (`-- mpirun … ./sim`) and runs it again after a
+    /// failure, up to --retries times: the application restarts from its
+    /// newest checkpoint each time. Signals are passed on; a command stopped
+    /// by one is not run again.
+    Run(run_cmd::RunArgs),
 }
 
 /// Exits quietly where stdout was closed by its reader (`dckpt inspect |
@@ -189,6 +195,7 @@ fn main() -> ExitCode {
         Command::BenchRuntime(a) => runtime_cmd::bench(a),
         #[cfg(feature = "mpi")]
         Command::Kernels(a) => runtime_cmd::kernels(a),
+        Command::Run(a) => run_cmd::run(a),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The README's install lines, run exactly as printed: the blocks after the
+# markers `<!-- tested: install-pkg-config -->`, `install-cmake` (a
+# CMakeLists.txt) and `install-cmake-build`, in a scratch directory that
+# holds the repository's `scripts` and `examples` (links) and whose HOME is
+# its own (so `$HOME/.local` is scratch too). The heat examples built each
+# way must run and print their plate's digest, the same for C and CMake.
+#   scripts/install-test.sh      (after cargo build --release; CMake needed)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+command -v cmake >/dev/null || { echo "install-test: cmake not found (scripts/install-deps.sh installs it)" >&2; exit 1; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+work=$(mktemp -d)
+trap 'rm -rf "$work" /tmp/ckpt-c /tmp/ckpt-f /tmp/ckpt-cmake' EXIT
+rm -rf /tmp/ckpt-c /tmp/ckpt-f /tmp/ckpt-cmake
+
+# The fenced block after the marker `<!-- tested: NAME ...-->`.
+block() {
+    awk -v name="$1" '
+        $0 ~ "<!-- tested: " name "[ >]" { armed = 1; next }
+        armed && /^```/ { if (inside) exit; inside = 1; next }
+        inside { print }' "$repo/README.md"
+}
+for name in install-pkg-config install-cmake install-cmake-build; do
+    [ -n "$(block "$name")" ] || { echo "FAILED: README has no block marked $name" >&2; exit 1; }
+done
+
+# cargo and rustup keep their homes when HOME changes.
+export CARGO_HOME=${CARGO_HOME:-$HOME/.cargo} RUSTUP_HOME=${RUSTUP_HOME:-$HOME/.rustup}
+mkdir -p "$work/home" "$work/project"
+ln -s "$repo/scripts" "$work/project/scripts"
+ln -s "$repo/examples" "$work/project/examples"
+cd "$work/project"
+HOME="$work/home" bash -eo pipefail -c "$(block install-pkg-config)" >"$work/pkg.log" 2>&1 ||
+    { echo "FAILED: the README's pkg-config lines"; cat "$work/pkg.log"; exit 1; }
+c_digest=$(grep -o 'heat-c: .*digest [0-9a-f]*' "$work/pkg.log" | grep -o '[0-9a-f]*$') ||
+    { echo "FAILED: heat-c built with pkg-config printed no digest"; cat "$work/pkg.log"; exit 1; }
+grep -q 'heat-f: .*digest' "$work/pkg.log" || { echo "FAILED: heat-f built with pkg-config printed no digest"; exit 1; }
+echo "install-test: scripts/install.sh, then pkg-config: heat-c and heat-f built and run (digest $c_digest)"
+
+mkdir -p "$work/cmake"
+cd "$work/cmake"
+block install-cmake >CMakeLists.txt
+cp "$repo/examples/c/heat.c" "$repo/examples/fortran/heat.f90" .
+HOME="$work/home" bash -eo pipefail -c "$(block install-cmake-build)" >"$work/cmake.log" 2>&1 ||
+    { echo "FAILED: the README's CMake lines"; cat "$work/cmake.log"; exit 1; }
+got=$(grep -o 'heat-c: .*digest [0-9a-f]*' "$work/cmake.log" | grep -o '[0-9a-f]*$') ||
+    { echo "FAILED: heat-c built with CMake printed no digest"; cat "$work/cmake.log"; exit 1; }
+[ "$got" = "$c_digest" ] || { echo "FAILED: heat-c built with CMake: digest $got, with pkg-config $c_digest"; exit 1; }
+[ -x build/heat-f ] || { echo "FAILED: CMake did not build heat-f (dckpt::fortran)"; exit 1; }
+echo "install-test: find_package(dckpt): heat-c and heat-f built, heat-c run (the same digest)"
