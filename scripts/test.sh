@@ -60,6 +60,12 @@ scripts/install-test.sh
 echo "batch tests: dckpt run, signals, scripts/slurm/heat.sbatch, 2 ranks"
 scripts/batch-test.sh 2
 
+# A real scheduler: a one-node SLURM started here (slurm-wlm, munge; installed
+# when missing and root), heat.sbatch stopped for its walltime, requeued and
+# finished (about 3.5 minutes); where SLURM cannot start it says why.
+echo "slurm test: scripts/slurm/heat.sbatch under a one-node SLURM"
+scripts/slurm-test.sh
+
 # The Python binding: pip-installed into target/python-venv; its tests under
 # mpirun (1-3 ranks) and the mpi4py + NumPy stencil killed and restarted.
 echo "python tests: the dckpt package, 1-3 ranks, and the stencil example"

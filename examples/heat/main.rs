@@ -273,6 +273,16 @@ fn run(world: &SimpleCommunicator, a: &Args) -> dckpt::Result<()> {
     let mut compute = 0f64;
     let up = (rank > 0).then(|| world.process_at_rank(rank - 1));
     let down = (rank + 1 < size).then(|| world.process_at_rank(rank + 1));
+    // Asked once before the first step too: the signals are watched from
+    // here on (a scheduler's signal in the first step is not lost).
+    if step[0] < a.run.steps && rt.should_exit()? {
+        if rank == 0 {
+            let why = rt.halt_reason().map(ToString::to_string).unwrap_or_default();
+            println!("heat: stopping before step {} ({why}); nothing new to checkpoint", step[0] + 1);
+        }
+        common::finish(world, rt, &a.run, "heat", compute)?;
+        return Ok(());
+    }
     while step[0] < a.run.steps {
         if a.run.crashes_at(world, step[0]) {
             std::process::abort(); // what SIGKILL leaves
