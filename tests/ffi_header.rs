@@ -53,3 +53,41 @@ fn the_c_header_is_current() {
         assert!(want.contains(&format!("{f}(")), "{f} is missing from the header");
     }
 }
+
+/// `NAME = N` and `#define NAME N` pairs of the error codes in `text`.
+fn error_codes(text: &str) -> std::collections::BTreeMap<String, i32> {
+    let mut codes = std::collections::BTreeMap::new();
+    let words: Vec<&str> =
+        text.split(|c: char| c.is_whitespace() || c == ',' || c == '&').filter(|w| !w.is_empty()).collect();
+    for (i, w) in words.iter().enumerate() {
+        if !w.starts_with("DCKPT_ERR_") {
+            continue;
+        }
+        // Fortran: NAME = N; C: #define NAME N.
+        let value = match words.get(i + 1) {
+            Some(&"=") => words.get(i + 2),
+            Some(_) if i > 0 && words[i - 1] == "#define" => words.get(i + 1),
+            _ => None,
+        };
+        if let Some(n) = value.and_then(|v| v.parse::<i32>().ok()) {
+            codes.insert(w.to_string(), n);
+        }
+    }
+    codes
+}
+
+#[test]
+fn the_fortran_module_has_every_c_error_code() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let c = error_codes(&std::fs::read_to_string(root.join("src/ffi/dckpt.h")).unwrap());
+    let fortran = error_codes(&std::fs::read_to_string(root.join("src/ffi/dckpt.f90")).unwrap());
+    assert!(c.len() >= 21, "the header's codes: {c:?}");
+    assert_eq!(fortran, c, "src/ffi/dckpt.f90's DCKPT_ERR_* against src/ffi/dckpt.h's");
+    // Each one public too.
+    let module = std::fs::read_to_string(root.join("src/ffi/dckpt.f90")).unwrap();
+    let public: String =
+        module.lines().skip_while(|l| !l.contains("public ::")).take_while(|l| !l.trim().is_empty()).collect();
+    for name in c.keys() {
+        assert!(public.contains(name.as_str()), "{name} is not public in the Fortran module");
+    }
+}

@@ -330,7 +330,12 @@ impl Config {
             );
         }
         if self.scratch.is_none() && self.persistent.is_none() {
-            return Err(("persistent", "scratch, persistent: set at least one directory".into()));
+            return Err((
+                "persistent",
+                "scratch, persistent: set at least one directory (the key `persistent` or `scratch` in the \
+                 configuration file, or DCKPT_PERSISTENT / DCKPT_SCRATCH in the environment)"
+                    .into(),
+            ));
         }
         for (key, dir) in [("scratch", &self.scratch), ("persistent", &self.persistent)] {
             if dir.as_ref().is_some_and(|d| d.as_os_str().is_empty()) {

@@ -22,17 +22,25 @@ module dckpt
     public :: dckpt_init, dckpt_protect, dckpt_unprotect, dckpt_checkpoint, dckpt_latest, dckpt_restart, &
               dckpt_restart_latest, dckpt_versions, dckpt_wait, dckpt_should_exit, dckpt_finalize, &
               dckpt_error_message
-    public :: DCKPT_OK, DCKPT_HOST, DCKPT_DEVICE, DCKPT_ERR_INVALID_OPTION, DCKPT_ERR_MISSING_VERSION, &
-              DCKPT_ERR_MISMATCH, DCKPT_ERR_RANK_COUNT, DCKPT_ERR_SIZE_MISMATCH, DCKPT_ERR_MISSING_REGION, &
+    public :: DCKPT_OK, DCKPT_HOST, DCKPT_DEVICE, DCKPT_ERR_IO, DCKPT_ERR_CORRUPT, DCKPT_ERR_MISSING_VERSION, &
+              DCKPT_ERR_NO_STORE, DCKPT_ERR_MISMATCH, DCKPT_ERR_VERSION_NOT_NEWER, DCKPT_ERR_INVALID_OPTION, &
+              DCKPT_ERR_GPU, DCKPT_ERR_COLLECTIVE, DCKPT_ERR_OWNER_UNAVAILABLE, DCKPT_ERR_BROKEN_REFERENCE, &
+              DCKPT_ERR_LOCKED, DCKPT_ERR_UNSAFE_PATH, DCKPT_ERR_NEEDS_REPAIR, DCKPT_ERR_NO_SPACE, &
+              DCKPT_ERR_NOT_DURABLE, DCKPT_ERR_RANK_COUNT, DCKPT_ERR_SIZE_MISMATCH, DCKPT_ERR_MISSING_REGION, &
               DCKPT_ERR_RESOURCES_EXHAUSTED, DCKPT_ERR_INTERNAL
     ! What a program needs of iso_c_binding to call these (`use dckpt` alone).
     public :: c_ptr, c_null_ptr, c_loc, c_int, c_int64_t, c_size_t, c_double, c_float
 
     integer(c_int), parameter :: DCKPT_OK = 0, DCKPT_HOST = 0, DCKPT_DEVICE = 1
-    integer(c_int), parameter :: DCKPT_ERR_MISSING_VERSION = 3, DCKPT_ERR_MISMATCH = 5, DCKPT_ERR_INVALID_OPTION = 7, &
-                                 DCKPT_ERR_RANK_COUNT = 17, DCKPT_ERR_SIZE_MISMATCH = 18, &
-                                 DCKPT_ERR_MISSING_REGION = 19, DCKPT_ERR_RESOURCES_EXHAUSTED = 20, &
-                                 DCKPT_ERR_INTERNAL = 99
+    ! Every DCKPT_ERR_* of dckpt.h (the error kinds' stable codes, the CLI's E0NN).
+    integer(c_int), parameter :: DCKPT_ERR_IO = 1, DCKPT_ERR_CORRUPT = 2, DCKPT_ERR_MISSING_VERSION = 3, &
+                                 DCKPT_ERR_NO_STORE = 4, DCKPT_ERR_MISMATCH = 5, DCKPT_ERR_VERSION_NOT_NEWER = 6, &
+                                 DCKPT_ERR_INVALID_OPTION = 7, DCKPT_ERR_GPU = 8, DCKPT_ERR_COLLECTIVE = 9, &
+                                 DCKPT_ERR_OWNER_UNAVAILABLE = 10, DCKPT_ERR_BROKEN_REFERENCE = 11, &
+                                 DCKPT_ERR_LOCKED = 12, DCKPT_ERR_UNSAFE_PATH = 13, DCKPT_ERR_NEEDS_REPAIR = 14, &
+                                 DCKPT_ERR_NO_SPACE = 15, DCKPT_ERR_NOT_DURABLE = 16, DCKPT_ERR_RANK_COUNT = 17, &
+                                 DCKPT_ERR_SIZE_MISMATCH = 18, DCKPT_ERR_MISSING_REGION = 19, &
+                                 DCKPT_ERR_RESOURCES_EXHAUSTED = 20, DCKPT_ERR_INTERNAL = 99
 
     interface
         integer(c_int) function c_init_f(comm, config, out) bind(C, name="dckpt_init_f")

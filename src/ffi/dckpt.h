@@ -195,7 +195,8 @@ int dckpt_checkpoint(struct DckptRuntime *h, const char *name, uint64_t version)
 
 /**
  * Writes to `*version` the newest version of `name` every rank can
- * restart from, or 0 if there is none (collective).
+ * restart from, or 0 if there is none (collective). `*version` is 0 after
+ * an error too.
  *
  * # Safety
  * `h` is a live handle; `name` a NUL-terminated string; `version` points
@@ -216,7 +217,7 @@ int dckpt_restart(struct DckptRuntime *h, const char *name, uint64_t version);
  * Restarts from the newest version of `name` that restores on every rank
  * (older ones where the newest is damaged everywhere; one warning names
  * what was skipped) and writes it to `*version`, or 0 if there is none
- * (start from the beginning). Collective.
+ * (start from the beginning; also after an error). Collective.
  *
  * # Safety
  * `h` is a live handle; `name` a NUL-terminated string; `version` points

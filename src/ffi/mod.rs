@@ -298,13 +298,16 @@ pub unsafe extern "C" fn dckpt_checkpoint(h: *mut DckptRuntime, name: *const c_c
 }
 
 /// Writes to `*version` the newest version of `name` every rank can
-/// restart from, or 0 if there is none (collective).
+/// restart from, or 0 if there is none (collective). `*version` is 0 after
+/// an error too.
 ///
 /// # Safety
 /// `h` is a live handle; `name` a NUL-terminated string; `version` points
 /// to writable memory.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dckpt_latest(h: *mut DckptRuntime, name: *const c_char, version: *mut u64) -> c_int {
+    // SAFETY: NULL or writable per the contract: 0 unless a version is found.
+    unsafe { zero(version) };
     status(|| {
         // SAFETY: per the contract.
         let (rt, name) = unsafe { (runtime(h)?, text(name, "the checkpoint name")?) };
@@ -335,13 +338,15 @@ pub unsafe extern "C" fn dckpt_restart(h: *mut DckptRuntime, name: *const c_char
 /// Restarts from the newest version of `name` that restores on every rank
 /// (older ones where the newest is damaged everywhere; one warning names
 /// what was skipped) and writes it to `*version`, or 0 if there is none
-/// (start from the beginning). Collective.
+/// (start from the beginning; also after an error). Collective.
 ///
 /// # Safety
 /// `h` is a live handle; `name` a NUL-terminated string; `version` points
 /// to writable memory.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dckpt_restart_latest(h: *mut DckptRuntime, name: *const c_char, version: *mut u64) -> c_int {
+    // SAFETY: NULL or writable per the contract: 0 unless a version is restored.
+    unsafe { zero(version) };
     status(|| {
         // SAFETY: per the contract.
         let (rt, name) = unsafe { (runtime(h)?, text(name, "the checkpoint name")?) };
@@ -455,10 +460,34 @@ pub extern "C" fn dckpt_last_error() -> *const c_char {
     LAST_ERROR.with(|last| last.borrow().as_ptr())
 }
 
+/// Sets `*out` to 0 where `out` is not NULL: what a `*version` holds
+/// when a call fails before it knows one.
+///
+/// # Safety
+/// `out` is NULL or points to writable memory.
+unsafe fn zero(out: *mut u64) {
+    if !out.is_null() {
+        // SAFETY: non-NULL and writable per the contract.
+        unsafe { *out = 0 };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::error::ErrorKind;
+
+    #[test]
+    fn a_failed_latest_or_restart_leaves_version_zero() {
+        let mut v = 42u64;
+        // SAFETY: a NULL handle is refused before anything is read; `v` is writable.
+        let code = unsafe { dckpt_restart_latest(std::ptr::null_mut(), c"heat".as_ptr(), &mut v) };
+        assert!(code != DCKPT_OK && v == 0, "code {code}, version {v}");
+        v = 42;
+        // SAFETY: as above.
+        let code = unsafe { dckpt_latest(std::ptr::null_mut(), c"heat".as_ptr(), &mut v) };
+        assert!(code != DCKPT_OK && v == 0, "code {code}, version {v}");
+    }
 
     #[test]
     fn the_c_codes_are_the_error_kinds_codes() {
