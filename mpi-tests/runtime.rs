@@ -246,7 +246,8 @@ fn damaged_newest(w: &World, config: &Config) {
 }
 
 /// A store written by this job's ranks, read by a job of fewer ranks: a
-/// distinct error on every rank, never "nothing to restart from".
+/// distinct error on every rank, never "nothing to restart from"; and a
+/// checkpoint of the smaller job into it refused the same way.
 fn another_rank_count(w: &World, config: &Config) {
     if w.size < 2 {
         return;
@@ -266,6 +267,12 @@ fn another_rank_count(w: &World, config: &Config) {
     w.check(
         matches!(&latest, Err(e) if e.kind() == dckpt::ErrorKind::RankCount),
         &format!("latest on {} of {} ranks: {latest:?}", part.size(), w.size),
+    );
+    // Nor may it add a version: refused on every rank of the smaller job.
+    let taken = rt.checkpoint(name, 2);
+    w.check(
+        matches!(&taken, Err(e) if e.kind() == dckpt::ErrorKind::RankCount),
+        &format!("a checkpoint on {} of {} ranks into their store: {:?}", part.size(), w.size, taken.as_ref().err()),
     );
     drop(rt);
     w.comm.barrier();

@@ -145,7 +145,9 @@ impl Runtime {
                     true => Err(Error::InvalidOption(format!("checkpoint '{name}': no region is protected"))),
                     false => Ok(()),
                 })
-                .and_then(|()| check_table(&roots, &table)),
+                .and_then(|()| check_table(&roots, &table))
+                // A store another job size wrote is not this job's to add to.
+                .and_then(|()| self.check_rank_count(name)),
         };
         all_agree(&self.comm, "the protected regions", 0, verdict)?;
         if !self.names.contains_key(name) {

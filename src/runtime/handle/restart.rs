@@ -158,7 +158,7 @@ impl Runtime {
     /// ([`Error::RankCount`]): the most ranks its commit records or region
     /// tables name, on any tier (a table lost on every tier does not make
     /// the job look smaller).
-    fn check_rank_count(&self, name: &str) -> Result<()> {
+    pub(super) fn check_rank_count(&self, name: &str) -> Result<()> {
         let written = crate::runtime::table::written_rank_count(&self.tier_roots(name))?;
         let now = self.comm.size().max(1) as u32;
         if written == 0 || written == now {
