@@ -75,7 +75,7 @@ printf '#!/bin/sh\necho "$@" >> %s/scontrol.log\n' "$work" >"$work/bin/scontrol"
 chmod +x "$work/bin/scontrol"
 script=$(realpath scripts/slurm/heat.sbatch)
 (cd "$work/slurm" && PATH="$work/bin:$PATH" SLURM_JOB_ID=77 DCKPT="$dckpt" HEAT="$heat" DEVICE=cpu ROWS=32 \
-    COLS=256 STEPS=100000 EVERY=1000 CKPT_DIR="$work/slurm/ckpt" timeout 300 bash "$script" >"$work/slurm.log" 2>&1) &
+    COLS=256 STEPS=100000 EVERY=1000 CKPT_DIR="$work/slurm/ckpt" SCRATCH="$work/slurm/scratch" timeout 300 bash "$script" >"$work/slurm.log" 2>&1) &
 job=$!
 for _ in $(seq 300); do
     [ -n "$(find "$work/slurm/ckpt" -name 'v*.part' -print -quit 2>/dev/null)" ] && break

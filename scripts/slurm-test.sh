@@ -98,7 +98,7 @@ export DCKPT_HALT_SECONDS=\$(( \${SLURM_RESTART_COUNT:-0} == 0 ? 595 : 0 ))
 exec bash "$repo/scripts/slurm/heat.sbatch"
 EOF
 cd "$work/job"
-id=$(DCKPT="$dckpt" HEAT="$heat" DEVICE=cpu ROWS=32 COLS=256 STEPS=400000 EVERY=1000 CKPT_DIR="$work/job/ckpt" \
+id=$(DCKPT="$dckpt" HEAT="$heat" DEVICE=cpu ROWS=32 COLS=256 STEPS=400000 EVERY=1000 CKPT_DIR="$work/job/ckpt" SCRATCH="$work/job/scratch" \
     sbatch --parsable --nodes=1 --ntasks-per-node=2 --time=10 --requeue --open-mode=append \
     --output="$work/job/job.out" --export=ALL job.sh)
 echo "slurm-test: submitted job $id (10 min limit, 595 s reserve on its first run)"

@@ -17,6 +17,30 @@ use tracing_subscriber::registry::LookupSpan;
 /// The environment variable holding the filter.
 pub const ENV: &str = "DCKPT_LOG";
 
+/// The levels `DCKPT_LOG` may name alone.
+const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+/// Checks a `DCKPT_LOG` value: a level alone (`off`, `error`, `warn`,
+/// `info`, `debug`, `trace`, any case) or `tracing` directives naming a
+/// level for a target (`dckpt=debug`, several separated by commas). A bare
+/// word that is no level (`verbose`) would be taken for a target and show
+/// nothing more: it is refused, as any setting that is none.
+pub fn check_filter(value: &str) -> crate::error::Result<()> {
+    let refused = |why: String| {
+        crate::error::Error::InvalidOption(format!(
+            "environment variable {ENV}={value}: {why} (a level: {}; or target=level, e.g. dckpt=debug)",
+            LEVELS.join(", ")
+        ))
+    };
+    for directive in value.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let level = directive.rsplit_once('=').map_or(directive, |(_, level)| level);
+        if !LEVELS.contains(&level.to_ascii_lowercase().as_str()) {
+            return Err(refused(format!("'{level}' is not a level")));
+        }
+    }
+    EnvFilter::try_new(value).map(|_| ()).map_err(|e| refused(e.to_string()))
+}
+
 /// Installs the subscriber (once per process; later calls, or a process
 /// with a subscriber of its own, change nothing). `rank` prefixes every
 /// line: the one given, else the one the launcher put in the environment
@@ -79,6 +103,17 @@ where
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_log_filter_is_a_level_or_target_levels() {
+        for ok in ["warn", "INFO", "off", "dckpt=debug", "dckpt=debug,mpi=warn", "trace"] {
+            assert!(check_filter(ok).is_ok(), "{ok}");
+        }
+        for bad in ["verbose", "dckpt=loud", "warn,chatty"] {
+            let e = check_filter(bad).expect_err(bad).to_string();
+            assert!(e.contains("DCKPT_LOG") && e.contains("not a level"), "{bad}: {e}");
+        }
+    }
+
     use super::*;
     use std::sync::{Arc, Mutex};
 

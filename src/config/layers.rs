@@ -56,6 +56,9 @@ impl ConfigBuilder {
         if let Err(e) = check_variable_names(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok())) {
             self.error.get_or_insert(e);
         }
+        if let Some(Err(e)) = std::env::var(crate::log::ENV).ok().map(|v| crate::log::check_filter(&v)) {
+            self.error.get_or_insert(e);
+        }
         self.environment_from(|name| std::env::var(name).ok())
     }
 
