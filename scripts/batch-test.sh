@@ -49,10 +49,7 @@ want=$(timeout 300 "${mpi[@]}" "$heat" "${small[@]}" --dir "$work/long" 2>/dev/n
 run >"$work/log" 2>&1 &
 job=$!
 # Once a checkpoint is stored, every rank watches the signals (from its first should_exit).
-for _ in $(seq 300); do
-    [ -n "$(find "$work/signalled" -name 'v*.part' -print -quit 2>/dev/null)" ] && break
-    sleep 0.1
-done
+scripts/wait-for-checkpoint.sh "$work/signalled" || true
 pkill -USR1 -x dckpt || true
 wait "$job" || { echo "FAILED: the signalled job did not exit 0"; cat "$work/log"; exit 1; }
 stopped=$(grep -o 'stopping after step [0-9]*' "$work/log") ||
@@ -77,10 +74,7 @@ script=$(realpath scripts/slurm/heat.sbatch)
 (cd "$work/slurm" && PATH="$work/bin:$PATH" SLURM_JOB_ID=77 DCKPT="$dckpt" HEAT="$heat" DEVICE=cpu ROWS=32 \
     COLS=256 STEPS=100000 EVERY=1000 CKPT_DIR="$work/slurm/ckpt" SCRATCH="$work/slurm/scratch" timeout 300 bash "$script" >"$work/slurm.log" 2>&1) &
 job=$!
-for _ in $(seq 300); do
-    [ -n "$(find "$work/slurm/ckpt" -name 'v*.part' -print -quit 2>/dev/null)" ] && break
-    sleep 0.1
-done
+scripts/wait-for-checkpoint.sh "$work/slurm/ckpt" || true
 pkill -USR1 -f "^bash $script" || true
 wait "$job" || { echo "FAILED: the SLURM job script exited non-zero after SIGUSR1"; cat "$work/slurm.log"; exit 1; }
 grep -q "stopping after step" "$work/slurm.log" && grep -q "^requeue 77$" "$work/scontrol.log" ||

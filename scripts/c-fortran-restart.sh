@@ -59,10 +59,7 @@ for lang in c f; do
     run signalled >"$work/log" 2>&1 &
     job=$!
     # Once a checkpoint is stored, every rank watches the signals (from its first should_exit).
-    for _ in $(seq 300); do
-        [ -n "$(find "$work/$lang-signalled" -name 'v*.part' -print -quit 2>/dev/null)" ] && break
-        sleep 0.1
-    done
+    scripts/wait-for-checkpoint.sh "$work/$lang-signalled" || true
     pkill -USR1 -x mpirun || true
     wait "$job" || { echo "FAILED: heat-$lang exited non-zero after SIGUSR1"; cat "$work/log"; exit 1; }
     stopped=$(grep -o 'stopping after step [0-9]*' "$work/log") ||
