@@ -60,6 +60,12 @@ scripts/install-test.sh
 echo "batch tests: dckpt run, signals, scripts/slurm/heat.sbatch, 2 ranks"
 scripts/batch-test.sh 2
 
+# The per-node agent: a job killed right after a call returned resumes from
+# that call (20 tries, the agent alone made it durable first), what is lost
+# with agent = off, the agent killed mid-flush, two jobs on one node.
+echo "agent tests: heat, 3 ranks, killed after a returned call"
+scripts/agent-test.sh 3
+
 # A real scheduler: a one-node SLURM started here (slurm-wlm, munge; installed
 # when missing and root), heat.sbatch stopped for its walltime, requeued and
 # finished (about 3.5 minutes); where SLURM cannot start it says why.

@@ -26,6 +26,8 @@
 //! | [`engine`] | checkpoint = dedup + write + commit, keeping the state between versions |
 //! | [`tiers`] | asynchronous multi-level checkpoints: host cache, local and shared directories, background flush |
 //! | [`restore`] | chain resolution and byte-exact reconstruction |
+//! | [`shm`] | host memory in shared-memory files that outlive the process (the agent's cache segments) |
+//! | [`agent`] | the per-node agent that finishes the flushes of killed ranks |
 //! | [`verify`] | whole-store integrity and reference checks |
 //! | [`inspect`] | per-version statistics |
 //! | [`collective`] | collective de-duplication across ranks (feature `mpi`) |
@@ -47,6 +49,7 @@
 //! assert_eq!(restored, data);
 //! ```
 
+pub mod agent;
 pub mod backend;
 pub mod collective;
 pub mod config;
@@ -74,6 +77,7 @@ pub mod regions;
 pub mod repair;
 pub mod restore;
 pub mod runtime;
+pub mod shm;
 pub mod sizes;
 pub mod storage;
 pub mod store;

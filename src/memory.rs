@@ -127,6 +127,11 @@ pub trait SegmentMemory: Send + Sync + std::fmt::Debug {
     fn pinned(&self) -> bool {
         false
     }
+    /// The segment's file name in its shared-memory directory, if it lies
+    /// in one (`crate::shm`): what the journal names for the agent.
+    fn shm_name(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// A segment of heap memory.
@@ -134,6 +139,11 @@ pub trait SegmentMemory: Send + Sync + std::fmt::Debug {
 pub struct HeapSegment(Box<[u8]>);
 
 impl HeapSegment {
+    /// A segment over bytes already made.
+    pub(crate) fn from_boxed(bytes: Box<[u8]>) -> Self {
+        HeapSegment(bytes)
+    }
+
     /// A segment of `len` bytes, written now (so that no later use pays its
     /// page faults).
     pub fn new(len: usize) -> Self {

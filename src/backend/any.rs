@@ -217,8 +217,8 @@ impl Backend for AnyBackend {
         each!(self, |b| b.rebuild_from(version, data, map))
     }
 
-    fn host_segments(&self) -> Option<crate::memory::SegmentAlloc> {
-        each!(self, |b| b.host_segments())
+    fn host_segments(&self, base: Option<crate::memory::SegmentAlloc>) -> Option<crate::memory::SegmentAlloc> {
+        each!(self, |b| b.host_segments(base))
     }
 
     fn hand_over_new(&mut self, version: u64, input: Protected<'_>, baseline: bool, sink: Sink<'_>) -> Result<Handed> {

@@ -254,11 +254,12 @@ pub trait Backend: Send {
     /// version is forgotten first.
     fn rebuild_from(&mut self, version: u64, data: Protected<'_>, map: crate::restore::PendingMap) -> Result<()>;
 
-    /// The host memory its files should be cached in, if not the heap: the
-    /// CUDA backend's page-locked segments, which its device copies diffs
-    /// into directly ([`FileSink::fill`]).
-    fn host_segments(&self) -> Option<crate::memory::SegmentAlloc> {
-        None
+    /// The host memory its files should be cached in, made from `base`'s
+    /// segments (the heap without it): `base` itself, or the CUDA backend's
+    /// segments page-locked, which its device copies diffs into directly
+    /// ([`FileSink::fill`]).
+    fn host_segments(&self, base: Option<crate::memory::SegmentAlloc>) -> Option<crate::memory::SegmentAlloc> {
+        base
     }
 
     /// The asynchronous tiers' path: de-duplicates

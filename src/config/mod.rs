@@ -30,6 +30,8 @@
 //! ranks_per_node = 0             # node membership: 0 from MPI, k: ranks 0..k-1 on node 0, … (emulated nodes)
 //! max_copy_lag = 2               # versions the copies may lag behind the calls before a call waits (0: no bound)
 //! halt_seconds = 0               # should_exit: the margin kept before the scheduler's walltime ends
+//! agent = "auto"                 # auto: a per-node agent finishes a killed job's flushes | off
+//! agent_dir = "/dev/shm/dckpt-0" # its directory: the host cache's segments and journals (default /dev/shm/dckpt-<uid>)
 //! ```
 //!
 //! `scratch` may hold `{node}`, replaced by the node's index
@@ -71,6 +73,21 @@ pub enum Mode {
     Async,
     /// Once the version is durable on every tier.
     Sync,
+}
+
+/// Whether a per-node agent finishes the flushes of a job killed after a
+/// checkpoint call returned (`crate::agent`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentMode {
+    /// The host cache in shared memory with a journal; an agent started
+    /// per node when none runs (or the next job on the node) finishes what
+    /// a dead rank left.
+    #[default]
+    Auto,
+    /// The host cache in the process's heap: a returned checkpoint not yet
+    /// durable dies with the process.
+    Off,
 }
 
 /// A byte count, written as an integer or as a size (`"4G"`, `"512M"`).
@@ -178,6 +195,10 @@ pub struct Config {
     /// left is shorter than this plus what the last checkpoint took to
     /// become durable.
     pub halt_seconds: u64,
+    /// The per-node agent that finishes a killed job's flushes.
+    pub agent: AgentMode,
+    /// The agent's directory, in shared memory (`None`: `/dev/shm/dckpt-<uid>`).
+    pub agent_dir: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -211,6 +232,8 @@ impl Default for Config {
             ranks_per_node: collective.ranks_per_node,
             max_copy_lag: collective.max_copy_lag,
             halt_seconds: 0,
+            agent: AgentMode::Auto,
+            agent_dir: None,
         }
     }
 }
@@ -242,6 +265,8 @@ pub const KEYS: &[&str] = &[
     "ranks_per_node",
     "max_copy_lag",
     "halt_seconds",
+    "agent",
+    "agent_dir",
 ];
 
 impl Config {
@@ -392,7 +417,14 @@ impl Config {
             prefetch_cache_bytes: self.prefetch_cache_size.0,
             eviction: self.eviction,
             gpu_cache: self.gpu_cache_size,
+            journal: self.agent_root(),
         }
+    }
+
+    /// The per-node agent's directory, if `agent = "auto"`.
+    pub fn agent_root(&self) -> Option<PathBuf> {
+        (self.agent == AgentMode::Auto)
+            .then(|| self.agent_dir.clone().unwrap_or_else(crate::tiers::journal::default_root))
     }
 
     /// The collective step's options.

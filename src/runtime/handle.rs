@@ -32,6 +32,8 @@ pub struct Runtime {
     node: u32,
     /// What [`Runtime::should_exit`] keeps between calls.
     halt: stopping::HaltState,
+    /// The per-node agent that finishes a killed job's flushes.
+    agent: super::agent_watch::AgentWatch,
 }
 
 /// What a region looks like to a name's layout.
@@ -75,6 +77,10 @@ impl Runtime {
         super::placement::warn_if_crowded(comm);
         super::placement::size_the_pool(comm);
         let node = crate::collective::protect::node_map(comm, config.ranks_per_node).node(comm.rank().max(0) as u32);
+        // What a killed job left is finished on every node before any rank
+        // opens a store.
+        let agent = super::agent_watch::AgentWatch::start(&config);
+        comm.barrier();
         Runtime {
             comm: comm.duplicate(),
             config,
@@ -83,6 +89,7 @@ impl Runtime {
             stats: RunStats::default(),
             node,
             halt: stopping::HaltState::default(),
+            agent,
         }
     }
 
@@ -251,6 +258,7 @@ impl Runtime {
             let _span = crate::profile::Span::new("runtime-agree-name", version);
             all_agree_on_name(&self.comm, "the checkpoint's number and name", version, name, numbered)?;
         }
+        self.agent.check(!self.names.is_empty());
         let regions = self.regions.clone();
         let sync = self.config.mode == Mode::Sync;
         {

@@ -29,6 +29,8 @@
 //! under a new name.
 
 #[cfg(feature = "mpi")]
+#[cfg(feature = "mpi")]
+mod agent_watch;
 mod agreement;
 #[cfg(feature = "mpi")]
 mod handle;

@@ -48,12 +48,31 @@ impl StoreWriter {
         Self::open_in(Arc::new(Posix::create(root)?), rank, data_len, opts)
     }
 
+    /// As [`StoreWriter::open`], but removing nothing: the writer that
+    /// finishes a dead writer's flushes (the per-node agent), for which the
+    /// files of versions not committed yet are the work, not debris.
+    pub fn open_to_finish(root: &Path, rank: u32, data_len: u64, opts: &StoreOptions) -> Result<Self> {
+        Layout::new(data_len, opts.chunk_size)?;
+        Self::open_with(Arc::new(Posix::create(root)?), rank, data_len, opts, false).map(|(s, _)| s)
+    }
+
     /// As [`StoreWriter::open`], on any storage.
     pub fn open_in(
         storage: Arc<dyn Storage>,
         rank: u32,
         data_len: u64,
         opts: &StoreOptions,
+    ) -> Result<(Self, OpenNotes)> {
+        Self::open_with(storage, rank, data_len, opts, true)
+    }
+
+    /// Opens the store; `tidy`: removes what no committed version needs.
+    fn open_with(
+        storage: Arc<dyn Storage>,
+        rank: u32,
+        data_len: u64,
+        opts: &StoreOptions,
+        tidy: bool,
     ) -> Result<(Self, OpenNotes)> {
         Layout::new(data_len, opts.chunk_size)?;
         let root = storage.locate(Path::new(""));
@@ -119,6 +138,10 @@ impl StoreWriter {
         store.check_params(data_len, opts)?;
         if notes.created || !notes.rolled_forward.is_empty() {
             store.write_manifest(&store.view.manifest.clone())?;
+        }
+        if !tidy {
+            notes.damaged_records = log.damaged().to_vec();
+            return Ok((store, notes));
         }
         notes.removed = store.remove_unfinished(rank == 0, &log.damaged_versions())?;
         // This rank's commit parts of versions that never committed (an

@@ -18,6 +18,7 @@
 //! chain on every tier.
 
 use super::cache::{Cached, HostCache};
+use super::listing::Listing;
 use super::prefetch::RestoreCache;
 use super::state::{Progress, TierState};
 use super::writeback::InFlightMap;
@@ -102,6 +103,9 @@ pub(crate) struct Shared {
     /// The versions another process still copies from one tier (the
     /// node-local tier's redundancy copies): retention keeps them there.
     pub copy_hold: CopyHold,
+    /// The journal the per-node agent finishes flushes from if this
+    /// process dies (`agent = "auto"`), if any.
+    pub journal: Option<Arc<super::journal::Journal>>,
 }
 
 /// Versions whose files on one tier are still to be copied elsewhere (by
@@ -139,20 +143,6 @@ impl CopyHold {
     pub fn released(&self, tier: usize, version: u64) -> bool {
         self.tier.load(Ordering::SeqCst) != tier || version <= self.through.load(Ordering::SeqCst)
     }
-}
-
-/// How a worker lists a version once its file is durable on its tier.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Listing {
-    /// In the rank's manifest: committed at once (a single rank).
-    Manifest,
-    /// As this rank's commit part of a collective version of `ranks` ranks.
-    Part {
-        /// This rank.
-        rank: u32,
-        /// Ranks taking part.
-        ranks: u32,
-    },
 }
 
 /// The running workers.
@@ -269,6 +259,14 @@ impl Worker {
                 }
             };
             let version = job.version;
+            if self.tier == 0
+                && let (Some(journal), Source::Cache(c)) = (&self.shared.journal, &job.source)
+                && c.ready().is_ok()
+            {
+                // A device's copy just arrived (the call returned before it):
+                // journaled now, not after the collective step decides.
+                journal.record(version, job.baseline, job.prev, job.sealed, c);
+            }
             if let Some(late) = job.late.take() {
                 let _span = crate::profile::Span::new("flush-wait-step", version);
                 job.rewrite = late.wait();
@@ -287,6 +285,11 @@ impl Worker {
                     TierState::Failed(e.to_string())
                 }
             };
+            if let Some(journal) = &self.shared.journal {
+                // Before the cache segments go back (below): the agent must
+                // never read segments lent again.
+                journal.settle(version, self.tier, outcome.is_ok());
+            }
             // What the next tier reads: this tier's file if it is durable
             // (the cache segments go back now), else the cached bytes; the
             // last tier gives them back in any case.
@@ -357,97 +360,167 @@ impl Worker {
                 ),
             });
         }
-        let mut retained = None;
-        let entry: VersionEntry = match &job.source {
+        let (entry, retained) = match &job.source {
             Source::Cache(c) => {
                 // A device may still be copying the file in.
                 c.ready()?;
-                // A device-made file handed over unsealed with no rewrite
-                // may still hold runs to fold (`Rewrite::folding`).
-                let folding = match (&job.rewrite, job.sealed) {
-                    (None, false) => folding_of(c)?,
-                    _ => None,
-                };
-                // The file to write: the cached bytes, rewritten where regions
-                // were given away or runs fold (a sealed file), then
-                // compressed if asked.
-                let rewritten = match job.rewrite.as_ref().or(folding.as_ref()) {
-                    // The kept bytes read from the cache straight into the new file.
-                    Some(rewrite) => {
-                        let _span = crate::profile::Span::new("flush-rewrite", job.version);
-                        Some(rewrite.apply_with(&|at, buf: &mut [u8]| c.read_at(at, buf))?)
-                    }
-                    None => None,
-                };
-                let (pieces, sealed): (Vec<&[u8]>, bool) = match &rewritten {
-                    Some(file) => (vec![file.as_slice()], true),
-                    None => (c.pieces().collect(), job.sealed),
-                };
-                let len = pieces.iter().map(|p| p.len() as u64).sum::<u64>();
-                let invalid = |e: String| {
-                    let path = self.store.diff_path(job.version);
-                    Error::corrupt(&path, format!("the backend handed over an invalid diff: {e}"))
-                };
-                if let Some(how) = self.compression {
-                    let file = crate::format::compress_file(&pieces, len, how).map_err(invalid)?;
-                    let trailer = file.len().checked_sub(32).map(|at| &file[at..]);
-                    let entry = self.store.write_diff_with(
-                        job.version,
-                        job.baseline,
-                        file.len() as u64,
-                        trailer,
-                        &mut |w| w.write_all(&file),
-                    )?;
-                    if self.retains(file.len() as u64) {
-                        retained = Some(file);
-                    }
-                    entry
-                } else {
-                    let trailer = if sealed {
-                        last_32(&pieces).ok_or_else(|| invalid("shorter than a trailer".into()))?
-                    } else {
-                        crate::format::seal(&pieces, len).map_err(invalid)?
-                    };
-                    let entry =
-                        self.store.write_diff_with(job.version, job.baseline, len, Some(&trailer), &mut |w| {
-                            write_sealed(&pieces, &trailer, w)
-                        })?;
-                    if self.retains(len) {
-                        let mut copy = Vec::with_capacity(len as usize);
-                        write_sealed(&pieces, &trailer, &mut copy).map_err(|e| Error::Internal(e.to_string()))?;
-                        retained = Some(copy);
-                    }
-                    entry
-                }
+                let retain = |len: u64| self.retains(len);
+                let how =
+                    CacheWrite { rewrite: job.rewrite.as_ref(), sealed: job.sealed, compression: self.compression };
+                write_cached(&self.store, job.version, job.baseline, c.as_ref(), &how, &retain)?
             }
-            Source::File(path, len) => {
-                let trailer = read_trailer(path, *len)?;
-                let src = Mutex::new(crate::storage::fsio::open_regular(path).map_err(|e| Error::io(path, e))?);
-                self.store.write_diff_with(job.version, job.baseline, *len, Some(&trailer), &mut |w| {
-                    let mut f = crate::sync::lock(&src);
-                    let copied = std::io::copy(&mut *f, w)?;
-                    if copied == *len {
-                        Ok(())
-                    } else {
-                        Err(std::io::Error::other(format!("the source changed: {copied} of {len} bytes")))
-                    }
-                })?
-            }
+            Source::File(path, len) => (write_copied(&self.store, job.version, job.baseline, path, *len)?, None),
         };
         let len = entry.file_len;
-        match self.listing {
-            Listing::Manifest => self.store.publish(entry)?,
-            Listing::Part { rank, ranks } => {
-                let part = CommitPart {
-                    version: job.version,
-                    ranks,
-                    prev: job.prev.filter(|_| !job.baseline),
-                    entry: RankEntry { rank, baseline: job.baseline, file_len: entry.file_len, trailer: entry.trailer },
-                };
-                part.write_to(self.store.storage().as_ref())?;
-            }
-        }
+        list_written(&mut self.store, self.listing, job.version, job.baseline, job.prev, entry)?;
         Ok((len, retained))
+    }
+}
+
+/// A cached diff file's bytes: the host cache's ([`Cached`]), or a dead
+/// rank's cache segments mapped again by the agent.
+pub(crate) trait FileBytes: Sync {
+    /// The file's length.
+    fn len(&self) -> usize;
+    /// Copies bytes `offset..offset + buf.len()` into `buf`; `None` past the end.
+    fn read_at(&self, offset: usize, buf: &mut [u8]) -> Option<()>;
+    /// The file's bytes, in consecutive pieces.
+    fn pieces(&self) -> Vec<&[u8]>;
+}
+
+impl FileBytes for Cached {
+    fn len(&self) -> usize {
+        Cached::len(self)
+    }
+
+    fn read_at(&self, offset: usize, buf: &mut [u8]) -> Option<()> {
+        Cached::read_at(self, offset, buf)
+    }
+
+    fn pieces(&self) -> Vec<&[u8]> {
+        Cached::pieces(self).collect()
+    }
+}
+
+/// How a cached file becomes the file written: the rewrite it still needs
+/// (regions given away), whether it carries its trailer, and the compression.
+pub(crate) struct CacheWrite<'a> {
+    /// Regions given away by the collective step, if any.
+    pub rewrite: Option<&'a Rewrite>,
+    /// Whether the cached file is sealed (see [`Job::sealed`]).
+    pub sealed: bool,
+    /// Compression of the file written, if any.
+    pub compression: Option<Compression>,
+}
+
+/// Writes version `version` of `store` from cached bytes `c`, rewritten,
+/// sealed and compressed as `how` says; its entry, and the bytes written
+/// where `retain` wants them for the restore cache.
+pub(crate) fn write_cached(
+    store: &StoreWriter,
+    version: u64,
+    baseline: bool,
+    c: &dyn FileBytes,
+    how: &CacheWrite<'_>,
+    retain: &dyn Fn(u64) -> bool,
+) -> Result<(VersionEntry, Option<Vec<u8>>)> {
+    let mut retained = None;
+    // A device-made file handed over unsealed with no rewrite
+    // may still hold runs to fold (`Rewrite::folding`).
+    let folding = match (how.rewrite, how.sealed) {
+        (None, false) => folding_of(c)?,
+        _ => None,
+    };
+    // The file to write: the cached bytes, rewritten where regions
+    // were given away or runs fold (a sealed file), then
+    // compressed if asked.
+    let rewritten = match how.rewrite.or(folding.as_ref()) {
+        // The kept bytes read from the cache straight into the new file.
+        Some(rewrite) => {
+            let _span = crate::profile::Span::new("flush-rewrite", version);
+            Some(rewrite.apply_with(&|at, buf: &mut [u8]| c.read_at(at, buf))?)
+        }
+        None => None,
+    };
+    let (pieces, sealed): (Vec<&[u8]>, bool) = match &rewritten {
+        Some(file) => (vec![file.as_slice()], true),
+        None => (c.pieces(), how.sealed),
+    };
+    let len = pieces.iter().map(|p| p.len() as u64).sum::<u64>();
+    let invalid = |e: String| {
+        let path = store.diff_path(version);
+        Error::corrupt(&path, format!("the backend handed over an invalid diff: {e}"))
+    };
+    let entry = if let Some(compression) = how.compression {
+        let file = crate::format::compress_file(&pieces, len, compression).map_err(invalid)?;
+        let trailer = file.len().checked_sub(32).map(|at| &file[at..]);
+        let entry =
+            store.write_diff_with(version, baseline, file.len() as u64, trailer, &mut |w| w.write_all(&file))?;
+        if retain(file.len() as u64) {
+            retained = Some(file);
+        }
+        entry
+    } else {
+        let trailer = if sealed {
+            last_32(&pieces).ok_or_else(|| invalid("shorter than a trailer".into()))?
+        } else {
+            crate::format::seal(&pieces, len).map_err(invalid)?
+        };
+        let entry = store
+            .write_diff_with(version, baseline, len, Some(&trailer), &mut |w| write_sealed(&pieces, &trailer, w))?;
+        if retain(len) {
+            let mut copy = Vec::with_capacity(len as usize);
+            write_sealed(&pieces, &trailer, &mut copy).map_err(|e| Error::Internal(e.to_string()))?;
+            retained = Some(copy);
+        }
+        entry
+    };
+    Ok((entry, retained))
+}
+
+/// Writes version `version` of `store` as a copy of the durable file `path`
+/// of `len` bytes (an earlier tier's).
+pub(crate) fn write_copied(
+    store: &StoreWriter,
+    version: u64,
+    baseline: bool,
+    path: &std::path::Path,
+    len: u64,
+) -> Result<VersionEntry> {
+    let trailer = read_trailer(path, len)?;
+    let src = Mutex::new(crate::storage::fsio::open_regular(path).map_err(|e| Error::io(path, e))?);
+    store.write_diff_with(version, baseline, len, Some(&trailer), &mut |w| {
+        let mut f = crate::sync::lock(&src);
+        let copied = std::io::copy(&mut *f, w)?;
+        if copied == len {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(format!("the source changed: {copied} of {len} bytes")))
+        }
+    })
+}
+
+/// Lists a durable version as `listing` says: in the manifest, or as this
+/// rank's commit part.
+pub(crate) fn list_written(
+    store: &mut StoreWriter,
+    listing: Listing,
+    version: u64,
+    baseline: bool,
+    prev: Option<u64>,
+    entry: VersionEntry,
+) -> Result<()> {
+    match listing {
+        Listing::Manifest => store.publish(entry),
+        Listing::Part { rank, ranks } => {
+            let part = CommitPart {
+                version,
+                ranks,
+                prev: prev.filter(|_| !baseline),
+                entry: RankEntry { rank, baseline, file_len: entry.file_len, trailer: entry.trailer },
+            };
+            part.write_to(store.storage().as_ref())
+        }
     }
 }
 
@@ -621,7 +694,7 @@ fn read_trailer(path: &std::path::Path, len: u64) -> Result<[u8; 32]> {
 
 /// The rewrite folding the repeated runs of cached file `c`, if it holds any
 /// (read from its header and tables alone).
-fn folding_of(c: &Cached) -> Result<Option<Rewrite>> {
+fn folding_of(c: &dyn FileBytes) -> Result<Option<Rewrite>> {
     use crate::format::diff_file::{DiffHeader, HEADER_LEN};
     let short = || Error::Internal("a cached diff file shorter than its tables".into());
     let invalid = |e: String| Error::Internal(format!("a cached diff file: {e}"));
@@ -631,7 +704,7 @@ fn folding_of(c: &Cached) -> Result<Option<Rewrite>> {
     if header.compressed.is_some() || header.shift_count < 2 {
         return Ok(None);
     }
-    let data_start = crate::format::data_start_of(&head, c.len() as u64).map_err(invalid)?;
+    let data_start = crate::format::data_start_of(&head, FileBytes::len(c) as u64).map_err(invalid)?;
     let mut meta = vec![0u8; usize::try_from(data_start).map_err(|_| short())?];
     c.read_at(0, &mut meta).ok_or_else(short)?;
     Rewrite::folding(&meta)

@@ -32,6 +32,8 @@ pub(crate) use version::*;
 pub mod arena;
 pub mod cache;
 mod flusher;
+pub mod journal;
+mod listing;
 pub mod prefetch;
 mod reader;
 pub(crate) use durability::TierWatch;
@@ -50,8 +52,9 @@ use crate::restore::PendingMap;
 use crate::store::{Store, StoreOptions, StoreWriter};
 use cache::Cached;
 use cache::HostCache;
+pub(crate) use flusher::{CacheWrite, FileBytes, LateRewrite, list_written, write_cached, write_copied};
 use flusher::{Flusher, Job, Shared, Source};
-pub(crate) use flusher::{LateRewrite, Listing};
+pub use listing::Listing;
 use reader::Reach;
 use serde::{Deserialize, Serialize};
 use state::{Progress, TierState};
@@ -223,7 +226,29 @@ impl TieredEngine {
         };
         // Made once the first checkpoint or restore asks for quiet, or after
         // a restart's restore: nothing allocated beside that restore.
-        let cache = Arc::new(HostCache::held(tiers.host_cache_bytes, parts.backend.host_segments())?);
+        // With the agent: the segments in shared memory, and the journal.
+        let journal = match &tiers.journal {
+            Some(root) => {
+                let meta = journal::JournalMeta {
+                    rank,
+                    data_len,
+                    opts: parts.opts.clone(),
+                    tiers: disks.clone(),
+                    listing,
+                    compression: tiers.compression,
+                };
+                Some(journal::Journal::create(root, &meta)?)
+            }
+            None => None,
+        };
+        let mut cache = HostCache::held(
+            tiers.host_cache_bytes,
+            parts.backend.host_segments(journal.as_ref().map(|j| j.segments("seg"))),
+        )?;
+        if let Some(j) = &journal {
+            cache.spill_into(j.segments("spill"));
+        }
+        let cache = Arc::new(cache);
         let progress = Progress::new(stores.iter().map(|(n, _)| n.clone()).collect());
         let restore_cache = prefetch.as_ref().map(|p| p.cache().clone());
         let shared = Arc::new(Shared {
@@ -233,6 +258,7 @@ impl TieredEngine {
             restore_cache,
             inflight: Default::default(),
             copy_hold: Default::default(),
+            journal,
         });
         let stores = stores.into_iter().map(|(name, store)| (tiers.keep_of(&name), name, store)).collect();
         let flusher = Flusher::start(rank, stores, Arc::clone(&shared), listing, tiers.compression)?;
@@ -342,6 +368,11 @@ impl TieredEngine {
         let prev = if baseline { None } else { self.latest };
         self.shared.progress.register(version);
         self.latest = Some(version);
+        if let Some(journal) = &self.shared.journal {
+            // Bytes still arriving from a device are recorded by the first
+            // tier's worker as soon as they are there.
+            journal.record(version, baseline, prev, sealed, &cached);
+        }
         if !self.collective {
             let flying = writeback::InFlight { cached: Arc::clone(&cached), baseline, prev, sealed };
             crate::sync::lock(&self.shared.inflight).insert(version, flying);

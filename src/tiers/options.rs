@@ -33,6 +33,11 @@ pub struct TierOptions {
     /// (`crate::backend::budget::GpuCache`: `Auto` takes what the budget
     /// leaves spare, a size is taken first, 0 is none).
     pub gpu_cache: GpuCache,
+    /// The per-node agent's directory (`crate::agent`): the host cache's
+    /// segments in shared memory there and a journal of the versions not
+    /// yet on every tier, which the agent finishes if the process dies.
+    /// `None`: heap memory, and a returned checkpoint dies with the process.
+    pub journal: Option<PathBuf>,
 }
 
 impl Default for TierOptions {
@@ -47,6 +52,7 @@ impl Default for TierOptions {
             prefetch_cache_bytes: 0,
             eviction: arena::Policy::GapAware,
             gpu_cache: GpuCache::Auto,
+            journal: None,
         }
     }
 }

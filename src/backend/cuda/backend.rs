@@ -425,10 +425,14 @@ impl Backend for CudaBackend {
         Ok(())
     }
 
-    fn host_segments(&self) -> Option<crate::memory::SegmentAlloc> {
+    fn host_segments(&self, base: Option<crate::memory::SegmentAlloc>) -> Option<crate::memory::SegmentAlloc> {
         let ctx = Arc::clone(&self.dev.gpu().ctx);
         Some(Box::new(move |len| {
-            super::driver::RegisteredSegment::new(&ctx, len).map(|s| Box::new(s) as crate::memory::Segment)
+            let pinned = match &base {
+                Some(base) => super::driver::RegisteredSegment::pin(&ctx, base(len)?),
+                None => super::driver::RegisteredSegment::new(&ctx, len),
+            };
+            pinned.map(|s| Box::new(s) as crate::memory::Segment)
         }))
     }
 

@@ -233,46 +233,58 @@ impl Drop for PinnedSegment {
     }
 }
 
-/// A segment of heap memory, written by the allocating thread, then
-/// page-locked in place with `cuMemHostRegister` (the driver is held only
-/// to pin pages already mapped) and unregistered when dropped.
+/// A segment of host memory (heap memory written by the allocating thread,
+/// or a shared-memory segment, `crate::shm`), page-locked in place with
+/// `cuMemHostRegister` (the driver is held only to pin pages already
+/// mapped) and unregistered when dropped, before its memory goes.
 pub(crate) struct RegisteredSegment {
-    bytes: Box<[u8]>,
+    inner: crate::memory::Segment,
     ctx: Arc<CudaContext>,
 }
 
 impl RegisteredSegment {
-    /// `len` bytes, zeroed and page-locked.
+    /// `len` bytes of heap memory, zeroed and page-locked.
     pub(crate) fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<Self> {
-        let mut bytes = crate::memory::prefaulted_here(len);
+        Self::pin(ctx, Box::new(crate::memory::HeapSegment::from_boxed(crate::memory::prefaulted_here(len))))
+    }
+
+    /// `inner`, its pages already mapped, page-locked.
+    pub(crate) fn pin(ctx: &Arc<CudaContext>, mut inner: crate::memory::Segment) -> Result<Self> {
+        let bytes = inner.bytes_mut();
+        let len = bytes.len();
         ctx.bind_to_thread().map_err(cuda_err)?;
-        // SAFETY: `bytes` is a live allocation of `len` bytes that this
-        // segment owns and unregisters (in `drop`) before freeing it.
+        // SAFETY: `bytes` is live memory of `len` bytes that this segment
+        // owns (through `inner`) and unregisters (in `drop`) before `inner`
+        // frees or unmaps it.
         let status = unsafe { cudarc::driver::sys::cuMemHostRegister_v2(bytes.as_mut_ptr().cast(), len, 0) };
         if status != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
             return Err(Error::Gpu(format!("page-locking {len} bytes of host memory: {status:?}")));
         }
-        Ok(RegisteredSegment { bytes, ctx: Arc::clone(ctx) })
+        Ok(RegisteredSegment { inner, ctx: Arc::clone(ctx) })
     }
 }
 
 impl std::fmt::Debug for RegisteredSegment {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RegisteredSegment").field("len", &self.bytes.len()).finish()
+        f.debug_struct("RegisteredSegment").field("inner", &self.inner).finish()
     }
 }
 
 impl crate::memory::SegmentMemory for RegisteredSegment {
     fn bytes(&self) -> &[u8] {
-        &self.bytes
+        self.inner.bytes()
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.bytes
+        self.inner.bytes_mut()
     }
 
     fn pinned(&self) -> bool {
         true
+    }
+
+    fn shm_name(&self) -> Option<&str> {
+        self.inner.shm_name()
     }
 }
 
@@ -281,7 +293,7 @@ impl Drop for RegisteredSegment {
         // May run on a flush thread. No device copy into the bytes is in
         // flight: `GpuDedup::finish` synchronizes before a segment leaves.
         let _ = self.ctx.bind_to_thread();
-        // SAFETY: `bytes` was registered in `new` and is still allocated.
-        let _ = unsafe { cudarc::driver::sys::cuMemHostUnregister(self.bytes.as_mut_ptr().cast()) };
+        // SAFETY: these bytes were registered in `pin` and `inner` still holds them.
+        let _ = unsafe { cudarc::driver::sys::cuMemHostUnregister(self.inner.bytes_mut().as_mut_ptr().cast()) };
     }
 }

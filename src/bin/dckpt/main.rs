@@ -1,6 +1,7 @@
 //! `dckpt`: checkpoint, restore, verify, inspect, benchmark and generate.
 //! A thin layer over the library: argument parsing, progress, printing.
 
+mod agent_cmd;
 mod bench;
 mod bench_cmd;
 #[cfg(feature = "mpi")]
@@ -124,6 +125,10 @@ enum Command {
     /// newest checkpoint each time. Signals are passed on; a command stopped
     /// by one is not run again.
     Run(run_cmd::RunArgs),
+    /// The per-node agent: finishes the flushes of ranks killed after a
+    /// checkpoint call returned (started by the runtime where none runs);
+    /// --status, --wait.
+    Agent(agent_cmd::AgentArgs),
 }
 
 /// Exits quietly where stdout was closed by its reader (`dckpt inspect |
@@ -196,6 +201,7 @@ fn main() -> ExitCode {
         #[cfg(feature = "mpi")]
         Command::Kernels(a) => runtime_cmd::kernels(a),
         Command::Run(a) => run_cmd::run(a),
+        Command::Agent(a) => agent_cmd::run(a),
     };
     match result {
         Ok(code) => code,

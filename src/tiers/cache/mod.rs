@@ -42,10 +42,11 @@ use std::time::{Duration, Instant};
 pub const SEGMENT_BYTES: usize = 4 << 20;
 
 /// The host cache.
-#[derive(Debug)]
 pub struct HostCache {
     pool: Arc<Pool>,
     segments: usize,
+    /// Where a spilled file's one segment comes from (the heap without it).
+    spill: Option<SegmentAlloc>,
 }
 
 /// A diff file held in cache segments; its segments go back to the cache
@@ -81,6 +82,12 @@ enum Gate {
     /// The bytes are elsewhere (the GPU cache tier): take segments, then
     /// copy them in.
     Deferred(DeferredFill),
+}
+
+impl std::fmt::Debug for HostCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostCache").field("segments", &self.segments).finish()
+    }
 }
 
 impl std::fmt::Debug for Cached {
@@ -277,6 +284,20 @@ impl Cached {
         seg.get(from..from + range.len())
     }
 
+    /// Where the file's bytes lie in shared memory (`crate::shm`): its
+    /// segments' file names and the bytes per segment; `None` unless every
+    /// byte is there now (not deferred, not still arriving, no failed copy)
+    /// in segments that all lie in shared memory.
+    pub fn shm_layout(&self) -> Option<(Vec<String>, usize)> {
+        let gate = self.gate.try_lock().ok()?;
+        if !matches!(*gate, Gate::Open) || matches!(self.arrived.get(), Some(Err(_))) {
+            return None;
+        }
+        let names =
+            self.segments.get()?.iter().map(|s| s.shm_name().map(str::to_string)).collect::<Option<Vec<_>>>()?;
+        Some((names, self.segment_len))
+    }
+
     /// The last 32 bytes (a diff file's trailer).
     pub fn trailer(&self) -> Option<[u8; 32]> {
         let start = self.len.checked_sub(32)?;
@@ -311,6 +332,12 @@ impl HostCache {
     /// opened for a restart restores before anything is allocated beside it.
     pub fn held(bytes: u64, alloc: Option<SegmentAlloc>) -> Result<Self> {
         Self::make(bytes, alloc, true)
+    }
+
+    /// Spilled files' segments from `alloc` from now on (shared memory, for
+    /// the agent), not the heap.
+    pub fn spill_into(&mut self, alloc: SegmentAlloc) {
+        self.spill = Some(alloc);
     }
 
     /// Lets the background thread make the segments (once held).
@@ -348,7 +375,7 @@ impl HostCache {
             .name("dckpt-cache-alloc".into())
             .spawn(move || make_segments(&weak, segments, alloc))
             .map_err(|e| Error::no_thread("the host cache's allocation thread", e))?;
-        Ok(HostCache { pool, segments })
+        Ok(HostCache { pool, segments, spill: None })
     }
 
     /// Waits until the background thread has made every segment (tests and
@@ -482,7 +509,14 @@ impl HostCache {
         match self.pool.take(need, false, true) {
             Lent::Segments(segments, waited) => (segments, SEGMENT_BYTES, waited, false),
             Lent::Spill(waited) => {
-                let seg: Segment = Box::new(HeapSegment::prefaulted(len.max(1)));
+                let seg: Segment = match self.spill.as_ref().map(|alloc| alloc(len.max(1))) {
+                    Some(Ok(seg)) => seg,
+                    Some(Err(e)) => {
+                        tracing::debug!("a spill in shared memory: {e}; on the heap instead");
+                        Box::new(HeapSegment::prefaulted(len.max(1)))
+                    }
+                    None => Box::new(HeapSegment::prefaulted(len.max(1))),
+                };
                 (vec![seg], len.max(1), waited, true)
             }
         }
