@@ -30,15 +30,14 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
-    /// Maps `len` bytes of `file` from offset 0, shared; `write` for
-    /// read-write, and `populate` to map every page now.
-    fn of(file: &File, len: usize, write: bool, populate: bool) -> std::io::Result<Mapping> {
+    /// Maps `len` bytes of `file` from offset 0, shared; `write` for read-write.
+    fn of(file: &File, len: usize, write: bool) -> std::io::Result<Mapping> {
         use rustix::mm::{MapFlags, ProtFlags};
         if len == 0 {
             return Err(std::io::Error::other("an empty mapping"));
         }
         let prot = if write { ProtFlags::READ | ProtFlags::WRITE } else { ProtFlags::READ };
-        let flags = if populate { MapFlags::SHARED | MapFlags::POPULATE } else { MapFlags::SHARED };
+        let flags = MapFlags::SHARED;
         // SAFETY: a new mapping at an address the kernel picks (no existing
         // memory is replaced) of a file this process opened; the file was
         // sized to at least `len` bytes by the caller, and the mapping is
@@ -85,7 +84,11 @@ impl std::fmt::Debug for ShmSegment {
 
 impl ShmSegment {
     /// A new file `name` of `len` bytes in `dir` (created, owner-only; an
-    /// existing file is an error), its space reserved and every page mapped now.
+    /// existing file is an error), its space reserved and every page mapped
+    /// writable now, so that no later write pays a fault (a shared mapping's
+    /// `MAP_POPULATE` maps pages read-only: the first write would still
+    /// fault). A segment larger than the cache's 4 MiB (a spill, made in a
+    /// call) is faulted in by every core at once.
     pub fn create(dir: &Path, name: &str, len: usize) -> Result<Self> {
         let path = dir.join(name);
         let file = std::fs::OpenOptions::new()
@@ -98,14 +101,32 @@ impl ShmSegment {
             .map_err(|e| Error::io(&path, e))?;
         let made = rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, len.max(1) as u64)
             .map_err(std::io::Error::from)
-            .and_then(|()| Mapping::of(&file, len.max(1), true, true));
+            .and_then(|()| Mapping::of(&file, len.max(1), true));
         match made {
-            Ok(map) => Ok(ShmSegment { map, path, name: name.to_string() }),
+            Ok(mut map) => {
+                prefault(map.bytes_mut());
+                Ok(ShmSegment { map, path, name: name.to_string() })
+            }
             Err(e) => {
                 let _ = std::fs::remove_file(&path);
                 Err(Error::io(&path, e))
             }
         }
+    }
+}
+
+/// Writes one byte of every page of `bytes` (a zero over reserved zeroed
+/// pages: the contents do not change), in parallel past 4 MiB.
+fn prefault(bytes: &mut [u8]) {
+    use rayon::prelude::*;
+    const PAGE: usize = 4096;
+    // A zero the compiler cannot see: a store of a known zero into memory
+    // it may assume unchanged could be dropped, and the page left unmapped.
+    let touch = |page: &mut [u8]| page[0] = std::hint::black_box(0);
+    if bytes.len() > 4 << 20 {
+        bytes.par_chunks_mut(PAGE).for_each(touch);
+    } else {
+        bytes.chunks_mut(PAGE).for_each(touch);
     }
 }
 
@@ -143,7 +164,7 @@ impl ShmView {
         if size < len as u64 {
             return Err(Error::corrupt(path, format!("a cache segment of {size} bytes, {len} expected")));
         }
-        let map = Mapping::of(&file, len.max(1), false, false).map_err(|e| Error::io(path, e))?;
+        let map = Mapping::of(&file, len.max(1), false).map_err(|e| Error::io(path, e))?;
         Ok(ShmView { map })
     }
 

@@ -200,7 +200,8 @@ pub enum Ran {
 
 /// The agent's loop for `root`: takes the agent's lock (or reports the one
 /// that holds it), then sweeps every `poll` until no journal has been there
-/// for `idle`; `report` hears of every journal finished.
+/// for `idle` and no process has wanted it for as long ([`ensure_running`]);
+/// `report` hears of every journal finished.
 pub fn run(
     root: &Path,
     idle: Duration,
@@ -235,7 +236,7 @@ pub fn run(
         }
         if s.live + s.busy > 0 || !s.finished.is_empty() {
             quiet_since = Instant::now();
-        } else if quiet_since.elapsed() >= idle {
+        } else if quiet_since.elapsed() >= idle && !wanted_within(root, idle) {
             return Ok(Ran::Idle);
         }
         std::thread::sleep(poll);
@@ -251,11 +252,32 @@ pub fn find_program() -> Option<PathBuf> {
     beside.chain(path).map(|d| d.join("dckpt")).find(|p| p.is_file())
 }
 
+/// Tells the agent of `root` a process wants it (`<root>/wanted`, whose
+/// time the agent counts as activity): one found at a job's start stays for
+/// its idle time at least, though no journal is open yet.
+fn want(root: &Path) {
+    let path = root.join("wanted");
+    let touched = open_lock(&path).and_then(|f| f.set_modified(std::time::SystemTime::now()));
+    if let Err(e) = touched {
+        tracing::debug!("the agent: touching {}: {e}", path.display());
+    }
+}
+
+/// Whether a process wanted the agent of `root` within `idle`.
+fn wanted_within(root: &Path, idle: Duration) -> bool {
+    std::fs::metadata(root.join("wanted"))
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age < idle)
+}
+
 /// Makes sure an agent runs for `root`: the pid of the one running or
 /// started now; `None` where no `dckpt` program was found (the journals then
 /// wait for the next job on this node, or `dckpt agent`).
 pub fn ensure_running(root: &Path) -> Result<Option<u32>> {
     prepare_root(root)?;
+    want(root);
     if let Some(pid) = running(root) {
         return Ok(Some(pid));
     }

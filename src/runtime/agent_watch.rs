@@ -21,8 +21,10 @@ pub(super) struct AgentWatch {
     checked: Instant,
     /// Whether a missing agent was reported already.
     warned: bool,
-    /// The agent last found.
-    pid: Option<u32>,
+    /// The agent last found, and whether this rank's journals were open
+    /// then (an agent never leaves while a journal is open: its loss since
+    /// is a death, not an idle exit).
+    seen: Option<(u32, bool)>,
 }
 
 impl AgentWatch {
@@ -30,7 +32,7 @@ impl AgentWatch {
     /// (before the caller's barrier).
     pub(super) fn start(config: &Config) -> AgentWatch {
         let root = config.agent_root();
-        let mut watch = AgentWatch { root, checked: Instant::now(), warned: false, pid: None };
+        let mut watch = AgentWatch { root, checked: Instant::now(), warned: false, seen: None };
         let Some(root) = watch.root.clone() else { return watch };
         if let Err(e) = crate::tiers::journal::prepare_root(&root) {
             tracing::warn!("the dckpt agent: {e}; returned checkpoints are not kept from a crash (agent = \"off\")");
@@ -71,11 +73,11 @@ impl AgentWatch {
     fn ensure(&mut self, journaled: bool) {
         let Some(root) = &self.root else { return };
         self.checked = Instant::now();
-        let before = self.pid;
+        let before = self.seen;
         match crate::agent::ensure_running(root) {
             Ok(Some(pid)) => {
-                self.pid = Some(pid);
-                if let Some(old) = before.filter(|&old| old != pid && journaled) {
+                self.seen = Some((pid, journaled));
+                if let Some((old, true)) = before.filter(|&(old, _)| old != pid && journaled) {
                     tracing::warn!("the per-node agent (pid {old}) is gone; started another (pid {pid})");
                 }
             }

@@ -99,6 +99,8 @@ pub struct Journal {
     next: AtomicU64,
     tiers: usize,
     entries: Mutex<HashMap<u64, JournalEntry>>,
+    /// Whether the directory is removed already ([`Journal::close`]).
+    closed: std::sync::atomic::AtomicBool,
 }
 
 /// Journals made by this process (their directories' numbers).
@@ -184,6 +186,7 @@ impl Journal {
             next: AtomicU64::new(0),
             tiers: meta.tiers.len(),
             entries: Mutex::new(HashMap::new()),
+            closed: Default::default(),
         }))
     }
 
@@ -264,12 +267,24 @@ impl Journal {
     }
 }
 
-impl Drop for Journal {
-    fn drop(&mut self) {
+impl Journal {
+    /// Removes the directory and everything in it (once): its engine has
+    /// stopped, every version flushed or reported. Segments still mapped
+    /// stay valid; one made after this falls back to the heap.
+    pub fn close(&self) {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return;
+        }
         // The lock is still held: no agent takes the directory meanwhile.
         if let Err(e) = std::fs::remove_dir_all(&self.dir) {
             tracing::warn!("the flush journal: removing {}: {e}", self.dir.display());
         }
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        self.close();
     }
 }
 

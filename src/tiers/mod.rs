@@ -424,7 +424,17 @@ impl TieredEngine {
         // slower tier was still copying.
         self.flusher.retire();
         self.flusher.stop();
+        self.close_journal();
         result
+    }
+
+    /// Removes the agent's journal once the flush has stopped (the
+    /// segments' other holders, such as the cache's allocation thread, may
+    /// outlive the engine for a moment).
+    fn close_journal(&self) {
+        if let Some(journal) = &self.shared.journal {
+            journal.close();
+        }
     }
 }
 
@@ -432,6 +442,7 @@ impl Drop for TieredEngine {
     fn drop(&mut self) {
         // The flusher's own drop lets every queued version finish.
         self.flusher.stop();
+        self.close_journal();
     }
 }
 

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 /// `dckpt agent`'s arguments.
 #[derive(clap::Args)]
 pub struct AgentArgs {
-    /// The agents' directory (default: /dev/shm/dckpt-<uid>).
-    #[arg(long)]
+    /// The agents' directory (default: DCKPT_AGENT_DIR, else /dev/shm/dckpt-<uid>).
+    #[arg(long, env = "DCKPT_AGENT_DIR")]
     dir: Option<PathBuf>,
     /// Seconds with no journal before the agent exits.
     #[arg(long, default_value_t = 30.0)]

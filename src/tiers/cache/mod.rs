@@ -45,7 +45,7 @@ pub const SEGMENT_BYTES: usize = 4 << 20;
 pub struct HostCache {
     pool: Arc<Pool>,
     segments: usize,
-    /// Where a spilled file's one segment comes from (the heap without it).
+    /// Where a spilled file's segments come from (one heap segment without it).
     spill: Option<SegmentAlloc>,
 }
 
@@ -57,8 +57,8 @@ pub struct HostCache {
 /// them and has the device copy the file in.
 pub struct Cached {
     segments: OnceLock<Vec<Segment>>,
-    /// Bytes per segment: [`SEGMENT_BYTES`], or the whole file's length for
-    /// a spilled file (one segment of its own, outside the cache).
+    /// Bytes per segment: [`SEGMENT_BYTES`]; for a spilled file (segments of
+    /// its own, outside the cache) the whole file's length, or a piece's.
     segment_len: usize,
     /// Whether it is spilled (its segment is freed, not lent again).
     spilled: bool,
@@ -273,7 +273,7 @@ impl Cached {
     }
 
     /// The file's bytes `range` where they lie in one segment (a spilled
-    /// file's, whole), borrowed; `None` where they span segments or run
+    /// file's: its one heap segment, or one of its pieces), borrowed; `None` where they span segments or run
     /// past the file.
     pub fn contiguous(&self, range: std::ops::Range<usize>) -> Option<&[u8]> {
         if range.end > self.len || range.start > range.end {
@@ -430,7 +430,8 @@ impl HostCache {
     pub fn store_parts(&self, parts: &[&[u8]]) -> Result<(Cached, Duration)> {
         use rayon::prelude::*;
         let len: usize = parts.iter().map(|p| p.len()).sum();
-        let (mut segments, seg_len, waited, spilled) = self.lend(len);
+        let (mut segments, seg_len, waited, spill) = self.lend(len);
+        let spilled = (spill, seg_len);
         // Copied in pieces of at most a segment's size, in parallel (a
         // spill's one segment too).
         let mut pieces: Vec<(usize, &mut [u8])> = Vec::new();
@@ -452,7 +453,8 @@ impl HostCache {
     /// while the cache is full (or spills it). The cached file and the time
     /// spent waiting; on an error the segments go back.
     pub fn store_with(&self, len: usize, fill: &mut Fill<'_>) -> Result<(Cached, Duration)> {
-        let (mut segments, seg_len, waited, spilled) = self.lend(len);
+        let (mut segments, seg_len, waited, spill) = self.lend(len);
+        let spilled = (spill, seg_len);
         let mut slices = slices_of(&mut segments, len, seg_len);
         let ready = match fill(&mut slices) {
             Ok(ready) => ready,
@@ -502,42 +504,53 @@ impl HostCache {
         (st.free.len() >= need && turn) || st.may_spill(need, turn)
     }
 
-    /// Segments (or a spill's one segment) for a file of `len` bytes: the
-    /// segments, the bytes per segment, the wait, and whether it spilled.
+    /// Segments (or a spill's own) for a file of `len` bytes: the segments,
+    /// the bytes per segment, the wait, and whether it spilled.
     fn lend(&self, len: usize) -> (Vec<Segment>, usize, Duration, bool) {
         let need = len.div_ceil(SEGMENT_BYTES).max(1);
         match self.pool.take(need, false, true) {
             Lent::Segments(segments, waited) => (segments, SEGMENT_BYTES, waited, false),
             Lent::Spill(waited) => {
-                let seg: Segment = match self.spill.as_ref().map(|alloc| alloc(len.max(1))) {
-                    Some(Ok(seg)) => seg,
-                    Some(Err(e)) => {
-                        tracing::debug!("a spill in shared memory: {e}; on the heap instead");
-                        Box::new(HeapSegment::prefaulted(len.max(1)))
+                let len = len.max(1);
+                if let Some(alloc) = &self.spill {
+                    match spill_pieces(alloc, len) {
+                        Ok(pieces) => return (pieces, SPILL_PIECE.min(len), waited, true),
+                        Err(e) => tracing::debug!("a spill in shared memory: {e}; on the heap instead"),
                     }
-                    None => Box::new(HeapSegment::prefaulted(len.max(1))),
-                };
-                (vec![seg], len.max(1), waited, true)
+                }
+                (vec![Box::new(HeapSegment::prefaulted(len))], len, waited, true)
             }
         }
     }
 
-    /// A cached file over `segments` (a spill's one segment where `spilled`).
+    /// A cached file over `segments` of `seg_len` bytes each (a spill's own
+    /// where `spilled`).
     fn cached(
         &self,
         segments: Vec<Segment>,
         len: usize,
         gate: Gate,
         peek: Option<DeferredPeek>,
-        spilled: bool,
+        spilled: (bool, usize),
     ) -> Cached {
         let mut c = Cached::new(&self.pool, Some(segments), len, gate, peek);
-        if spilled {
+        if spilled.0 {
             c.spilled = true;
-            c.segment_len = len.max(1);
+            c.segment_len = spilled.1;
         }
         c
     }
+}
+
+/// Bytes per piece of a spill made by a segment allocator (shared memory:
+/// one file each, so that pieces are reserved and mapped on every core at
+/// once; a single file's space is reserved by one thread at a time).
+const SPILL_PIECE: usize = 64 << 20;
+
+/// A spill of `len` bytes in pieces of [`SPILL_PIECE`] from `alloc`, made in parallel.
+fn spill_pieces(alloc: &SegmentAlloc, len: usize) -> Result<Vec<Segment>> {
+    use rayon::prelude::*;
+    (0..len.div_ceil(SPILL_PIECE)).into_par_iter().map(|i| alloc(SPILL_PIECE.min(len - i * SPILL_PIECE))).collect()
 }
 
 /// Copies bytes `lo..lo + dst.len()` of the file given as consecutive

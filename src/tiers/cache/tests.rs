@@ -342,3 +342,29 @@ fn the_cache_grows_only_as_far_as_its_files_need() {
     drop(cache);
     assert_eq!(settled(&begun, 0), 36, "a dropped cache makes nothing more");
 }
+
+#[test]
+fn a_spill_from_an_allocator_comes_in_pieces_that_read_as_one_file() {
+    let mut cache = HostCache::new(SEGMENT_BYTES as u64).expect("cache");
+    let made = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&made);
+    cache.spill_into(Box::new(move |len| {
+        counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(Box::new(HeapSegment::new(len)) as Segment)
+    }));
+    cache.wait_made();
+    let big: Vec<u8> = (0..2 * SPILL_PIECE + 4097).map(|i| (i * 13 % 251) as u8).collect();
+    let (spilled, _) = cache.store_parts(&[&big[..3], &big[3..]]).expect("spilled");
+    assert!(spilled.spilled());
+    assert_eq!(made.load(std::sync::atomic::Ordering::SeqCst), 3, "three pieces, the last short");
+    let mut back = Vec::new();
+    spilled.write_to(&mut back).expect("write");
+    assert!(back == big);
+    let mut mid = vec![0u8; 100];
+    spilled.read_at(SPILL_PIECE - 50, &mut mid).expect("read_at across pieces");
+    assert_eq!(mid, big[SPILL_PIECE - 50..SPILL_PIECE + 50]);
+    assert_eq!(spilled.contiguous(SPILL_PIECE - 1..SPILL_PIECE + 1), None, "across pieces");
+    assert_eq!(spilled.contiguous(SPILL_PIECE..SPILL_PIECE + 9), Some(&big[SPILL_PIECE..SPILL_PIECE + 9]));
+    assert_eq!(spilled.trailer().expect("trailer").as_slice(), &big[big.len() - 32..]);
+    assert_eq!(cache.in_use(), 0, "a spilled file lends no segment");
+}
