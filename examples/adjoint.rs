@@ -49,10 +49,13 @@ use std::time::Instant;
 const NAME: &str = "adjoint";
 
 /// Which versions the backward pass announces.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
 enum Hints {
+    /// None: every restore reads the disks.
     None,
+    /// The next version only.
     Next,
+    /// Every version, in the order it will be read.
     All,
 }
 
@@ -64,25 +67,24 @@ struct Args {
     run: common::RunFlags,
 }
 
-fn parse() -> Result<Args, String> {
-    let mut a = Args { n: 256, hints: Hints::All, run: common::RunFlags::new(200, 10, "target/adjoint") };
-    common::flags(&mut a.run, |flag, value| {
-        let num = || common::num(flag, value);
-        match flag {
-            "--n" => a.n = (num()? as usize).max(16),
-            "--hints" => {
-                a.hints = match value {
-                    "none" => Hints::None,
-                    "next" => Hints::Next,
-                    "all" => Hints::All,
-                    _ => return Err(format!("--hints: '{value}' is not none, next or all")),
-                }
-            }
-            _ => return Ok(false),
-        }
-        Ok(true)
-    })?;
-    Ok(a)
+/// An adjoint (RTM-like) run: a forward pass checkpointing a wavefield, a
+/// backward pass restoring the versions in reverse, with prefetch hints.
+#[derive(clap::Parser, Debug)]
+#[command(name = "adjoint")]
+struct Cli {
+    /// The wavefield's side (n x n doubles on each rank).
+    #[arg(long, default_value_t = 256)]
+    n: usize,
+    /// Which versions the backward pass announces to the prefetcher.
+    #[arg(long, value_enum, default_value_t = Hints::All)]
+    hints: Hints,
+    #[command(flatten)]
+    run: common::RunArgs,
+}
+
+fn parse() -> Result<Args, clap::Error> {
+    let c = <Cli as clap::Parser>::try_parse()?;
+    Ok(Args { n: c.n.max(16), hints: c.hints, run: c.run.with(common::RunFlags::new(200, 10, "target/adjoint")) })
 }
 
 fn main() -> ExitCode {

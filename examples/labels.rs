@@ -50,19 +50,32 @@ struct Args {
     run: common::RunFlags,
 }
 
-fn parse() -> Result<Args, String> {
-    let mut a = Args { rows: 128, cols: 512, wave: 40, run: common::RunFlags::new(200, 10, "target/labels") };
-    common::flags(&mut a.run, |flag, value| {
-        let num = || common::num(flag, value);
-        match flag {
-            "--rows" => a.rows = (num()? as usize).max(1),
-            "--cols" => a.cols = (num()? as usize).max(2),
-            "--wave" => a.wave = num()?.max(1),
-            _ => return Ok(false),
-        }
-        Ok(true)
-    })?;
-    Ok(a)
+/// Label propagation over a grid of vertices split into row blocks: sparse
+/// per-vertex updates, checkpointed through dckpt's runtime.
+#[derive(clap::Parser, Debug)]
+#[command(name = "labels")]
+struct Cli {
+    /// Rows of vertices on each rank.
+    #[arg(long, default_value_t = 128)]
+    rows: usize,
+    /// Columns of vertices.
+    #[arg(long, default_value_t = 512)]
+    cols: usize,
+    /// Steps between new waves of labels.
+    #[arg(long, default_value_t = 40)]
+    wave: u64,
+    #[command(flatten)]
+    run: common::RunArgs,
+}
+
+fn parse() -> Result<Args, clap::Error> {
+    let c = <Cli as clap::Parser>::try_parse()?;
+    Ok(Args {
+        rows: c.rows.max(1),
+        cols: c.cols.max(2),
+        wave: c.wave.max(1),
+        run: c.run.with(common::RunFlags::new(200, 10, "target/labels")),
+    })
 }
 
 fn main() -> ExitCode {

@@ -40,18 +40,28 @@ struct Args {
     run: common::RunFlags,
 }
 
-fn parse() -> Result<Args, String> {
-    let mut a = Args { table: 4 << 20, local: 64 << 10, run: common::RunFlags::new(60, 10, "target/replicated") };
-    common::flags(&mut a.run, |flag, value| {
-        let size = || common::size(flag, value);
-        match flag {
-            "--table" => a.table = size()?.max(4096),
-            "--local" => a.local = size()?.max(4096),
-            _ => return Ok(false),
-        }
-        Ok(true)
-    })?;
-    Ok(a)
+/// Replicated data: a table every rank holds alike (stored once for all
+/// ranks by the collective step) beside each rank's own state.
+#[derive(clap::Parser, Debug)]
+#[command(name = "replicated")]
+struct Cli {
+    /// Bytes of the table every rank holds (4M, 64K, ...).
+    #[arg(long, value_parser = common::size, default_value = "4M")]
+    table: usize,
+    /// Bytes of each rank's own state.
+    #[arg(long, value_parser = common::size, default_value = "64K")]
+    local: usize,
+    #[command(flatten)]
+    run: common::RunArgs,
+}
+
+fn parse() -> Result<Args, clap::Error> {
+    let c = <Cli as clap::Parser>::try_parse()?;
+    Ok(Args {
+        table: c.table.max(4096),
+        local: c.local.max(4096),
+        run: c.run.with(common::RunFlags::new(60, 10, "target/replicated")),
+    })
 }
 
 fn main() -> ExitCode {

@@ -33,6 +33,7 @@ for lang in c f; do
     run() { DCKPT_PERSISTENT="$work/$lang-$1" timeout 300 mpirun --oversubscribe -np "$ranks" "$work/heat-$lang" \
         --steps 200 --every 20 "${@:2}"; }
     want=$(run clean | grep -o 'digest [0-9a-fA-F]*')
+    [ "$lang" = c ] && want_c=$want
     # Synchronous checkpoints: the one of step 120 is durable when the job dies at 130.
     if DCKPT_MODE=sync run sync --crash-at 130 >/dev/null 2>&1; then
         echo "FAILED: heat-$lang meant to die at step 130 finished"; exit 1
@@ -47,6 +48,42 @@ for lang in c f; do
     [ "$got" = "$want" ] || { echo "FAILED: heat-$lang restarted (async): $got, uninterrupted: $want"; exit 1; }
     echo "heat-$lang: killed at step 130 (sync) and 75 (async), restarted ($(grep -o 'from the checkpoint of step [0-9]*' "$work/log" || echo 'from the start')): same plate"
 done
+
+# Another rank count, from C (dckpt_old_regions, dckpt_committed_versions,
+# dckpt_read_region): a job of RANKS + 1 ranks reads the old ranks' plates
+# at the newest committed version and gets heat-c's digest.
+mpicc -O2 -std=c11 -Wall -Wextra -Werror examples/c/reshape.c -Isrc/ffi -L"$lib" -ldckpt -Wl,-rpath,"$lib" \
+    -o "$work/reshape"
+got=$(DCKPT_PERSISTENT="$work/c-clean" timeout 120 mpirun --oversubscribe -np "$((ranks + 1))" "$work/reshape" |
+    tee "$work/log" | grep -o 'digest [0-9a-fA-F]*')
+[ "$got" = "$want_c" ] || { echo "FAILED: reshape on $((ranks + 1)) ranks: $got, heat-c: $want_c"; cat "$work/log"; exit 1; }
+echo "reshape: $((ranks + 1)) ranks read heat-c's $ranks old ranks' regions from C: the same plate digest"
+
+# The Fortran module's generic interfaces: a default-kind integer step is
+# taken as well as a c_int64_t one (compiled only).
+cat >"$work/kinds.f90" <<'F90'
+program kinds
+    use dckpt
+    implicit none
+    type(c_ptr) :: ck
+    integer :: step, ierr
+    integer(c_int64_t) :: step8
+    type(dckpt_old_region) :: regions(4)
+    integer(c_size_t) :: count
+    step = 10
+    step8 = 20
+    ck = c_null_ptr
+    ierr = dckpt_config("mode = sync")
+    ierr = dckpt_checkpoint(ck, "kinds", step)
+    ierr = dckpt_checkpoint(ck, "kinds", step8)
+    ierr = dckpt_restart(ck, "kinds", step)
+    ierr = dckpt_wait(ck, "kinds", step8)
+    ierr = dckpt_old_regions(ck, "kinds", regions, count)
+end program
+F90
+mpifort -fsyntax-only -I"$work" "$work/kinds.f90" ||
+    { echo "FAILED: the Fortran module's generic interfaces (a default-kind integer step)"; exit 1; }
+echo "dckpt.f90: dckpt_checkpoint, dckpt_restart and dckpt_wait take a default-kind or a c_int64_t step"
 
 # A scheduler's signal (SIGUSR1 to mpirun, which forwards it; SLURM's
 # --signal, PBS's kill_delay): dckpt_should_exit says stop on every rank, the

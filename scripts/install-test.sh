@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The README's install lines, run exactly as printed: the blocks after the
 # markers `<!-- tested: install-pkg-config -->`, `install-cmake` (a
-# CMakeLists.txt) and `install-cmake-build`, in a scratch directory that
+# CMakeLists.txt) and `install-cmake-build`, and the first screen's C
+# program (`quick-c`, saved as quick.c) with its lines (`quick-c-run`: built,
+# killed at step 135, run again: it must start at step 130), in a scratch directory that
 # holds the repository's `scripts` and `examples` (links) and whose HOME is
 # its own (so `$HOME/.local` is scratch too). The heat examples built each
 # way must run and print their plate's digest, the same for C and CMake.
@@ -12,8 +14,8 @@ repo=$PWD
 command -v cmake >/dev/null || { echo "install-test: cmake not found (scripts/install-deps.sh installs it)" >&2; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 work=$(mktemp -d)
-trap 'rm -rf "$work" /tmp/ckpt-c /tmp/ckpt-f /tmp/ckpt-cmake' EXIT
-rm -rf /tmp/ckpt-c /tmp/ckpt-f /tmp/ckpt-cmake
+trap 'rm -rf "$work" /tmp/ckpt-c /tmp/ckpt-f /tmp/ckpt-cmake /tmp/quick-ckpt' EXIT
+rm -rf /tmp/ckpt-c /tmp/ckpt-f /tmp/ckpt-cmake /tmp/quick-ckpt
 
 # The fenced block after the marker `<!-- tested: NAME ...-->`.
 block() {
@@ -22,7 +24,7 @@ block() {
         armed && /^```/ { if (inside) exit; inside = 1; next }
         inside { print }' "$repo/README.md"
 }
-for name in install-pkg-config install-cmake install-cmake-build; do
+for name in install-pkg-config install-cmake install-cmake-build quick-c quick-c-run; do
     [ -n "$(block "$name")" ] || { echo "FAILED: README has no block marked $name" >&2; exit 1; }
 done
 
@@ -50,3 +52,15 @@ got=$(grep -o 'heat-c: .*digest [0-9a-f]*' "$work/cmake.log" | grep -o '[0-9a-f]
 [ "$got" = "$c_digest" ] || { echo "FAILED: heat-c built with CMake: digest $got, with pkg-config $c_digest"; exit 1; }
 [ -x build/heat-f ] || { echo "FAILED: CMake did not build heat-f (dckpt::fortran)"; exit 1; }
 echo "install-test: find_package(dckpt): heat-c and heat-f built, heat-c run (the same digest)"
+
+# The first screen: the C program, built, killed at step 135, run again.
+mkdir -p "$work/quick"
+cd "$work/quick"
+ln -s "$repo/scripts" scripts
+block quick-c >quick.c
+HOME="$work/home" bash -eo pipefail -c "$(block quick-c-run)" >"$work/quick.log" 2>&1 ||
+    { echo "FAILED: the README's first C program"; cat "$work/quick.log"; exit 1; }
+grep -q "killed at step 135, as asked" "$work/quick.log" || { echo "FAILED: quick was not killed"; cat "$work/quick.log"; exit 1; }
+grep -q "starting at step 130" "$work/quick.log" || { echo "FAILED: quick did not go on from step 130"; cat "$work/quick.log"; exit 1; }
+grep -q "done: field\[6\] = 600.0" "$work/quick.log" || { echo "FAILED: quick's field is wrong"; cat "$work/quick.log"; exit 1; }
+echo "install-test: the README's first C program: killed at step 135, went on from step 130, right field"

@@ -47,6 +47,9 @@ pub fn check_filter(value: &str) -> crate::error::Result<()> {
 /// (`OMPI_COMM_WORLD_RANK`, `PMIX_RANK`, `PMI_RANK`), else none.
 pub fn init(rank: Option<u32>) {
     let rank = rank.or_else(launcher_rank);
+    if let Some(r) = rank {
+        crate::profile::set_rank(r);
+    }
     let mut filter =
         std::env::var(ENV).ok().and_then(|f| EnvFilter::try_new(f).ok()).unwrap_or_else(|| EnvFilter::new("warn"));
     // The profiles' lines, where asked for, whatever the level.

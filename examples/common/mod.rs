@@ -1,5 +1,5 @@
 //! What the Rust examples share: MPI start-up and error reporting, the
-//! `--flag value` loop, the default configuration, and the end of a run
+//! flags every example takes (`clap`), the default configuration, and the end of a run
 //! (finalize, then the scaling study's CSV line). Each example includes it
 //! with `#[path]`; not every example uses every item.
 #![allow(dead_code)]
@@ -12,20 +12,29 @@ use mpi::traits::*;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Initializes MPI, parses the arguments (`parse`), runs `run`; an error is
-/// printed as `NAME: rank R: ERROR` and makes the exit status 1. MPI is
-/// finalized before the process exits.
+/// Parses the arguments (`parse`: a `clap` parser; `--help` prints the
+/// usage and exits 0, before MPI starts), initializes MPI, runs `run`; an
+/// error is printed as `NAME: rank R: ERROR` and makes the exit status 1.
+/// MPI is finalized before the process exits.
 pub fn main<A>(
     name: &str,
-    parse: impl FnOnce() -> Result<A, String>,
+    parse: impl FnOnce() -> Result<A, clap::Error>,
     run: impl FnOnce(&SimpleCommunicator, &A) -> dckpt::Result<()>,
 ) -> ExitCode {
+    let args = match parse() {
+        Ok(a) => a,
+        Err(e) => {
+            // --help and --version print and succeed; a bad flag says why (status 2).
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+        }
+    };
     let Some((universe, _)) = mpi::initialize_with_threading(mpi::Threading::Multiple) else {
         eprintln!("{name}: MPI could not be initialized");
         return ExitCode::FAILURE;
     };
     let world = universe.world();
-    let code = match parse().map_err(dckpt::Error::InvalidOption).and_then(|a| run(&world, &a)) {
+    let code = match run(&world, &args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("{name}: rank {}: {e}", world.rank());
@@ -36,28 +45,47 @@ pub fn main<A>(
     code
 }
 
-/// Walks the command line's `--flag value` pairs: each goes to `set` (the
-/// example's own flags: `Ok(false)` for one it does not know), then to
-/// `run`; a flag neither knows is refused.
-pub fn flags(run: &mut RunFlags, mut set: impl FnMut(&str, &str) -> Result<bool, String>) -> Result<(), String> {
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        if !set(&flag, &value)? && !run.set(&flag, &value)? {
-            return Err(format!("unknown option {flag}"));
+/// A size in bytes as users write it (`4M`, `64K`, `1.5G`), for `clap`.
+pub fn size(value: &str) -> Result<usize, String> {
+    dckpt::sizes::parse_size(value).map(|n| n as usize).map_err(|e| e.to_string())
+}
+
+/// The flags every example takes, as `clap` arguments (flattened into each
+/// example's own); unset ones take the example's defaults ([`RunArgs::with`]).
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// Steps of the simulation.
+    #[arg(long)]
+    steps: Option<u64>,
+    /// Steps between checkpoints.
+    #[arg(long)]
+    every: Option<u64>,
+    /// A configuration file (TOML; without it: local directories under --dir).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Where the default configuration puts its directories.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// The last rank aborts at this step (what SIGKILL leaves), a crash on request.
+    #[arg(long)]
+    crash_at: Option<u64>,
+    /// Rank 0 appends the scaling study's CSV line to this file.
+    #[arg(long)]
+    report: Option<PathBuf>,
+}
+
+impl RunArgs {
+    /// The flags given, over `defaults`.
+    pub fn with(self, defaults: RunFlags) -> RunFlags {
+        RunFlags {
+            steps: self.steps.unwrap_or(defaults.steps),
+            every: self.every.unwrap_or(defaults.every).max(1),
+            config: self.config.or(defaults.config),
+            dir: self.dir.unwrap_or(defaults.dir),
+            crash_at: self.crash_at.or(defaults.crash_at),
+            report: self.report.or(defaults.report),
         }
     }
-    Ok(())
-}
-
-/// `value` of `flag` as a number.
-pub fn num(flag: &str, value: &str) -> Result<u64, String> {
-    value.parse::<u64>().map_err(|_| format!("{flag}: '{value}' is not a number"))
-}
-
-/// `value` of `flag` as a size in bytes (`4M`, `64K`, …).
-pub fn size(flag: &str, value: &str) -> Result<usize, String> {
-    dckpt::sizes::parse_size(value).map(|n| n as usize).map_err(|e| format!("{flag}: {e}"))
 }
 
 /// The flags every example takes: `--steps N`, `--every N` (steps between
@@ -81,20 +109,6 @@ impl RunFlags {
         RunFlags { steps, every, config: None, dir: PathBuf::from(dir), crash_at: None, report: None }
     }
 
-    /// Takes `flag` if it is one of these (`Ok(false)`: not one of these).
-    pub fn set(&mut self, flag: &str, value: &str) -> Result<bool, String> {
-        match flag {
-            "--steps" => self.steps = num(flag, value)?,
-            "--every" => self.every = num(flag, value)?.max(1),
-            "--config" => self.config = Some(PathBuf::from(value)),
-            "--dir" => self.dir = PathBuf::from(value),
-            "--crash-at" => self.crash_at = Some(num(flag, value)?),
-            "--report" => self.report = Some(PathBuf::from(value)),
-            _ => return Ok(false),
-        }
-        Ok(true)
-    }
-
     /// The configuration: the file given, else `defaults` with the
     /// directories `DIR/scratch` and `DIR/persistent` (`DCKPT_<KEY>`
     /// overrides apply either way).
@@ -110,9 +124,20 @@ impl RunFlags {
         }
     }
 
-    /// Whether this rank dies at `step` (the last rank, at `--crash-at`).
+    /// Whether this rank dies at `step` (the last rank, at `--crash-at`);
+    /// if so it says so first, so that the abort's backtrace that follows
+    /// reads as the crash that was asked for.
     pub fn crashes_at(&self, world: &SimpleCommunicator, step: u64) -> bool {
-        self.crash_at == Some(step) && world.rank() == world.size() - 1
+        let dies = self.crash_at == Some(step) && world.rank() == world.size() - 1;
+        if dies {
+            let program = std::env::args().next().unwrap_or_default();
+            let program = std::path::Path::new(&program).file_name().map_or("example".into(), |n| n.to_string_lossy());
+            eprintln!(
+                "{program}: rank {}: aborting at step {step} as --crash-at asked (a crash on request; mpirun ends the other ranks)",
+                world.rank()
+            );
+        }
+        dies
     }
 }
 

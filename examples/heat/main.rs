@@ -46,35 +46,43 @@ struct Args {
 }
 
 /// Where the plate lives.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
 enum Device {
     /// The GPU where there is one, else the host.
     Auto,
+    /// The host.
     Cpu,
+    /// The GPU (an error without one).
     Gpu,
 }
 
-fn parse() -> Result<Args, String> {
-    let mut a =
-        Args { rows: 256, cols: 1024, run: common::RunFlags::new(200, 20, "target/heat"), device: Device::Auto };
-    common::flags(&mut a.run, |flag, value| {
-        let num = || common::num(flag, value);
-        match flag {
-            "--rows" => a.rows = num()? as usize,
-            "--cols" => a.cols = num()? as usize,
-            "--device" => {
-                a.device = match value {
-                    "auto" => Device::Auto,
-                    "cpu" => Device::Cpu,
-                    "gpu" => Device::Gpu,
-                    _ => return Err(format!("--device: '{value}' is not auto, cpu or gpu")),
-                }
-            }
-            _ => return Ok(false),
-        }
-        Ok(true)
-    })?;
-    Ok(a)
+/// A 2-D heat diffusion (Jacobi) split into row blocks over the ranks,
+/// checkpointed through dckpt's runtime; killed, it goes on from its newest
+/// checkpoint with the same plate, bit for bit.
+#[derive(clap::Parser, Debug)]
+#[command(name = "heat")]
+struct Cli {
+    /// Rows of the plate on each rank.
+    #[arg(long, default_value_t = 256)]
+    rows: usize,
+    /// Columns of the plate.
+    #[arg(long, default_value_t = 1024)]
+    cols: usize,
+    /// Where the plate lives.
+    #[arg(long, value_enum, default_value_t = Device::Auto)]
+    device: Device,
+    #[command(flatten)]
+    run: common::RunArgs,
+}
+
+fn parse() -> Result<Args, clap::Error> {
+    let c = <Cli as clap::Parser>::try_parse()?;
+    Ok(Args {
+        rows: c.rows,
+        cols: c.cols,
+        device: c.device,
+        run: c.run.with(common::RunFlags::new(200, 20, "target/heat")),
+    })
 }
 
 fn main() -> ExitCode {

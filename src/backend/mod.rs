@@ -467,7 +467,10 @@ impl BackendKind {
     pub fn resolve(self) -> BackendKind {
         match self {
             BackendKind::Auto if cuda::available() => BackendKind::Cuda,
-            BackendKind::Auto => BackendKind::Cpu,
+            BackendKind::Auto => {
+                tracing::debug!("backend auto: no usable CUDA device, the CPU backend");
+                BackendKind::Cpu
+            }
             other => other,
         }
     }

@@ -82,7 +82,8 @@ impl ConfigBuilder {
     /// an error (`--chunk-size`, "the program").
     pub fn set(mut self, key: &str, value: impl std::fmt::Display, origin: &str) -> Self {
         if !KEYS.contains(&key) {
-            self.error.get_or_insert_with(|| invalid(origin, &format!("{key} is not a configuration key")));
+            let hint = closest_key(key).map(|k| format!(" (did you mean `{k}`?)")).unwrap_or_default();
+            self.error.get_or_insert_with(|| invalid(origin, &format!("{key} is not a configuration key{hint}")));
         }
         self.overrides.push(Override { key: key.to_string(), raw: value.to_string(), origin: origin.to_string() });
         self
@@ -129,26 +130,32 @@ fn override_value(raw: &str) -> toml::Value {
         .unwrap_or_else(|| toml::Value::String(raw.to_string()))
 }
 
-/// Levenshtein distance (names of a few dozen letters).
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for j in 0..b.len() {
-            let here = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != b[j])).min(row[j] + 1).min(here + 1);
-            prev = here;
-        }
-    }
-    row[b.len()]
+/// The key of [`KEYS`] closest to `name` (Levenshtein distance, `strsim`).
+fn closest_key(name: &str) -> Option<&'static str> {
+    KEYS.iter().copied().min_by_key(|k| strsim::levenshtein(name, k))
 }
 
 /// The TOML table in `path`; a syntax error is one line naming the file,
 /// the line and the column.
 pub(super) fn read_table(path: &Path) -> Result<toml::Table> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let table = parse_table(path, &text)?;
+    // A key that is no setting: its line, and the closest setting.
+    if let Some(key) = table.keys().find(|k| !KEYS.contains(&k.as_str())) {
+        let line = text
+            .lines()
+            .position(|l| l.trim_start().strip_prefix(key.as_str()).is_some_and(|r| r.trim_start().starts_with('=')))
+            .map(|i| format!(" at line {}", i + 1))
+            .unwrap_or_default();
+        let hint = closest_key(key).map(|k| format!(" (did you mean `{k}`?)")).unwrap_or_default();
+        return Err(invalid(&path.display().to_string(), &format!("unknown key `{key}`{line}{hint}")));
+    }
+    Ok(table)
+}
+
+/// `text` (the file `path`) as a TOML table; a syntax error is one line
+/// naming the file, the line and the column.
+fn parse_table(path: &Path, text: &str) -> Result<toml::Table> {
     text.parse::<toml::Table>().map_err(|e| {
         let at = e.span().map(|s| {
             let before = &text[..s.start.min(text.len())];
@@ -204,7 +211,7 @@ pub fn check_variable_names(names: impl IntoIterator<Item = String>) -> Result<(
                 "environment variable {name}: dckpt reads {upper} (upper case); rename it"
             )));
         }
-        let closest = KEYS.iter().map(|k| k.to_uppercase()).min_by_key(|k| edit_distance(rest, k));
+        let closest = closest_key(&rest.to_ascii_lowercase()).map(str::to_uppercase);
         return Err(Error::InvalidOption(format!(
             "environment variable {name} is not a dckpt setting{}",
             closest.map(|k| format!(" (did you mean DCKPT_{k}?)")).unwrap_or_default()

@@ -182,3 +182,21 @@ fn the_builder_layers_file_environment_and_set_values_in_that_order() {
     let c = Config::builder().base(&base).set("max_versions", 5, "the program").build().unwrap();
     assert_eq!((c.max_versions, c.chunk_size), (Some(5), Config::default().chunk_size));
 }
+
+#[test]
+fn a_misspelled_key_in_the_file_names_its_line_and_the_closest_key() {
+    let e = load("persistent = \"/gpfs/ckpt\"\n  chunk_sise = 64\n", &[]).unwrap_err().to_string();
+    assert!(e.contains("unknown key `chunk_sise` at line 2"), "{e}");
+    assert!(e.contains("did you mean `chunk_size`?"), "{e}");
+    assert!(e.matches("invalid option").count() == 1, "said once: {e}");
+}
+
+#[test]
+fn the_agent_keys_map_to_the_tiers_journal() {
+    let c = load("persistent = \"/gpfs/ckpt\"\nagent_dir = \"/dev/shm/mine\"\n", &[]).unwrap();
+    assert_eq!(c.tier_options("x").journal, Some(PathBuf::from("/dev/shm/mine")));
+    let off = load("persistent = \"/gpfs/ckpt\"\nagent = \"off\"\n", &[]).unwrap();
+    assert_eq!(off.tier_options("x").journal, None);
+    let default = load("persistent = \"/gpfs/ckpt\"\n", &[]).unwrap();
+    assert_eq!(default.tier_options("x").journal, Some(crate::tiers::journal::default_root()));
+}

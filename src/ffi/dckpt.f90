@@ -21,7 +21,7 @@ module dckpt
     private
     public :: dckpt_init, dckpt_protect, dckpt_unprotect, dckpt_checkpoint, dckpt_latest, dckpt_restart, &
               dckpt_restart_latest, dckpt_versions, dckpt_wait, dckpt_should_exit, dckpt_finalize, &
-              dckpt_error_message
+              dckpt_error_message, dckpt_old_regions, dckpt_read_region, dckpt_old_region, dckpt_config
     public :: DCKPT_OK, DCKPT_HOST, DCKPT_DEVICE, DCKPT_ERR_IO, DCKPT_ERR_CORRUPT, DCKPT_ERR_MISSING_VERSION, &
               DCKPT_ERR_NO_STORE, DCKPT_ERR_MISMATCH, DCKPT_ERR_VERSION_NOT_NEWER, DCKPT_ERR_INVALID_OPTION, &
               DCKPT_ERR_GPU, DCKPT_ERR_COLLECTIVE, DCKPT_ERR_OWNER_UNAVAILABLE, DCKPT_ERR_BROKEN_REFERENCE, &
@@ -42,7 +42,47 @@ module dckpt
                                  DCKPT_ERR_SIZE_MISMATCH = 18, DCKPT_ERR_MISSING_REGION = 19, &
                                  DCKPT_ERR_RESOURCES_EXHAUSTED = 20, DCKPT_ERR_INTERNAL = 99
 
+    !> One region of one rank of the job that wrote a checkpoint (dckpt_old_regions).
+    type, bind(C) :: dckpt_old_region
+        integer(c_int32_t) :: rank   ! the old job's rank
+        integer(c_int32_t) :: id     ! the id it protected the region under
+        integer(c_int64_t) :: len    ! bytes
+        integer(c_int) :: device     ! 1: device memory, 0: host memory
+    end type
+
+    !> A step number of either integer kind (default integer or c_int64_t).
+    interface dckpt_checkpoint
+        module procedure dckpt_checkpoint_i8, dckpt_checkpoint_i4
+    end interface
+    interface dckpt_restart
+        module procedure dckpt_restart_i8, dckpt_restart_i4
+    end interface
+    interface dckpt_wait
+        module procedure dckpt_wait_i8, dckpt_wait_i4
+    end interface
+
     interface
+        integer(c_int) function c_old_regions(h, name, regions, capacity, count) bind(C, name="dckpt_old_regions")
+            import :: c_int, c_ptr, c_char, c_size_t, dckpt_old_region
+            type(c_ptr), value :: h
+            character(kind=c_char), dimension(*) :: name
+            type(dckpt_old_region), dimension(*) :: regions
+            integer(c_size_t), value :: capacity
+            integer(c_size_t) :: count
+        end function
+        integer(c_int) function c_read_region(h, name, rank, id, version, offset, buf, len) &
+                bind(C, name="dckpt_read_region")
+            import :: c_int, c_ptr, c_char, c_int32_t, c_int64_t, c_size_t
+            type(c_ptr), value :: h, buf
+            character(kind=c_char), dimension(*) :: name
+            integer(c_int32_t), value :: rank, id
+            integer(c_int64_t), value :: version, offset
+            integer(c_size_t), value :: len
+        end function
+        integer(c_int) function c_config(setting) bind(C, name="dckpt_config")
+            import :: c_int, c_char
+            character(kind=c_char), dimension(*) :: setting
+        end function
         integer(c_int) function c_init_f(comm, config, out) bind(C, name="dckpt_init_f")
             import :: c_int, c_char, c_ptr
             integer(c_int), value :: comm
@@ -132,6 +172,13 @@ contains
         c = trim(s)//c_null_char
     end function
 
+    !> Sets one configuration key for the next dckpt_init, as "key = value" (over the file and
+    !> the environment; SCR's SCR_Config). Call it on every rank before dckpt_init.
+    integer(c_int) function dckpt_config(setting)
+        character(len=*), intent(in) :: setting
+        dckpt_config = c_config(c_text(setting))
+    end function
+
     !> A runtime over a duplicate of `comm` (a Fortran communicator; collective),
     !> configured by the TOML file `config` ("" = the defaults), with the
     !> DCKPT_<KEY> environment overrides.
@@ -165,11 +212,18 @@ contains
     end function
 
     !> Checkpoint `version` of `name` (collective).
-    integer(c_int) function dckpt_checkpoint(handle, name, version)
+    integer(c_int) function dckpt_checkpoint_i8(handle, name, version)
         type(c_ptr), intent(in) :: handle
         character(len=*), intent(in) :: name
         integer(c_int64_t), intent(in) :: version
-        dckpt_checkpoint = c_checkpoint(handle, c_text(name), version)
+        dckpt_checkpoint_i8 = c_checkpoint(handle, c_text(name), version)
+    end function
+
+    integer(c_int) function dckpt_checkpoint_i4(handle, name, version)
+        type(c_ptr), intent(in) :: handle
+        character(len=*), intent(in) :: name
+        integer(c_int), intent(in) :: version
+        dckpt_checkpoint_i4 = c_checkpoint(handle, c_text(name), int(version, c_int64_t))
     end function
 
     !> The newest version of `name` every rank can restart from, 0 if none (collective).
@@ -208,19 +262,33 @@ contains
     end function
 
     !> Restores `version` of `name` into every protected region (collective).
-    integer(c_int) function dckpt_restart(handle, name, version)
+    integer(c_int) function dckpt_restart_i8(handle, name, version)
         type(c_ptr), intent(in) :: handle
         character(len=*), intent(in) :: name
         integer(c_int64_t), intent(in) :: version
-        dckpt_restart = c_restart(handle, c_text(name), version)
+        dckpt_restart_i8 = c_restart(handle, c_text(name), version)
+    end function
+
+    integer(c_int) function dckpt_restart_i4(handle, name, version)
+        type(c_ptr), intent(in) :: handle
+        character(len=*), intent(in) :: name
+        integer(c_int), intent(in) :: version
+        dckpt_restart_i4 = c_restart(handle, c_text(name), int(version, c_int64_t))
     end function
 
     !> Waits until `version` of `name` is durable on every tier of every rank (collective).
-    integer(c_int) function dckpt_wait(handle, name, version)
+    integer(c_int) function dckpt_wait_i8(handle, name, version)
         type(c_ptr), intent(in) :: handle
         character(len=*), intent(in) :: name
         integer(c_int64_t), intent(in) :: version
-        dckpt_wait = c_wait(handle, c_text(name), version)
+        dckpt_wait_i8 = c_wait(handle, c_text(name), version)
+    end function
+
+    integer(c_int) function dckpt_wait_i4(handle, name, version)
+        type(c_ptr), intent(in) :: handle
+        character(len=*), intent(in) :: name
+        integer(c_int), intent(in) :: version
+        dckpt_wait_i4 = c_wait(handle, c_text(name), int(version, c_int64_t))
     end function
 
     !> Whether the job should take a last checkpoint and stop (collective): `stop` is .true. on every
@@ -232,6 +300,35 @@ contains
         integer(c_int) :: flag
         dckpt_should_exit = c_should_exit(handle, flag)
         stop = flag /= 0
+    end function
+
+    !> Every region of every rank of the job that wrote `name` (collective): `count` gets how many
+    !> there are, `regions` the first size(regions) of them. A job of another rank count reads what
+    !> it needs with dckpt_read_region.
+    integer(c_int) function dckpt_old_regions(handle, name, regions, count)
+        type(c_ptr), intent(in) :: handle
+        character(len=*), intent(in) :: name
+        type(dckpt_old_region), intent(out) :: regions(:)
+        integer(c_size_t), intent(out) :: count
+        type(dckpt_old_region) :: none(1)
+        count = 0
+        if (size(regions) > 0) then
+            dckpt_old_regions = c_old_regions(handle, c_text(name), regions, int(size(regions), c_size_t), count)
+        else
+            dckpt_old_regions = c_old_regions(handle, c_text(name), none, 0_c_size_t, count)
+        end if
+    end function
+
+    !> Reads `len` bytes from `offset` of region `id` of the old job's rank `rank` at committed
+    !> `version` of `name` into `buf` (c_loc of a TARGET array); not collective.
+    integer(c_int) function dckpt_read_region(handle, name, rank, id, version, offset, buf, len)
+        type(c_ptr), intent(in) :: handle, buf
+        character(len=*), intent(in) :: name
+        integer, intent(in) :: rank, id
+        integer(c_int64_t), intent(in) :: version, offset
+        integer(c_size_t), intent(in) :: len
+        dckpt_read_region = c_read_region(handle, c_text(name), int(rank, c_int32_t), int(id, c_int32_t), &
+                                          version, offset, buf, len)
     end function
 
     !> Waits for every checkpoint and frees the runtime (collective).

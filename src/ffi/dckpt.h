@@ -136,9 +136,46 @@
  */
 typedef struct DckptRuntime DckptRuntime;
 
+/**
+ * One region of one rank of the job that wrote a checkpoint, as
+ * [`dckpt_old_regions`] lists it: what a job of another rank count reads
+ * with [`dckpt_read_region`].
+ */
+typedef struct DckptOldRegion {
+  /**
+   * The old job's rank.
+   */
+  uint32_t rank;
+  /**
+   * The id it protected the region under.
+   */
+  uint32_t id;
+  /**
+   * The region's length in bytes.
+   */
+  uint64_t len;
+  /**
+   * 1 if it was device memory, 0 if host memory.
+   */
+  int device;
+} DckptOldRegion;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * Sets one configuration key for the next [`dckpt_init`] of this process,
+ * as `"key = value"` (the TOML key and a value as in the file or a
+ * `DCKPT_<KEY>` variable: `"persistent = /gpfs/run/ckpt"`,
+ * `"mode = sync"`, `"host_cache_size = 2G"`); over the file and the
+ * environment. Call it on every rank before `dckpt_init` (SCR's
+ * `SCR_Config`). An unknown key is refused at once, naming the closest.
+ *
+ * # Safety
+ * `setting` is a NUL-terminated string.
+ */
+int dckpt_config(const char *setting);
 
 /**
  * Makes a runtime over a duplicate of `comm` (collective over it) with the
@@ -241,6 +278,61 @@ int dckpt_versions(struct DckptRuntime *h,
                    uint64_t *versions,
                    size_t capacity,
                    size_t *count);
+
+/**
+ * Every region of every rank of the job that wrote `name`, rank by rank
+ * and in id order within a rank (collective): `*count` gets how many
+ * there are, and the first `min(count, capacity)` go to `regions` (NULL
+ * with `capacity` 0: ask for the count first). With the old job's ranks
+ * and regions known, a job of any rank count reads what it needs with
+ * [`dckpt_read_region`] and checkpoints under a new name.
+ *
+ * # Safety
+ * `h` is a live handle; `name` a NUL-terminated string; `regions` points
+ * to `capacity` writable `DckptOldRegion` (or is NULL with `capacity` 0);
+ * `count` points to writable memory.
+ */
+int dckpt_old_regions(struct DckptRuntime *h,
+                      const char *name,
+                      struct DckptOldRegion *regions,
+                      size_t capacity,
+                      size_t *count);
+
+/**
+ * The versions of `name` the job that wrote it committed (restorable on
+ * every old rank), oldest first: for a job of another rank count, which
+ * [`dckpt_read_region`] reads (not collective). `*count` gets how many
+ * there are, and the first `min(count, capacity)` go to `versions` (NULL
+ * with `capacity` 0: ask for the count first).
+ *
+ * # Safety
+ * `h` is a live handle; `name` a NUL-terminated string; `versions` points
+ * to `capacity` writable `uint64_t` (or is NULL with `capacity` 0);
+ * `count` points to writable memory.
+ */
+int dckpt_committed_versions(struct DckptRuntime *h,
+                             const char *name,
+                             uint64_t *versions,
+                             size_t capacity,
+                             size_t *count);
+
+/**
+ * Reads bytes `offset .. offset + len` of region `id` of the old job's
+ * rank `rank` at committed version `version` of `name` into `buf` (host
+ * memory; not collective: each rank reads what it needs).
+ *
+ * # Safety
+ * `h` is a live handle; `name` a NUL-terminated string; `buf` points to
+ * `len` writable bytes (or is NULL with `len` 0).
+ */
+int dckpt_read_region(struct DckptRuntime *h,
+                      const char *name,
+                      uint32_t rank,
+                      uint32_t id,
+                      uint64_t version,
+                      uint64_t offset,
+                      void *buf,
+                      size_t len);
 
 /**
  * Waits until version `version` of `name` is durable on every tier of

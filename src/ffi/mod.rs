@@ -131,6 +131,53 @@ unsafe fn runtime<'a>(h: *mut DckptRuntime) -> Result<&'a mut Runtime> {
     unsafe { h.as_mut() }.map(|h| &mut h.rt).ok_or_else(|| Error::InvalidOption("the runtime handle is NULL".into()))
 }
 
+/// The settings [`dckpt_config`] gave, for the next [`dckpt_init`] of this process.
+static SETTINGS: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+
+/// The configuration a `dckpt_init` makes: the defaults, the file (if any),
+/// the `DCKPT_<KEY>` environment, then the settings [`dckpt_config`] gave
+/// (the program's explicit calls win), checked against the machine.
+fn load_config(path: Option<&Path>) -> Result<Config> {
+    let settings = crate::sync::lock(&SETTINGS).clone();
+    let mut builder = Config::builder().file(path).environment();
+    for (key, value) in &settings {
+        builder = builder.set(key, value, &format!("dckpt_config(\"{key} = {value}\")"));
+    }
+    let config = builder.build()?;
+    config.check_machine()?;
+    Ok(config)
+}
+
+/// Sets one configuration key for the next [`dckpt_init`] of this process,
+/// as `"key = value"` (the TOML key and a value as in the file or a
+/// `DCKPT_<KEY>` variable: `"persistent = /gpfs/run/ckpt"`,
+/// `"mode = sync"`, `"host_cache_size = 2G"`); over the file and the
+/// environment. Call it on every rank before `dckpt_init` (SCR's
+/// `SCR_Config`). An unknown key is refused at once, naming the closest.
+///
+/// # Safety
+/// `setting` is a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dckpt_config(setting: *const c_char) -> c_int {
+    status(|| {
+        // SAFETY: a NUL-terminated string per the contract.
+        let text = unsafe { text(setting, "the setting") }?;
+        let (key, value) = text
+            .split_once('=')
+            .map(|(k, v)| (k.trim(), v.trim()))
+            .filter(|(k, v)| !k.is_empty() && !v.is_empty())
+            .ok_or_else(|| Error::InvalidOption(format!("dckpt_config(\"{text}\"): write \"key = value\"")))?;
+        let value = value.trim_matches('"');
+        // Checked now, alone, so that the call that set it is the one that fails.
+        Config::builder().set(key, value, &format!("dckpt_config(\"{text}\")")).build().map(|_| ()).or_else(|e| {
+            // A directory alone is no whole configuration: only the key's own errors count here.
+            if crate::config::KEYS.contains(&key) && !e.to_string().contains(key) { Ok(()) } else { Err(e) }
+        })?;
+        crate::sync::lock(&SETTINGS).push((key.to_string(), value.to_string()));
+        Ok(())
+    })
+}
+
 /// Makes a runtime over a duplicate of `raw` (which stays the caller's):
 /// the duplicate first (collective), then the configuration, agreed by
 /// every rank, so that a file missing on one node fails every rank.
@@ -143,10 +190,10 @@ unsafe fn init_with(raw: mpi::ffi::MPI_Comm, config: *const c_char, out: *mut *m
             return Err(Error::InvalidOption("the output handle pointer is NULL".into()));
         }
         let config = if config.is_null() {
-            Config::load(None)
+            load_config(None)
         } else {
             // SAFETY: a NUL-terminated string per dckpt_init's contract.
-            unsafe { text(config, "the configuration path") }.and_then(|path| Config::load(Some(Path::new(path))))
+            unsafe { text(config, "the configuration path") }.and_then(|path| load_config(Some(Path::new(path))))
         };
         // SAFETY: the caller's contract is dckpt_init's, which is runtime_on's.
         let rt = unsafe { runtime_on(raw, config) }?;
@@ -360,6 +407,27 @@ pub unsafe extern "C" fn dckpt_restart_latest(h: *mut DckptRuntime, name: *const
     })
 }
 
+/// Writes the first `min(all.len(), capacity)` items of `all` to `out` and
+/// their number to `*count`: the count-then-fill calls (`dckpt_versions`,
+/// `dckpt_committed_versions`, `dckpt_old_regions`).
+///
+/// # Safety
+/// `out` points to `capacity` writable `T` (or is NULL with `capacity` 0);
+/// `count` points to writable memory (checked for NULL here).
+unsafe fn fill_counted<T: Copy>(all: &[T], out: *mut T, capacity: usize, count: *mut usize, what: &str) -> Result<()> {
+    if count.is_null() || (out.is_null() && capacity > 0) {
+        return Err(Error::InvalidOption(format!("the {what} or count pointer is NULL")));
+    }
+    let n = all.len().min(capacity);
+    if n > 0 {
+        // SAFETY: `out` holds `capacity` >= n writable elements per the contract.
+        unsafe { std::slice::from_raw_parts_mut(out, n) }.copy_from_slice(&all[..n]);
+    }
+    // SAFETY: non-NULL (checked) and writable per the contract.
+    unsafe { *count = all.len() };
+    Ok(())
+}
+
 /// The versions of `name` every rank can be restarted from, oldest first
 /// (collective): `*count` gets how many there are, and the first
 /// `min(count, capacity)` of them go to `versions` (which may be NULL when
@@ -380,17 +448,132 @@ pub unsafe extern "C" fn dckpt_versions(
     status(|| {
         // SAFETY: per the contract.
         let (rt, name) = unsafe { (runtime(h)?, text(name, "the checkpoint name")?) };
-        if count.is_null() || (versions.is_null() && capacity > 0) {
-            return Err(Error::InvalidOption("the versions or count pointer is NULL".into()));
-        }
+        // Pointers checked after the collective call: every rank takes part.
         let all = rt.versions(name)?;
-        let n = all.len().min(capacity);
-        if n > 0 {
-            // SAFETY: `versions` holds `capacity` >= n writable elements per the contract.
-            unsafe { std::slice::from_raw_parts_mut(versions, n) }.copy_from_slice(&all[..n]);
+        // SAFETY: per the contract.
+        unsafe { fill_counted(&all, versions, capacity, count, "versions") }
+    })
+}
+
+/// One region of one rank of the job that wrote a checkpoint, as
+/// [`dckpt_old_regions`] lists it: what a job of another rank count reads
+/// with [`dckpt_read_region`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DckptOldRegion {
+    /// The old job's rank.
+    pub rank: u32,
+    /// The id it protected the region under.
+    pub id: u32,
+    /// The region's length in bytes.
+    pub len: u64,
+    /// 1 if it was device memory, 0 if host memory.
+    pub device: c_int,
+}
+
+/// Every region of every rank of the job that wrote `name`, rank by rank
+/// and in id order within a rank (collective): `*count` gets how many
+/// there are, and the first `min(count, capacity)` go to `regions` (NULL
+/// with `capacity` 0: ask for the count first). With the old job's ranks
+/// and regions known, a job of any rank count reads what it needs with
+/// [`dckpt_read_region`] and checkpoints under a new name.
+///
+/// # Safety
+/// `h` is a live handle; `name` a NUL-terminated string; `regions` points
+/// to `capacity` writable `DckptOldRegion` (or is NULL with `capacity` 0);
+/// `count` points to writable memory.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dckpt_old_regions(
+    h: *mut DckptRuntime,
+    name: *const c_char,
+    regions: *mut DckptOldRegion,
+    capacity: usize,
+    count: *mut usize,
+) -> c_int {
+    status(|| {
+        // SAFETY: per the contract.
+        let (rt, name) = unsafe { (runtime(h)?, text(name, "the checkpoint name")?) };
+        // Pointers checked after the collective call: every rank takes part.
+        let all: Vec<DckptOldRegion> = rt
+            .old_regions(name)?
+            .iter()
+            .flat_map(|t| {
+                t.regions.iter().map(|r| DckptOldRegion {
+                    rank: t.rank,
+                    id: r.id,
+                    len: r.len,
+                    device: c_int::from(r.device),
+                })
+            })
+            .collect();
+        // SAFETY: per the contract.
+        unsafe { fill_counted(&all, regions, capacity, count, "regions") }
+    })
+}
+
+/// The versions of `name` the job that wrote it committed (restorable on
+/// every old rank), oldest first: for a job of another rank count, which
+/// [`dckpt_read_region`] reads (not collective). `*count` gets how many
+/// there are, and the first `min(count, capacity)` go to `versions` (NULL
+/// with `capacity` 0: ask for the count first).
+///
+/// # Safety
+/// `h` is a live handle; `name` a NUL-terminated string; `versions` points
+/// to `capacity` writable `uint64_t` (or is NULL with `capacity` 0);
+/// `count` points to writable memory.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dckpt_committed_versions(
+    h: *mut DckptRuntime,
+    name: *const c_char,
+    versions: *mut u64,
+    capacity: usize,
+    count: *mut usize,
+) -> c_int {
+    status(|| {
+        // SAFETY: per the contract.
+        let (rt, name) = unsafe { (runtime(h)?, text(name, "the checkpoint name")?) };
+        let all = rt.committed_versions(name)?;
+        // SAFETY: per the contract.
+        unsafe { fill_counted(&all, versions, capacity, count, "versions") }
+    })
+}
+
+/// Reads bytes `offset .. offset + len` of region `id` of the old job's
+/// rank `rank` at committed version `version` of `name` into `buf` (host
+/// memory; not collective: each rank reads what it needs).
+///
+/// # Safety
+/// `h` is a live handle; `name` a NUL-terminated string; `buf` points to
+/// `len` writable bytes (or is NULL with `len` 0).
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn dckpt_read_region(
+    h: *mut DckptRuntime,
+    name: *const c_char,
+    rank: u32,
+    id: u32,
+    version: u64,
+    offset: u64,
+    buf: *mut c_void,
+    len: usize,
+) -> c_int {
+    status(|| {
+        // SAFETY: per the contract.
+        let (rt, name) = unsafe { (runtime(h)?, text(name, "the checkpoint name")?) };
+        if buf.is_null() && len > 0 {
+            return Err(Error::InvalidOption("the buffer is NULL".into()));
         }
-        // SAFETY: non-NULL and writable per the contract.
-        unsafe { *count = all.len() };
+        let end = offset
+            .checked_add(len as u64)
+            .ok_or_else(|| Error::InvalidOption(format!("bytes {offset} + {len}: past 2^64")))?;
+        let bytes = rt.read_region(name, rank, id, version, offset..end)?;
+        if bytes.len() != len {
+            return Err(Error::Internal(format!("read {} bytes of {len}", bytes.len())));
+        }
+        if len > 0 {
+            // SAFETY: `buf` holds `len` writable bytes per the contract.
+            unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) }.copy_from_slice(&bytes);
+        }
         Ok(())
     })
 }
@@ -473,65 +656,4 @@ unsafe fn zero(out: *mut u64) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::error::ErrorKind;
-
-    #[test]
-    fn a_failed_latest_or_restart_leaves_version_zero() {
-        let mut v = 42u64;
-        // SAFETY: a NULL handle is refused before anything is read; `v` is writable.
-        let code = unsafe { dckpt_restart_latest(std::ptr::null_mut(), c"heat".as_ptr(), &mut v) };
-        assert!(code != DCKPT_OK && v == 0, "code {code}, version {v}");
-        v = 42;
-        // SAFETY: as above.
-        let code = unsafe { dckpt_latest(std::ptr::null_mut(), c"heat".as_ptr(), &mut v) };
-        assert!(code != DCKPT_OK && v == 0, "code {code}, version {v}");
-    }
-
-    #[test]
-    fn the_c_codes_are_the_error_kinds_codes() {
-        let pairs = [
-            (DCKPT_ERR_IO, ErrorKind::Io),
-            (DCKPT_ERR_CORRUPT, ErrorKind::Corrupt),
-            (DCKPT_ERR_MISSING_VERSION, ErrorKind::MissingVersion),
-            (DCKPT_ERR_NO_STORE, ErrorKind::NoStore),
-            (DCKPT_ERR_MISMATCH, ErrorKind::Mismatch),
-            (DCKPT_ERR_VERSION_NOT_NEWER, ErrorKind::VersionNotNewer),
-            (DCKPT_ERR_INVALID_OPTION, ErrorKind::InvalidOption),
-            (DCKPT_ERR_GPU, ErrorKind::Gpu),
-            (DCKPT_ERR_COLLECTIVE, ErrorKind::Collective),
-            (DCKPT_ERR_OWNER_UNAVAILABLE, ErrorKind::OwnerUnavailable),
-            (DCKPT_ERR_BROKEN_REFERENCE, ErrorKind::BrokenReference),
-            (DCKPT_ERR_LOCKED, ErrorKind::Locked),
-            (DCKPT_ERR_UNSAFE_PATH, ErrorKind::UnsafePath),
-            (DCKPT_ERR_NEEDS_REPAIR, ErrorKind::NeedsRepair),
-            (DCKPT_ERR_NO_SPACE, ErrorKind::NoSpace),
-            (DCKPT_ERR_NOT_DURABLE, ErrorKind::NotDurable),
-            (DCKPT_ERR_RANK_COUNT, ErrorKind::RankCount),
-            (DCKPT_ERR_SIZE_MISMATCH, ErrorKind::SizeMismatch),
-            (DCKPT_ERR_MISSING_REGION, ErrorKind::MissingRegion),
-            (DCKPT_ERR_RESOURCES_EXHAUSTED, ErrorKind::ResourcesExhausted),
-            (DCKPT_ERR_INTERNAL, ErrorKind::Internal),
-        ];
-        for (code, kind) in pairs {
-            assert_eq!(code, kind as c_int, "{kind:?}");
-        }
-    }
-
-    #[test]
-    fn errors_and_panics_become_codes_and_messages() {
-        let last = || unsafe { CStr::from_ptr(dckpt_last_error()) }.to_string_lossy().into_owned();
-        assert_eq!(status(|| Ok(())), DCKPT_OK);
-        assert_eq!(status(|| Err(Error::InvalidOption("bad chunk size".into()))), DCKPT_ERR_INVALID_OPTION);
-        assert!(last().contains("bad chunk size"), "{}", last());
-        assert_eq!(status(|| panic!("boom")), DCKPT_ERR_INTERNAL);
-        assert!(last().contains("panic") && last().contains("boom"), "{}", last());
-        // A NULL handle or name is refused, not dereferenced.
-        let name = c"heat";
-        assert_eq!(unsafe { dckpt_checkpoint(std::ptr::null_mut(), name.as_ptr(), 1) }, DCKPT_ERR_INVALID_OPTION);
-        assert!(last().contains("NULL"), "{}", last());
-        assert_eq!(unsafe { dckpt_unprotect(std::ptr::null_mut(), 0) }, DCKPT_ERR_INVALID_OPTION);
-        assert_eq!(unsafe { dckpt_finalize(std::ptr::null_mut()) }, DCKPT_OK);
-    }
-}
+mod tests;

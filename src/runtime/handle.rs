@@ -179,6 +179,16 @@ impl Runtime {
             } else {
                 Staging::Host(vec![0u8; total])
             };
+            if self.rank() == 0 {
+                let tiers: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+                tracing::info!(
+                    "checkpoint '{name}': opened, {} region(s), {total} bytes a rank on rank 0, backend {}, tiers {}, {}",
+                    shapes.len(),
+                    ckpt.engine().backend(),
+                    tiers.join(" and "),
+                    if opts.local_only { "local-only" } else { "collective" }
+                );
+            }
             self.names.insert(name.to_string(), Named { ckpt, shapes, staging, calls: 0 });
         }
         self.names.get_mut(name).ok_or_else(|| Error::Internal("named checkpoint".into()))

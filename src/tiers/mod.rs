@@ -36,6 +36,7 @@ pub mod journal;
 mod listing;
 pub mod prefetch;
 mod reader;
+mod write;
 pub(crate) use durability::TierWatch;
 pub use reader::RemoteFiles;
 pub mod state;
@@ -52,7 +53,7 @@ use crate::restore::PendingMap;
 use crate::store::{Store, StoreOptions, StoreWriter};
 use cache::Cached;
 use cache::HostCache;
-pub(crate) use flusher::{CacheWrite, FileBytes, LateRewrite, list_written, write_cached, write_copied};
+pub(crate) use flusher::LateRewrite;
 use flusher::{Flusher, Job, Shared, Source};
 pub use listing::Listing;
 use reader::Reach;
@@ -62,6 +63,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+pub(crate) use write::{CacheWrite, FileBytes, list_written, write_cached, write_copied};
 
 /// What one asynchronous checkpoint cost the application.
 #[derive(Clone, Debug, Serialize)]

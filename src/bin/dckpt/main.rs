@@ -166,12 +166,18 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Checkpoint(a) => checkpoint(a),
-        Command::Restore(a) => store_cmds::restore(a),
-        Command::Verify { dir, json } => store_cmds::verify(&dir, json),
-        Command::Repair { dir, dry_run, ranks_lost, json } => {
-            store_cmds::repair(&dir, &dckpt::repair::RepairOptions { dry_run, ranks_lost }, json)
+        Command::Restore(a) => {
+            let dir = a.dir.clone();
+            store_cmds::hinted(&dir, store_cmds::restore(a))
         }
-        Command::Prune { dir, keep, dry_run, json } => store_cmds::prune(&dir, keep, dry_run, json),
+        Command::Verify { dir, json } => store_cmds::hinted(&dir, store_cmds::verify(&dir, json)),
+        Command::Repair { dir, dry_run, ranks_lost, json } => store_cmds::hinted(
+            &dir,
+            store_cmds::repair(&dir, &dckpt::repair::RepairOptions { dry_run, ranks_lost }, json),
+        ),
+        Command::Prune { dir, keep, dry_run, json } => {
+            store_cmds::hinted(&dir, store_cmds::prune(&dir, keep, dry_run, json))
+        }
         Command::Inspect { dir, json } => store_cmds::inspect(&dir, json),
         Command::Bench(a) => bench_cmd::bench(a),
         Command::Gen(a) => bench_cmd::generate(a),

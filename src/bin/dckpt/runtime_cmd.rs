@@ -164,6 +164,9 @@ pub struct KernelsArgs {
     /// Architectures to compile for (with --emit).
     #[arg(long, value_delimiter = ',', default_values_t = dckpt::backend::cuda::kernels::PREBUILT_ARCHS.map(String::from))]
     archs: Vec<String>,
+    /// Print JSON (with a schema version) instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 /// `dckpt kernels`: lists the kernels built into this binary and the node's
@@ -175,6 +178,31 @@ pub fn kernels(a: KernelsArgs) -> Result<ExitCode> {
         for path in kernels::emit(&dir, &archs)? {
             println!("{}", path.display());
         }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if a.json {
+        #[derive(serde::Serialize)]
+        struct BuiltIn {
+            name: String,
+            bytes: usize,
+            current: bool,
+        }
+        #[derive(serde::Serialize)]
+        struct Kernels {
+            built_in: Vec<BuiltIn>,
+            cache: PathBuf,
+            expected: Vec<(String, String)>,
+        }
+        let built_in = kernels::prebuilt()
+            .iter()
+            .map(|(name, bytes)| BuiltIn {
+                name: name.to_string(),
+                bytes: bytes.len(),
+                current: kernels::PREBUILT_ARCHS.iter().any(|arch| kernels::cubin_name(arch) == *name),
+            })
+            .collect();
+        let expected = kernels::PREBUILT_ARCHS.iter().map(|a| (a.to_string(), kernels::cubin_name(a))).collect();
+        crate::report::print_json("kernels", &Kernels { built_in, cache: kernels::cache_dir(), expected })?;
         return Ok(ExitCode::SUCCESS);
     }
     for (name, bytes) in kernels::prebuilt() {

@@ -173,7 +173,7 @@ impl CheckpointArgs {
 pub struct RestoreArgs {
     /// Store directory.
     #[arg(long)]
-    dir: PathBuf,
+    pub dir: PathBuf,
     /// Version to restore.
     #[arg(long)]
     version: u64,
@@ -352,6 +352,15 @@ pub fn prune(dir: &Path, keep: u64, dry_run: bool, json: bool) -> Result<ExitCod
         report.bytes_removed,
         report.records_removed.len()
     );
+    let asked = report.ranks as u64 * keep;
+    if report.kept.len() as u64 > asked {
+        println!(
+            "why {} more than the last {keep} of each rank are kept: a version restores from its chain's baseline \
+             on (a baseline every max_chain versions), and from the owners' files its cross-rank references \
+             name; a version goes only when no kept version needs it",
+            report.kept.len() as u64 - asked
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -363,6 +372,22 @@ pub fn inspect(dir: &Path, json: bool) -> Result<ExitCode> {
             let names = checkpoint_names(dir);
             if names.is_empty() {
                 return Err(e);
+            }
+            if json {
+                #[derive(serde::Serialize)]
+                struct Name {
+                    name: String,
+                    ranks: usize,
+                    dir: std::path::PathBuf,
+                }
+                #[derive(serde::Serialize)]
+                struct RuntimeDir {
+                    runtime_directory: std::path::PathBuf,
+                    names: Vec<Name>,
+                }
+                let names = names.into_iter().map(|(name, ranks)| Name { dir: dir.join(&name), name, ranks }).collect();
+                crate::report::print_json("inspect", &RuntimeDir { runtime_directory: dir.to_path_buf(), names })?;
+                return Ok(ExitCode::SUCCESS);
             }
             println!("{} is a runtime directory holding {} checkpoint name(s):", dir.display(), names.len());
             for (name, ranks) in &names {
@@ -421,6 +446,26 @@ pub fn inspect(dir: &Path, json: bool) -> Result<ExitCode> {
         all.total_stored_bytes, all.bytes_on_disk, all.overhead_bytes, all.copies.bytes, all.max_over_mean
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// `result` of a command run on `dir`, with a hint on standard error when
+/// it found no store because `dir` is a runtime's tier directory: the
+/// stores are one level down, one per checkpoint name.
+pub fn hinted(dir: &Path, result: Result<ExitCode>) -> Result<ExitCode> {
+    if let Err(Error::NoStore { .. }) = &result {
+        let names = checkpoint_names(dir);
+        if let Some((first, _)) = names.first() {
+            let all: Vec<&str> = names.iter().map(|(n, _)| n.as_str()).collect();
+            eprintln!(
+                "dckpt: hint: {} is a runtime directory holding the checkpoint name(s) {}: give the name's \
+                 directory, e.g. --dir {}",
+                dir.display(),
+                all.join(", "),
+                dir.join(first).display()
+            );
+        }
+    }
+    result
 }
 
 /// The checkpoint names under a runtime's tier directory `dir`: each

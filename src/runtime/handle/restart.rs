@@ -188,7 +188,15 @@ impl Runtime {
     /// start from the beginning), with one warning naming what was skipped.
     /// Collective.
     pub fn restart_latest(&mut self, name: &str) -> Result<Option<u64>> {
-        let Some(mut version) = self.latest(name)? else { return Ok(None) };
+        let Some(mut version) = self.latest(name)? else {
+            if self.rank() == 0 {
+                tracing::info!("checkpoint '{name}': no version every rank holds; the job starts from the beginning");
+            }
+            return Ok(None);
+        };
+        if self.rank() == 0 {
+            tracing::info!("checkpoint '{name}': restarting from version {version}, the newest every rank holds");
+        }
         let mut skipped = Vec::new();
         // Whether every version skipped on this rank was damaged (not a
         // condition of this machine, such as an I/O error).
@@ -210,6 +218,7 @@ impl Runtime {
             self.comm.all_reduce_into(&ok, &mut everywhere, ::mpi::collective::SystemOperation::min());
             if everywhere == 1 {
                 self.place_restored(name, version)?;
+                tracing::debug!("checkpoint '{name}': version {version} restored and placed");
                 if !skipped.is_empty() {
                     self.set_aside_newer(name, version)?;
                     if self.rank() == 0 {

@@ -214,7 +214,12 @@ pub(super) fn make_segments(pool: &std::sync::Weak<Pool>, total: usize, mut allo
             _ => return,
         }
         let t = Instant::now();
-        let made = alloc.as_ref().map(|a| a(SEGMENT_BYTES)).transpose().unwrap_or_else(|_| {
+        let made = alloc.as_ref().map(|a| a(SEGMENT_BYTES)).transpose().unwrap_or_else(|e| {
+            // Shared memory full (the agent's segments) or page-locking refused.
+            tracing::warn!(
+                "the host cache: {e}; its other segments are ordinary memory (slower device copies, and a \
+                 checkpoint in them dies with the process)"
+            );
             alloc = None; // the rest on the heap
             None
         });
