@@ -49,8 +49,10 @@ want=$(heat --dir "$work/whole" 2>/dev/null | grep -o 'digest [0-9a-f]*')
 
 echo "agent test 3: the agent killed mid-flush"
 export DCKPT_AGENT_DIR="$agents-3"
-# The job starts the agent, which inherits the delay: 20 s in its first journal.
-DCKPT_DELAY_AT=agent.finish:20000 heat --dir "$work/mid" --crash-at 70 >/dev/null 2>&1 &&
+# The ranks' flush held back (1 s a file), so that versions are in flight
+# when the job dies; the job starts the agent, which inherits the delays:
+# 20 s in its first journal with work.
+DCKPT_DELAY_AT=agent.finish:20000,store.file_durable:1000 heat --dir "$work/mid" --crash-at 70 >/dev/null 2>&1 &&
     { echo "FAILED: the run meant to die at 70 finished"; exit 1; }
 pid=$(agent_pid "$agents-3")
 [ -n "$pid" ] || { echo "FAILED: no agent runs after the job"; exit 1; }

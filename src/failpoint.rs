@@ -5,8 +5,8 @@
 //!
 //! Tests that need one process to be slow at a point (a rank whose flush
 //! lags the others') call [`delay`]: every later hit of that point sleeps.
-//! `DCKPT_DELAY_AT=NAME:MS` does the same from the environment (a slow disk
-//! for a test in another process).
+//! `DCKPT_DELAY_AT=NAME:MS[,NAME:MS…]` does the same from the environment (a
+//! slow disk for a test in another process).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -68,8 +68,11 @@ pub fn delay(name: &str, pause: Duration) {
 /// Aborts the process if `name` is the armed point and this is its N-th hit.
 pub fn hit(name: &str) {
     let armed = ARMED.get_or_init(|| {
-        if let Some((point, ms)) = std::env::var("DCKPT_DELAY_AT").ok().as_deref().and_then(|v| v.rsplit_once(':')) {
-            delay(point, Duration::from_millis(ms.parse().unwrap_or(0)));
+        // `NAME:MS`, or several separated by commas.
+        for item in std::env::var("DCKPT_DELAY_AT").unwrap_or_default().split(',') {
+            if let Some((point, ms)) = item.trim().rsplit_once(':') {
+                delay(point, Duration::from_millis(ms.parse().unwrap_or(0)));
+            }
         }
         let v = std::env::var("DCKPT_CRASH_AT").ok()?;
         let (n, k) = v.rsplit_once(':').map_or((v.as_str(), 1), |(n, k)| (n, k.parse().unwrap_or(1)));

@@ -89,6 +89,20 @@ impl ConfigBuilder {
         self
     }
 
+    /// Checks one setting alone, as [`ConfigBuilder::set`] and `build` would:
+    /// a known key (else the closest is named) and a value it takes.
+    /// `origin` names it in the error (C's `dckpt_config` checks each call
+    /// so).
+    pub fn check_setting(key: &str, value: impl std::fmt::Display, origin: &str) -> Result<()> {
+        if !KEYS.contains(&key) {
+            let hint = closest_key(key).map(|k| format!(" (did you mean `{k}`?)")).unwrap_or_default();
+            return Err(invalid(origin, &format!("{key} is not a configuration key{hint}")));
+        }
+        let mut alone = toml::Table::new();
+        alone.insert(key.to_string(), override_value(&value.to_string()));
+        Config::deserialize(alone).map(|_| ()).map_err(|e| invalid(origin, &e.to_string()))
+    }
+
     /// The configuration, checked: each override alone (its error names
     /// it), then the whole (an error names the last layer that set the key
     /// at fault).

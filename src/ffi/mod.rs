@@ -169,10 +169,7 @@ pub unsafe extern "C" fn dckpt_config(setting: *const c_char) -> c_int {
             .ok_or_else(|| Error::InvalidOption(format!("dckpt_config(\"{text}\"): write \"key = value\"")))?;
         let value = value.trim_matches('"');
         // Checked now, alone, so that the call that set it is the one that fails.
-        Config::builder().set(key, value, &format!("dckpt_config(\"{text}\")")).build().map(|_| ()).or_else(|e| {
-            // A directory alone is no whole configuration: only the key's own errors count here.
-            if crate::config::KEYS.contains(&key) && !e.to_string().contains(key) { Ok(()) } else { Err(e) }
-        })?;
+        crate::config::ConfigBuilder::check_setting(key, value, &format!("dckpt_config(\"{text}\")"))?;
         crate::sync::lock(&SETTINGS).push((key.to_string(), value.to_string()));
         Ok(())
     })

@@ -214,7 +214,9 @@ impl Journal {
             return;
         }
         let Some((segments, segment_len)) = cached.shm_layout() else {
-            tracing::debug!("version {version}: its cached bytes are not in shared memory; not journaled");
+            // Still arriving (the first worker records it once there), or
+            // not in shared memory (a segment fell back to the heap).
+            tracing::debug!("version {version}: not journaled now (its bytes still arriving, or not in shared memory)");
             return;
         };
         let entry = JournalEntry {
