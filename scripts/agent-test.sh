@@ -11,7 +11,8 @@
 #  4. two jobs on one node, both killed after a returned call: one agent
 #     finishes both, each from its own journal into its own stores, and
 #     each job resumes from its own k with its own plate.
-#   scripts/agent-test.sh [RANKS]   (after cargo build --release --bins --examples)
+#   scripts/agent-test.sh [RANKS]   (after cargo build --release --bins --examples: the
+#   examples turn on the crash points, DCKPT_DELAY_AT, for dckpt too)
 # Environment: TRIES (part 1, default 20), OFF_TRIES (part 2, default 6).
 set -euo pipefail
 cd "$(dirname "$0")/.."

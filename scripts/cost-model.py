@@ -2,8 +2,9 @@
 """A cost model of the collective step and the flush (issue #11, item 3).
 
 Usage: python3 scripts/cost-model.py [OUT_DIR]  (default docs/bench/scaling). Writes OUT_DIR/cost-model.png
-(measured points and model), OUT_DIR/cost-model.json (assumptions, parameters, every point's residual,
-extrapolations) and prints a Markdown summary. numpy and matplotlib only.
+(measured points and model), OUT_DIR/cost-model.json (assumptions, where and when each input was measured,
+parameters, every point's residual, extrapolations) and prints a Markdown summary. numpy and matplotlib only,
+from target/plot-venv (scripts/plot-scaling.py makes it and re-executes this script there).
 
 Inputs, measured: docs/bench/collective/{h100-16core,dev2core}/reduce.csv: the reduction alone
 (`collective::mpi::reduce_sets`, the binomial tree of point-to-point merges), P = 1..16 ranks on the H100's
@@ -37,17 +38,29 @@ BW_net per inter-node level (a_net = 5 us, BW_net = 25 GB/s: assumed, not measur
 formula with Pn = P (all ranks on one node), to show what the node term does at scale.
 """
 import csv
+import importlib.util
 import json
 import math
+import re
 import sys
-import textwrap
 from pathlib import Path
 
-import matplotlib
-import numpy as np
 
-matplotlib.use("Agg")
+def _plots():
+    """scripts/plot-scaling.py (the axes rules, and target/plot-venv: loading it re-executes this script there)."""
+    sys.dont_write_bytecode = True  # no scripts/__pycache__
+    if "plot_scaling" not in sys.modules:
+        path = Path(__file__).resolve().with_name("plot-scaling.py")
+        spec = importlib.util.spec_from_file_location("plot_scaling", path)
+        sys.modules["plot_scaling"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["plot_scaling"])
+    return sys.modules["plot_scaling"]
+
+
+plots = _plots()
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MICRO = {  # machine class -> reduction CSVs
@@ -73,7 +86,7 @@ RUNS = {  # machine -> scaling CSV, reduction class, cores, GPUs, rank counts le
     # Heat on 1, 2 and 4 H200s (1 GiB a rank weak, 4 GiB in all strong), the pool at the rank's share.
     "h200x4-1128-gpu": dict(csv="docs/bench/scaling/h200x4-gpu.csv", micro=GPU_NODE, cores=64, gpus=4, bad=[]),
 }
-# Where and when each input was measured (BENCHMARKS.md): the figure's title names them.
+# Where and when each input was measured (BENCHMARKS.md): cost-model.json names them, the title their dates.
 MEASURED = {
     "h100-tree": "the H100's 16-core host (nvidia-h100-x1), 2026-11-24",
     "dev2core": "the 2-core development VM, 2026-11-24",
@@ -287,9 +300,8 @@ def extrapolate(res):
 def decorate(ax, title, ylabel, **legend):
     ax.axvspan(64, 4096, color="0.92", zorder=0)
     ax.text(512, 0.98, "extrapolated", transform=ax.get_xaxis_transform(), ha="center", va="top", color="0.4")
-    ax.set(yscale="log", xlim=(0.8, 5000), xlabel="ranks P", ylabel=ylabel, title=title)
-    ax.set_xscale("log", base=2)
-    ax.legend(**{"fontsize": 6, "ncol": 2, **legend})
+    ax.set(yscale="log", xlabel="ranks P", ylabel=ylabel, title=title)
+    plots.finish(ax, [1, 4, 16, 64, 256, 1024, 4096], **{"fontsize": 7, "ncol": 2, **legend})
 
 
 def scatter(ax, pts, color, marker="o", label=None, y=None):
@@ -307,30 +319,31 @@ def lines(ax, cluster, node, color, label, node_to=64, ls="-"):
     ax.plot(P_LINE[P_LINE <= node_to], node(P_LINE[P_LINE <= node_to]), ":", color=color, lw=0.9)
 
 
-def span(vals):
-    v = sorted({int(x) for x in vals})
-    return f"{v[0]}" if len(v) == 1 else f"{v[0]}–{v[-1]}"
+def machines(runs):
+    """Legend entries: one a machine (its colour)."""
+    return [Line2D([], [], color=COLOR[m], lw=2, label=m) for m in runs]
 
 
-def suptitle(fig, res):
-    """Machines, dates and sizes of every input, from the fitted points."""
-    red = [f"{m} P = {span(q['ranks'] for q in r['tree+node']['points'])}, K = "
-           f"{span(q['threshold'] for q in r['tree+node']['points'])}"
-           f"{' (one MPI_Reduce, before the tree)' if m == 'h200x4-mpi' else ''} on {MEASURED[m]}"
-           for m, r in res["reduction"].items()]
-    runs = [f"{m} P = {span(q['ranks'] for q in r['drain']['points'])} on {MEASURED[m]}"
-            for m, r in res["runs"].items()]
-    lines = ["dckpt cost model of the collective step and the flush: measured points (× left out of the fit), "
-             f"models; extrapolated: {PER_NODE} ranks a node, one a GPU, {A_NET * 1e6:g} µs + {ENTRY_BYTES} B × K / "
-             f"{BW_NET / 1e9:g} GB/s an inter-node level (assumed)",
-             "Reduction alone (median s; K entries a rank): " + "; ".join(red),
-             f"Whole runs (strong and weak, chunk {CHUNK} B, a checkpoint every 10 steps): " + "; ".join(runs)]
-    fig.suptitle("\n".join(w for line in lines for w in textwrap.wrap(line, 175)), fontsize=10)
+def keys(*styles):
+    """Legend entries for marker or line styles, in black: (style, label)."""
+    return [Line2D([], [], color="k", lw=1, ls=st, label=lab) if st in ("-", "--", ":", "-.") else
+            Line2D([], [], color="k", ls="", marker=st, ms=5, label=lab) for st, lab in styles]
 
 
-def plot(res, path):
+def suptitle(fig):
+    """Two lines: what the figure shows, what is assumed, and when it was measured (where: cost-model.json)."""
+    dates = sorted(d for m in MEASURED.values() for d in re.findall(r"\d{4}-\d{2}-\d{2}", m))
+    plots.suptitle(fig, [
+        f"dckpt cost model, measured points (× left out of the fit) and models; gray: extrapolated to {PER_NODE} "
+        f"ranks a node, one a GPU, {A_NET * 1e6:g} µs + {ENTRY_BYTES} B × K / {BW_NET / 1e9:g} GB/s a network level "
+        "(assumed)",
+        f"Measured {dates[0]} to {dates[-1]} on the 2-core VM, the H100's 16-core host, 2 × H200 and 4 × H200 "
+        f"(each input: cost-model.json, inputs); runs: chunk {CHUNK} B, a checkpoint every 10 steps"], size=10)
+
+
+def figure(res):
     fig, axs = plt.subplots(2, 2, figsize=(14, 12), layout="constrained")
-    suptitle(fig, res)
+    suptitle(fig)
     red, runs = res["reduction"], res["runs"]
     ax, par, old = axs[0, 0], red[GPU_NODE]["tree+node"]["params"], red["h200x4-mpi"]["tree+node"]["params"]
     for i, k in enumerate((1 << 14, 1 << 16, 1 << 18)):
@@ -346,10 +359,12 @@ def plot(res, path):
     ax = axs[0, 1]
     for m, r in runs.items():
         mp, st, state = red[RUNS[m]["micro"]]["tree+node"]["params"], r["step"]["params"], r["heat_weak_state"]
-        scatter(ax, r["step"]["points"], COLOR[m], label=f"{m} measured")
+        scatter(ax, r["step"]["points"], COLOR[m])
         lines(ax, lambda p: predict_step(st, mp, p, state), lambda p: predict_step(st, mp, p, state, RUNS[m]),
-              COLOR[m], f"{m} model (heat weak)")
-    decorate(ax, "Collective step per version, whole runs (dotted: one node, as measured)", "seconds per version")
+              COLOR[m], None)
+    decorate(ax, "Collective step per version, whole runs (dotted: one node, as measured)", "seconds per version",
+             handles=machines(runs) + keys(("o", "measured"), ("x", "left out of the fit"), ("-", "model (heat weak)"),
+                                           (":", "model, one node")))
     ax = axs[1, 0]
     for m, mk in (("h100-cpu", "^"), ("h100", "o")):
         fits = runs[m]["stored"]
@@ -365,19 +380,23 @@ def plot(res, path):
     ax = axs[1, 1]
     for m, r in runs.items():
         call, spec = r["call"]["heat/collective"], RUNS[m]
-        scatter(ax, call["points"], COLOR[m], "o", f"{m} steady call")
+        scatter(ax, call["points"], COLOR[m], "o")
         cp = call["params"]
-        lines(ax, lambda p: predict_call(cp, p), lambda p: predict_call(cp, p, sharing(spec, p)), COLOR[m],
-              f"{m} call model")
+        lines(ax, lambda p: predict_call(cp, p), lambda p: predict_call(cp, p, sharing(spec, p)), COLOR[m], None)
         scatter(ax, [q for q in r["drain"]["points"] if (q["study"], q["example"], q["mode"]) ==
-                     ("weak", "heat", "collective")], COLOR[m], "s", f"{m} drain")
+                     ("weak", "heat", "collective")], COLOR[m], "s")
         per = lambda p, s=r["stored"]: predict_stored(s, "heat", "collective", p)  # noqa: E731
         lines(ax, lambda p: predict_drain(r["drain"], per(p), p, 6),
-              lambda p: predict_drain(r["drain"], per(p), p, 6, True), COLOR[m], f"{m} drain model", ls="--")
+              lambda p: predict_drain(r["drain"], per(p), p, 6, True), COLOR[m], None, ls="--")
     ax.set_ylim(1e-3, 1e3)
     decorate(ax, "heat weak, collective: steady call (●) and drain of 6 checkpoints (■)", "seconds",
-             loc="upper left")
-    fig.savefig(path, dpi=110)
+             loc="upper left", handles=machines(runs) + keys(("o", "steady call"), ("s", "drain"), ("-", "call model"),
+                                                             ("--", "drain model"), (":", "model, one node")))
+    return fig
+
+
+def plot(res, path):
+    figure(res).savefig(path, dpi=110)
 
 
 def table(header, rows):
@@ -457,7 +476,7 @@ def main():
     assumptions = dict(ranks_per_node=PER_NODE, a_net_s=A_NET, bw_net_Bps=BW_NET, K_default=K_DEFAULT,
                        chunk_bytes=CHUNK, entry_bytes=ENTRY_BYTES,
                        left_out_of_time_fits={m: s["bad"] for m, s in RUNS.items()})
-    doc = dict(assumptions=assumptions, fits=res, extrapolation=dict(ranks=P_OUT, **ex))
+    doc = dict(assumptions=assumptions, inputs=MEASURED, fits=res, extrapolation=dict(ranks=P_OUT, **ex))
     (out_dir / "cost-model.json").write_text(json.dumps(doc, indent=1) + "\n")
     print(markdown(res, ex))
 

@@ -40,6 +40,12 @@ c_digest=$(grep -o 'heat-c: .*digest [0-9a-f]*' "$work/pkg.log" | grep -o '[0-9a
     { echo "FAILED: heat-c built with pkg-config printed no digest"; cat "$work/pkg.log"; exit 1; }
 grep -q 'heat-f: .*digest' "$work/pkg.log" || { echo "FAILED: heat-f built with pkg-config printed no digest"; exit 1; }
 echo "install-test: scripts/install.sh, then pkg-config: heat-c and heat-f built and run (digest $c_digest)"
+# The installed library is built without the feature `failpoints`: no crash point's name in it.
+for f in "$work/home/.local/lib/libdckpt.so" "$work/home/.local/lib/libdckpt.a" "$work/home/.local/bin/dckpt"; do
+    [ -f "$f" ] || { echo "FAILED: $f was not installed"; exit 1; }
+    ! grep -aq 'store.temp_written' "$f" || { echo "FAILED: $f has the crash points (feature failpoints)"; exit 1; }
+done
+echo "install-test: the installed library and command have no crash points"
 
 mkdir -p "$work/cmake"
 cd "$work/cmake"

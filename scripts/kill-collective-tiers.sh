@@ -3,7 +3,8 @@
 # checkpoint through the tiers (local + shared), then checks that every
 # version of every rank restores byte-exactly from every tier that lists it
 # (or is absent), that a re-run proceeds, and that `verify` passes.
-#   scripts/kill-collective-tiers.sh [DCKPT_BIN]    (default target/release/dckpt)
+#   scripts/kill-collective-tiers.sh [DCKPT_BIN]    (default target/release/dckpt, built with
+#   the crash points: cargo build --release --all-targets, or --features failpoints)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$(realpath "${1:-target/release/dckpt}")

@@ -27,7 +27,7 @@ use crate::format::diff_file::DiffReader;
 use crate::format::manifest::{Manifest, VersionEntry};
 use crate::restore::Catalog;
 use crate::store::commits::{CommitLog, commits_dir};
-use crate::store::{self, diff_files_present, hex, list_ranks, rank_dir, roll_forward, sync_dir, write_atomic};
+use crate::store::{self, diff_files_present, list_ranks, rank_dir, roll_forward, sync_dir, write_atomic};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -558,7 +558,7 @@ fn manifest_from_files(dir: &Path, rank: u32, log: &CommitLog) -> Result<Option<
             Err(e) => return Err(e),
         };
         let h = &r.header;
-        let committed = log.entries_of(rank).any(|e| e.version == v && e.trailer == hex(&r.trailer()));
+        let committed = log.entries_of(rank).any(|e| e.version == v && e.trailer == hex::encode(r.trailer()));
         let refs = r.diff.shift.iter().any(|s| s.reference.is_some());
         match r.verify_data() {
             Ok(()) => {}
@@ -571,8 +571,12 @@ fn manifest_from_files(dir: &Path, rank: u32, log: &CommitLog) -> Result<Option<
         if h.rank != rank || h.version != v || (collective && !committed) {
             continue;
         }
-        let entry =
-            VersionEntry { version: v, baseline: r.diff.baseline, file_len: r.file_len(), trailer: hex(&r.trailer()) };
+        let entry = VersionEntry {
+            version: v,
+            baseline: r.diff.baseline,
+            file_len: r.file_len(),
+            trailer: hex::encode(r.trailer()),
+        };
         let layout = r.diff.layout;
         let manifest = m.get_or_insert_with(|| Manifest {
             rank,

@@ -58,9 +58,35 @@ fn check_references(catalog: &mut Catalog, rank: u32, version: u64) -> Result<()
     Ok(())
 }
 
+/// What is wrong with one version: its file, else its chain and its
+/// cross-rank references.
+fn check_version(catalog: &mut Catalog, rank: u32, v: u64) -> Vec<Error> {
+    if let Err(e) = catalog.reader(rank, v).and_then(|r| r.verify_data()) {
+        return vec![e];
+    }
+    let chain = resolve(catalog, rank, v).and_then(|(layout, sources)| check_sources(catalog, rank, &layout, &sources));
+    [chain.err(), check_references(catalog, rank, v).err()].into_iter().flatten().collect()
+}
+
+/// How far [`verify_store_with`] has come: the bytes of diff files checked
+/// of all the diff files' bytes its manifests list.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VerifyProgress {
+    /// Bytes of the diff files checked so far.
+    pub done_bytes: u64,
+    /// Bytes of every diff file to check.
+    pub total_bytes: u64,
+}
+
 /// Checks every rank's store under `root`. Fails only if `root` cannot be
 /// listed or holds no store; everything else is reported as a [`Problem`].
 pub fn verify_store(root: &Path) -> Result<VerifyReport> {
+    verify_store_with(root, &mut |_| {})
+}
+
+/// [`verify_store`], telling `progress` after each diff file how far it has
+/// come (a command's progress bar).
+pub fn verify_store_with(root: &Path, progress: &mut dyn FnMut(VerifyProgress)) -> Result<VerifyReport> {
     let ranks = list_ranks(root)?;
     if ranks.is_empty() {
         return Err(Error::NoStore { dir: root.to_path_buf(), rank: 0 });
@@ -81,6 +107,8 @@ pub fn verify_store(root: &Path) -> Result<VerifyReport> {
         }
     }
     let mut catalog = Catalog::new(root);
+    // First every rank's versions (so the total is known), then their checks.
+    let mut plan = Vec::new();
     for rank in ranks {
         let store = match catalog.store(rank) {
             Ok(s) => s,
@@ -98,23 +126,21 @@ pub fn verify_store(root: &Path) -> Result<VerifyReport> {
                 continue;
             }
         };
-        let versions: Vec<u64> = store.manifest().versions.iter().map(|v| v.version).collect();
-        let paths: Vec<PathBuf> = versions.iter().map(|&v| store.diff_path(v)).collect();
-        for (&v, diff_path) in versions.iter().zip(paths) {
+        let versions: Vec<(u64, PathBuf, u64)> =
+            store.manifest().versions.iter().map(|v| (v.version, store.diff_path(v.version), v.file_len)).collect();
+        plan.push((rank, versions));
+    }
+    let mut at =
+        VerifyProgress { done_bytes: 0, total_bytes: plan.iter().flat_map(|(_, vs)| vs.iter().map(|v| v.2)).sum() };
+    progress(at);
+    for (rank, versions) in plan {
+        for (v, diff_path, file_len) in versions {
             report.versions += 1;
-            let file_ok = catalog.reader(rank, v).and_then(|r| r.verify_data());
-            if let Err(e) = file_ok {
-                report.problems.push(problem(e, &diff_path));
-                continue;
-            }
-            let chain = resolve(&mut catalog, rank, v)
-                .and_then(|(layout, sources)| check_sources(&mut catalog, rank, &layout, &sources));
-            if let Err(e) = chain {
+            for e in check_version(&mut catalog, rank, v) {
                 report.problems.push(problem(e, &diff_path));
             }
-            if let Err(e) = check_references(&mut catalog, rank, v) {
-                report.problems.push(problem(e, &diff_path));
-            }
+            at.done_bytes += file_len;
+            progress(at);
         }
     }
     report.problems.extend(check_copies(root));

@@ -1,4 +1,5 @@
-//! The module table of ARCHITECTURE.md against the code: every module of
+//! The module table of docs/architecture.md (ARCHITECTURE.md, the one-page
+//! overview, points there) against the code: every module of
 //! the library is in it once, each row says exactly which modules its
 //! files use (`crate::` paths outside comments), and the rows run from the
 //! core up, so that no module uses one listed after it (no import runs back
@@ -28,7 +29,8 @@ struct Row {
 }
 
 fn rows() -> Vec<Row> {
-    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("ARCHITECTURE.md")).unwrap();
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs").join("architecture.md")).unwrap();
     let mut lines = text.lines().skip_while(|l| !l.starts_with("| module | job | depends on |")).skip(2);
     let mut rows = Vec::new();
     for line in lines.by_ref().take_while(|l| l.starts_with('|')) {
@@ -42,7 +44,7 @@ fn rows() -> Vec<Row> {
         };
         rows.push(Row { modules: names(cells[0]), uses: names(cells[cells.len() - 1]).into_iter().collect() });
     }
-    assert!(rows.len() > 10, "the module table of ARCHITECTURE.md was not found");
+    assert!(rows.len() > 10, "the module table of docs/architecture.md was not found");
     rows
 }
 
@@ -139,7 +141,7 @@ fn the_module_table_is_the_code_and_runs_one_way() {
             }
         }
     }
-    assert!(problems.is_empty(), "ARCHITECTURE.md's module table and the code disagree:\n{}", problems.join("\n"));
+    assert!(problems.is_empty(), "docs/architecture.md's module table and the code disagree:\n{}", problems.join("\n"));
 }
 
 #[test]

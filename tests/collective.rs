@@ -382,7 +382,7 @@ fn a_reference_to_an_owner_whose_bytes_changed_is_refused() {
     // Its manifest entry follows (as a swapped-in directory's would).
     let manifest_path = path.with_file_name("MANIFEST");
     let mut m = dckpt::format::Manifest::decode(&std::fs::read(&manifest_path).unwrap(), &manifest_path).unwrap();
-    let trailer: String = file[file.len() - 32..].iter().map(|b| format!("{b:02x}")).collect();
+    let trailer: String = hex::encode(&file[file.len() - 32..]);
     m.versions[0] = dckpt::format::VersionEntry { file_len: file.len() as u64, trailer, ..m.versions[0].clone() };
     std::fs::write(&manifest_path, m.encode()).unwrap();
     let mine = dckpt::restore::restore_version(dir.path(), owner, 1).unwrap();

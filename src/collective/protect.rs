@@ -416,7 +416,7 @@ fn write_parity(
         .map(|&r| {
             let bytes: Vec<u8> =
                 all[5 * r as usize + 1..5 * r as usize + 5].iter().flat_map(|w| w.to_le_bytes()).collect();
-            crate::store::hex(&bytes)
+            hex::encode(&bytes)
         })
         .collect();
     let header = parity::ParityHeader {

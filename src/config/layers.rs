@@ -217,6 +217,12 @@ pub fn check_variable_names(names: impl IntoIterator<Item = String>) -> Result<(
         let upper = name.to_ascii_uppercase();
         let Some(rest) = upper.strip_prefix("DCKPT_") else { continue };
         let setting = KEYS.iter().any(|k| k.to_uppercase() == rest);
+        if matches!(rest, "CRASH_AT" | "DELAY_AT") && !crate::failpoint::ENABLED {
+            return Err(Error::InvalidOption(format!(
+                "environment variable {name}: this build of dckpt has no crash points \
+                 (build it with `--features failpoints`, as its tests do), or unset it"
+            )));
+        }
         if (setting || OTHER_VARIABLES.contains(&rest)) && name == upper {
             continue;
         }

@@ -151,7 +151,7 @@ impl ReaderOpening {
         if reader.diff.layout != self.layout || h.hash != self.hash || h.method != self.method {
             return Err(Error::corrupt(path, "parameters differ from the manifest's"));
         }
-        if reader.file_len() != self.entry.file_len || hex(&reader.trailer()) != self.entry.trailer {
+        if reader.file_len() != self.entry.file_len || hex::encode(reader.trailer()) != self.entry.trailer {
             return Err(Error::corrupt(path, "length or checksum differs from the committed entry's"));
         }
         Ok(reader)

@@ -133,11 +133,6 @@ fn write_stream(f: &mut File, mut bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Lowercase hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Writes restored bytes to `out` without ever damaging what is there by
 /// accident: a symbolic link, a block device, a directory, or any path inside
 /// the store `store_root` is refused; a character device (`/dev/null`, a

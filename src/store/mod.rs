@@ -20,7 +20,7 @@ pub mod commits;
 mod writer;
 
 pub use crate::storage::fsio;
-pub use fsio::{hex, sync_dir, write_atomic, write_output};
+pub use fsio::{sync_dir, write_atomic, write_output};
 pub use writer::StoreWriter;
 
 use crate::error::{Error, Result};

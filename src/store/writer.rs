@@ -6,9 +6,7 @@
 //! [`Store`] view it dereferences to.
 
 use super::commits::{self, CommitLog};
-use super::{
-    OpenNotes, Store, StoreOptions, hex, parse_diff_name, rank_rel, read_manifest, roll_forward, versions_present,
-};
+use super::{OpenNotes, Store, StoreOptions, parse_diff_name, rank_rel, read_manifest, roll_forward, versions_present};
 use crate::error::{Error, Result};
 use crate::format::manifest::{Manifest, VersionEntry};
 use crate::layout::Layout;
@@ -260,7 +258,7 @@ impl StoreWriter {
         self.view.storage.write_atomic(&self.diff_rel(version), fill)?;
         self.view.storage.barrier(&self.view.rel)?;
         crate::failpoint::hit("store.file_durable");
-        Ok(VersionEntry { version, baseline, file_len, trailer: hex(trailer) })
+        Ok(VersionEntry { version, baseline, file_len, trailer: hex::encode(trailer) })
     }
 
     /// Step 2 of a single-rank commit: lists a written version in the

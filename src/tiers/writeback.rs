@@ -18,7 +18,7 @@ use super::cache::Cached;
 use crate::error::{Error, Result};
 use crate::format::manifest::VersionEntry;
 use crate::memory::parallel_copy;
-use crate::storage::{ReadAt, fsio::hex};
+use crate::storage::ReadAt;
 use crate::store::{Store, diff_file_name, rank_rel};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -91,7 +91,7 @@ impl Overlay {
                 version: v,
                 baseline: f.baseline,
                 file_len: f.cached.len() as u64,
-                trailer: hex(&trailer),
+                trailer: hex::encode(trailer),
             });
             files.insert(rel.join(diff_file_name(v)), held);
         }

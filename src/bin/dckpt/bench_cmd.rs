@@ -119,14 +119,14 @@ fn load_versions(a: &BenchArgs) -> Result<Vec<Vec<u8>>> {
             change.parse().map_err(|_| Error::InvalidOption(format!("bad change fraction '{change}'")))?;
         let size = usize::try_from(parse_size(&a.size)?).map_err(|_| Error::InvalidOption("size too large".into()))?;
         let mut w = Workload::new(size, change, shape.parse()?, a.seed)?.with_granule(a.granule)?;
-        let pb = crate::progress::bar(a.versions as usize, "gen");
+        let pb = crate::progress::bytes_bar(u64::from(a.versions) * size as u64, "gen");
         let mut out = Vec::new();
         for v in 0..a.versions {
             if v > 0 {
                 w.advance();
             }
             out.push(w.current().to_vec());
-            pb.inc(1);
+            pb.inc(size as u64);
         }
         pb.finish_and_clear();
         return Ok(out);
@@ -322,17 +322,17 @@ pub fn generate(a: GenArgs) -> Result<ExitCode> {
     let size = usize::try_from(parse_size(&a.size)?).map_err(|_| Error::InvalidOption("size too large".into()))?;
     std::fs::create_dir_all(&a.out).map_err(|e| Error::io(&a.out, e))?;
     let mut w = Workload::new(size, a.change, a.shape, a.seed)?.with_granule(a.granule)?;
-    let pb = crate::progress::bar(a.versions as usize, "gen");
+    let pb = crate::progress::bytes_bar(u64::from(a.versions) * size as u64, "gen");
     for v in 1..=a.versions {
         if v > 1 {
             w.advance();
         }
         let path = a.out.join(format!("v{v:03}.bin"));
         std::fs::write(&path, w.current()).map_err(|e| Error::io(&path, e))?;
-        pb.inc(1);
+        pb.inc(size as u64);
     }
     pb.finish_and_clear();
-    println!("wrote {} versions of {} bytes to {}", a.versions, size, a.out.display());
+    println!("wrote {} versions of {} to {}", a.versions, crate::progress::bytes(size as u64), a.out.display());
     Ok(ExitCode::SUCCESS)
 }
 

@@ -131,10 +131,10 @@ pub fn checkpoint(a: CheckpointArgs, config: &dckpt::config::Config) -> Result<E
             let r = ckpt.take_settled().pop().ok_or_else(|| Error::Internal("no settled report".into()))?;
             ckpt.finalize()?;
             println!(
-                "rank {} version {}: {} bytes, {} regions referenced on other ranks, returned after {:.3} s, durable on every tier{}",
+                "rank {} version {}: {}, {} regions referenced on other ranks, returned after {:.3} s, durable on every tier{}",
                 r.rank,
                 r.checkpoint.version,
-                r.checkpoint.file_bytes,
+                crate::progress::bytes(r.checkpoint.file_bytes),
                 r.regions_referenced,
                 r.total_seconds,
                 if r.checkpoint.baseline { ", baseline" } else { "" }
@@ -148,14 +148,14 @@ pub fn checkpoint(a: CheckpointArgs, config: &dckpt::config::Config) -> Result<E
         let r = ckpt.checkpoint(a.version, &data)?;
         let c = &r.checkpoint;
         println!(
-            "rank {} version {}: {} -> {} bytes ({:.1}x), {} regions referenced on other ranks ({} bytes), reduce {:.3} s{}",
+            "rank {} version {}: {} -> {} ({:.1}x), {} regions referenced on other ranks ({}), reduce {:.3} s{}",
             r.rank,
             c.version,
-            data.len(),
-            c.file_bytes,
+            crate::progress::bytes(data.len() as u64),
+            crate::progress::bytes(c.file_bytes),
             data.len() as f64 / c.file_bytes as f64,
             r.regions_referenced,
-            r.bytes_referenced,
+            crate::progress::bytes(r.bytes_referenced),
             r.reduce_seconds,
             if c.baseline { ", baseline" } else { "" }
         );

@@ -55,8 +55,8 @@ pub fn run(a: CompressionArgs) -> Result<ExitCode> {
         None => Evolving::Simulation(SimWorkload::new(a.workload.parse::<Simulation>()?, size, a.seed)?),
     };
     let store = StoreOptions { chunk_size: a.chunk_size, method: Method::Tree, ..StoreOptions::default() };
-    let pb = crate::progress::bar(a.versions as usize, "versions");
-    let s = bench_compress::run(&a.workload, source, a.versions, &store, &a.dir, |_| pb.inc(1))?;
+    let pb = crate::progress::bytes_bar(u64::from(a.versions) * size as u64, "versions");
+    let s = bench_compress::run(&a.workload, source, a.versions, &store, &a.dir, |_| pb.inc(size as u64))?;
     pb.finish_and_clear();
     let row = [s.zstd_bytes, s.dedup_bytes, s.dedup_zstd_bytes].map(|b| s.ratio(b));
     let gbps = s.dedup_bytes as f64 / 1e9 / s.dedup_zstd_seconds.max(1e-9);

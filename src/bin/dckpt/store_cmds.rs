@@ -1,5 +1,6 @@
 //! checkpoint, restore, verify, inspect.
 
+use crate::progress::{bytes, rate};
 use clap::Args;
 use dckpt::config::Config;
 use dckpt::{Engine, Error, Result};
@@ -206,7 +207,8 @@ fn parse_range(s: &str) -> std::result::Result<std::ops::Range<u64>, String> {
 /// `dckpt checkpoint` of one rank's store (`a` with its configuration
 /// applied; `--collective` is `collective_cmd::checkpoint`).
 pub fn checkpoint(a: CheckpointArgs, config: &Config) -> Result<ExitCode> {
-    let busy = crate::progress::spinner(&format!("checkpointing {}", a.file.display()));
+    let size = std::fs::metadata(&a.file).map(|m| m.len()).unwrap_or(0);
+    let busy = crate::progress::spinner(&format!("checkpointing {}, {}", a.file.display(), bytes(size)));
     let data = std::fs::read(&a.file).map_err(|e| Error::io(&a.file, e))?;
     let opts = config.store_options();
     if let Some(tiers) = a.tier_options(config, data.len() as u64) {
@@ -223,11 +225,12 @@ pub fn checkpoint(a: CheckpointArgs, config: &Config) -> Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         println!(
-            "rank {} version {}: {} bytes, returned after {:.3} s, durable on {} after the wait{}",
+            "rank {} version {}: {}, returned after {:.3} s ({}), durable on {} after the wait{}",
             a.rank,
             r.version,
-            r.file_bytes,
+            bytes(r.file_bytes),
             r.total_seconds,
+            rate(data.len() as u64, r.total_seconds),
             tiers.disks_named().join(" and "),
             if r.baseline { ", baseline" } else { "" }
         );
@@ -244,11 +247,11 @@ pub fn checkpoint(a: CheckpointArgs, config: &Config) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "rank {} version {}: {} -> {} bytes ({:.1}x), {} FIRST / {} SHIFT / {} FIXED chunks in {} + {} regions{}",
+        "rank {} version {}: {} -> {} ({:.1}x), {} FIRST / {} SHIFT / {} FIXED chunks in {} + {} regions{}",
         a.rank,
         r.version,
-        r.logical_bytes,
-        r.file_bytes,
+        bytes(r.logical_bytes),
+        bytes(r.file_bytes),
         r.logical_bytes as f64 / r.file_bytes as f64,
         r.counts.first,
         r.counts.shift,
@@ -273,7 +276,9 @@ pub fn restore(a: RestoreArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let busy = crate::progress::spinner(&format!("restoring rank {} version {}", a.rank, a.version));
+    let started = std::time::Instant::now();
     let stats = dckpt::restore::restore_to_file(&a.dir, a.rank, a.version, &a.output)?;
+    let seconds = started.elapsed().as_secs_f64();
     busy.finish_and_clear();
     if a.json {
         let r = serde_json::json!({"rank": a.rank, "version": a.version, "stats": stats});
@@ -281,16 +286,24 @@ pub fn restore(a: RestoreArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "restored rank {} version {}: {} bytes from {} files ({} bytes read)",
-        a.rank, a.version, stats.data_len, stats.files_opened, stats.bytes_read
+        "restored rank {} version {}: {} from {} files ({} read) in {seconds:.3} s ({})",
+        a.rank,
+        a.version,
+        bytes(stats.data_len),
+        stats.files_opened,
+        bytes(stats.bytes_read),
+        rate(stats.data_len, seconds)
     );
     Ok(ExitCode::SUCCESS)
 }
 
 pub fn verify(dir: &Path, json: bool) -> Result<ExitCode> {
-    let busy = crate::progress::spinner(&format!("verifying {}", dir.display()));
-    let mut report = dckpt::verify::verify_store(dir)?;
-    busy.finish_and_clear();
+    let bar = crate::progress::bytes_bar(0, "verifying");
+    let mut report = dckpt::verify::verify_store_with(dir, &mut |at| {
+        bar.set_length(at.total_bytes);
+        bar.set_position(at.done_bytes);
+    })?;
+    bar.finish_and_clear();
     // A runtime checkpoint's region tables (`regions/`), where there are any.
     #[cfg(feature = "mpi")]
     for (path, message) in dckpt::runtime::table::check_tables(dir) {
@@ -323,11 +336,11 @@ pub fn repair(dir: &Path, opts: &dckpt::repair::RepairOptions, json: bool) -> Re
         println!("{}: {}", a.path.display(), a.what);
     }
     println!(
-        "{}{} rank(s), {} action(s), {} bytes {}",
+        "{}{} rank(s), {} action(s), {} {}",
         if dry_run { "dry run: " } else { "" },
         report.ranks,
         report.actions.len(),
-        report.bytes_removed,
+        bytes(report.bytes_removed),
         if dry_run { "would be removed" } else { "removed" }
     );
     Ok(ExitCode::SUCCESS)
@@ -344,12 +357,12 @@ pub fn prune(dir: &Path, keep: u64, dry_run: bool, json: bool) -> Result<ExitCod
         println!("rank {rank}: {verb} version {version}");
     }
     println!(
-        "{}{} rank(s): kept {} version(s), {verb} {} ({} bytes), {} commit record(s)",
+        "{}{} rank(s): kept {} version(s), {verb} {} ({}), {} commit record(s)",
         if dry_run { "dry run: " } else { "" },
         report.ranks,
         report.kept.len(),
         report.deleted.len(),
-        report.bytes_removed,
+        bytes(report.bytes_removed),
         report.records_removed.len()
     );
     let asked = report.ranks as u64 * keep;
@@ -430,8 +443,12 @@ pub fn inspect(dir: &Path, json: bool) -> Result<ExitCode> {
     }
     for r in &all.ranks {
         println!(
-            "rank {}: {} versions, {} bytes stored, {} cross-rank references ({} chunks)",
-            r.rank, r.versions, r.stored_bytes, r.cross_rank_references, r.cross_rank_chunks
+            "rank {}: {} versions, {} stored, {} cross-rank references ({} chunks)",
+            r.rank,
+            r.versions,
+            bytes(r.stored_bytes),
+            r.cross_rank_references,
+            r.cross_rank_chunks
         );
     }
     for (r, v) in &all.copies.partner {
@@ -441,9 +458,13 @@ pub fn inspect(dir: &Path, json: bool) -> Result<ExitCode> {
         println!("parity segments held by rank {r}: versions {v:?}");
     }
     println!(
-        "total: {} bytes stored in diff files, {} bytes on disk (+{} other files, of which {} copies for other nodes), \
+        "total: {} stored in diff files, {} on disk ({} in other files, of which {} copies for other nodes), \
          max/mean over ranks {:.3}",
-        all.total_stored_bytes, all.bytes_on_disk, all.overhead_bytes, all.copies.bytes, all.max_over_mean
+        bytes(all.total_stored_bytes),
+        bytes(all.bytes_on_disk),
+        bytes(all.overhead_bytes),
+        bytes(all.copies.bytes),
+        all.max_over_mean
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -89,7 +89,7 @@ impl Runtime {
             file.seek(SeekFrom::End(-32)).ok()?;
             let mut trailer = [0u8; 32];
             file.read_exact(&mut trailer).ok()?;
-            Some(crate::store::hex(&trailer))
+            Some(hex::encode(trailer))
         };
         let mine = roots.iter().find_map(|r| trailer_of(r)).unwrap_or_default();
         let mut sent = [0u8; HEX];
