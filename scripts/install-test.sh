@@ -3,7 +3,8 @@
 # markers `<!-- tested: install-pkg-config -->`, `install-cmake` (a
 # CMakeLists.txt) and `install-cmake-build`, and the first screen's C
 # program (`quick-c`, saved as quick.c) with its lines (`quick-c-run`: built,
-# killed at step 135, run again: it must start at step 130), in a scratch directory that
+# killed at step 135, run again: it must start at step 130) and the same in
+# Fortran (`quick-fortran`, `quick-fortran-run`), in a scratch directory that
 # holds the repository's `scripts` and `examples` (links) and whose HOME is
 # its own (so `$HOME/.local` is scratch too). The heat examples built each
 # way must run and print their plate's digest, the same for C and CMake.
@@ -14,18 +15,13 @@ repo=$PWD
 command -v cmake >/dev/null || { echo "install-test: cmake not found (scripts/install-deps.sh installs it)" >&2; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 work=$(mktemp -d)
-trap 'rm -rf "$work" /tmp/ckpt-c /tmp/ckpt-f /tmp/ckpt-cmake /tmp/quick-ckpt' EXIT
-rm -rf /tmp/ckpt-c /tmp/ckpt-f /tmp/ckpt-cmake /tmp/quick-ckpt
+trap 'rm -rf "$work" /tmp/ckpt-c /tmp/ckpt-f /tmp/ckpt-cmake /tmp/quick-ckpt /tmp/quick-ckpt-f' EXIT
+rm -rf /tmp/ckpt-c /tmp/ckpt-f /tmp/ckpt-cmake /tmp/quick-ckpt /tmp/quick-ckpt-f
 
 # The fenced block after the marker `<!-- tested: NAME ...-->`.
-block() {
-    awk -v name="$1" '
-        $0 ~ "<!-- tested: " name "[ >]" { armed = 1; next }
-        armed && /^```/ { if (inside) exit; inside = 1; next }
-        inside { print }' "$repo/README.md"
-}
-for name in install-pkg-config install-cmake install-cmake-build quick-c quick-c-run; do
-    [ -n "$(block "$name")" ] || { echo "FAILED: README has no block marked $name" >&2; exit 1; }
+block() { "$repo/scripts/readme-block.sh" "$1" "$repo/README.md"; }
+for name in install-pkg-config install-cmake install-cmake-build quick-c quick-c-run quick-fortran quick-fortran-run; do
+    block "$name" >/dev/null || exit 1
 done
 
 # cargo and rustup keep their homes when HOME changes.
@@ -70,3 +66,12 @@ grep -q "killed at step 135, as asked" "$work/quick.log" || { echo "FAILED: quic
 grep -q "starting at step 130" "$work/quick.log" || { echo "FAILED: quick did not go on from step 130"; cat "$work/quick.log"; exit 1; }
 grep -q "done: field\[6\] = 600.0" "$work/quick.log" || { echo "FAILED: quick's field is wrong"; cat "$work/quick.log"; exit 1; }
 echo "install-test: the README's first C program: killed at step 135, went on from step 130, right field"
+
+# The same program in Fortran, with the module the first program's install put in place.
+block quick-fortran >quick.f90
+HOME="$work/home" bash -eo pipefail -c "$(block quick-fortran-run)" >"$work/quick-f.log" 2>&1 ||
+    { echo "FAILED: the README's Fortran program"; cat "$work/quick-f.log"; exit 1; }
+grep -q "killed at step 135, as asked" "$work/quick-f.log" || { echo "FAILED: quick-f was not killed"; cat "$work/quick-f.log"; exit 1; }
+grep -q "starting at step 130" "$work/quick-f.log" || { echo "FAILED: quick-f did not go on from step 130"; cat "$work/quick-f.log"; exit 1; }
+grep -q "done: field(7) = 600.0" "$work/quick-f.log" || { echo "FAILED: quick-f's field is wrong"; cat "$work/quick-f.log"; exit 1; }
+echo "install-test: the README's Fortran program: killed at step 135, went on from step 130, right field"

@@ -28,15 +28,46 @@ if [ -n "$wheel" ]; then
             pytest pluggy iniconfig packaging pygments
     export PYTHONPATH="$work/site${PYTHONPATH:+:$PYTHONPATH}"
 else
-    venv=target/python-venv
-    if [ ! -x "$venv/bin/python" ]; then
-        "${PYTHON:-python3}" -m venv --system-site-packages "$venv"
-    fi
-    "$venv/bin/pip" install -q --upgrade pip >/dev/null
-    "$venv/bin/pip" install -q numpy mpi4py pytest
-    "$venv/bin/pip" install -q ./python
-    py="$PWD/$venv/bin/python" # not resolved: the link is what makes it the environment
+    # The README's lines as printed (`python-install`): ./venv, the package
+    # built and installed, the NumPy stencil killed at step 130 and restarted.
+    rm -rf target/stencil
+    OMPI_MCA_rmaps_base_oversubscribe=1 bash -eo pipefail -c "$(scripts/readme-block.sh python-install)" >"$work/install.log" 2>&1 ||
+        { cat "$work/install.log"; echo "FAILED: the README's Python install lines"; exit 1; }
+    grep -q "a rank died at step 130, as asked" "$work/install.log" && grep -q "restarted from the checkpoint of step 120" "$work/install.log" ||
+        { cat "$work/install.log"; echo "FAILED: the README's stencil did not die at 130 and go on from 120"; exit 1; }
+    echo "python: the README's install lines: built, installed, the stencil killed at 130 went on from 120"
+    venv/bin/pip install -q pytest
+    py="$PWD/venv/bin/python" # not resolved: the link is what makes it the environment
 fi
+# The README's first Python program (`quick-python`) and its lines, as
+# printed, where `venv` is the environment in use (or the wheel's interpreter).
+quick="$work/quick"
+mkdir -p "$quick"
+if [ -f "$(dirname "$(dirname "$py")")/pyvenv.cfg" ]; then
+    ln -s "$(dirname "$(dirname "$py")")" "$quick/venv"
+else
+    mkdir -p "$quick/venv/bin" && ln -s "$py" "$quick/venv/bin/python"
+fi
+scripts/readme-block.sh quick-python >"$quick/quick.py"
+rm -rf /tmp/quick-ckpt-py
+run_block=$(scripts/readme-block.sh quick-python-run)
+(cd "$quick" && OMPI_MCA_rmaps_base_oversubscribe=1 bash -eo pipefail -c "$run_block") >"$work/quick.log" 2>&1 ||
+    { cat "$work/quick.log"; echo "FAILED: the README's Python program"; exit 1; }
+for want in "killed at step 135, as asked" "starting at step 130" "done: field\[6\] = 600.0"; do
+    grep -q "$want" "$work/quick.log" || { cat "$work/quick.log"; echo "FAILED: the README's Python program: no '$want'"; exit 1; }
+done
+rm -rf /tmp/quick-ckpt-py
+echo "python: the README's first program: killed at step 135, went on from step 130, right field"
+# The README's Runtime example (`python-runtime`) as printed, twice: a first
+# job, then one that restarts from it (its directories: ckpt, /tmp/ckpt).
+scripts/readme-block.sh python-runtime >"$quick/runtime.py"
+for job in 1 2; do
+    (cd "$quick" && timeout 120 mpirun --oversubscribe -np 2 venv/bin/python runtime.py) >"$work/runtime.log" 2>&1 ||
+        { cat "$work/runtime.log"; echo "FAILED: the README's Python Runtime example, job $job"; exit 1; }
+done
+[ -d "$quick/ckpt/sim" ] || { ls -R "$quick" | head; echo "FAILED: the README's Python Runtime example stored nothing in ckpt/sim"; exit 1; }
+rm -rf /tmp/ckpt
+echo "python: the README's Runtime example ran twice (a checkpoint, then a restart)"
 # pytest under mpirun, one phase a job (python/tests/conftest.py); every
 # rank's pytest reports, rank 0's line is kept.
 pytest() {

@@ -109,6 +109,13 @@ echo "restart tests: the adjoint example, 2 ranks"
 scripts/kill-restart.sh target/release/examples/adjoint 2 95 90 --steps 200
 scripts/kill-restart.sh target/release/examples/adjoint 2 250 200 --steps 200 --hints next
 
+# Every snippet of the README compiled and run as printed: the Rust programs,
+# the quick start, the command synopsis, the configuration file, the main job
+# (scripts/demo.sh), the C and Fortran build-tree lines (install-test.sh and
+# python-test.sh run the install, C, Fortran and Python blocks).
+echo "readme test: every snippet of the README, as printed"
+scripts/readme-test.sh
+
 # The README's install lines as printed: scripts/install.sh, pkg-config, CMake;
 # the installed library has no crash points. Last: install.sh's `cargo build
 # --release` leaves the feature `failpoints` out, so target/release/dckpt and

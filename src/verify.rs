@@ -13,8 +13,18 @@ use std::path::{Path, PathBuf};
 pub struct Problem {
     /// The damaged or inconsistent file.
     pub path: PathBuf,
-    /// What is wrong.
+    /// What is wrong (the path not repeated).
     pub message: String,
+    /// The error code of what is wrong ([`Error::code`]; a damaged file
+    /// that no read reported is `Corrupt`'s).
+    pub code: i32,
+}
+
+impl Problem {
+    /// A damaged or inconsistent file that no [`Error`] reported.
+    pub fn corrupt(path: PathBuf, message: String) -> Problem {
+        Problem { path, message, code: crate::error::ErrorKind::Corrupt as i32 }
+    }
 }
 
 /// The outcome of [`verify_store`].
@@ -33,7 +43,10 @@ fn problem(e: Error, fallback: &Path) -> Problem {
         Error::Io { path, .. } | Error::Corrupt { path, .. } | Error::BrokenReference { path, .. } => path.clone(),
         _ => fallback.to_path_buf(),
     };
-    Problem { path, message: e.to_string() }
+    let text = e.to_string();
+    let prefix = format!("{}: ", path.display());
+    let message = text.strip_prefix(&prefix).map_or_else(|| text.clone(), str::to_string);
+    Problem { path, message, code: e.code() }
 }
 
 /// Rehashes the owner's copy of every cross-rank reference of `(rank,
@@ -94,15 +107,15 @@ pub fn verify_store_with(root: &Path, progress: &mut dyn FnMut(VerifyProgress)) 
     let mut report = VerifyReport { ranks: ranks.len(), ..VerifyReport::default() };
     let log = crate::store::commits::CommitLog::load(root)?;
     for (path, why) in log.damaged() {
-        report.problems.push(Problem { path: path.clone(), message: format!("damaged commit record: {why}") });
+        report.problems.push(Problem::corrupt(path.clone(), format!("damaged commit record: {why}")));
     }
     for r in log.records() {
         for e in &r.entries {
             if !ranks.contains(&e.rank) {
-                report.problems.push(Problem {
-                    path: crate::store::rank_dir(root, e.rank),
-                    message: format!("rank {} of committed version {} has no directory", e.rank, r.version),
-                });
+                report.problems.push(Problem::corrupt(
+                    crate::store::rank_dir(root, e.rank),
+                    format!("rank {} of committed version {} has no directory", e.rank, r.version),
+                ));
             }
         }
     }
@@ -171,7 +184,7 @@ fn check_copies(root: &Path) -> Vec<Problem> {
             });
             if let Err(e) = checked {
                 let what = if kind == "partner" { "partner copy" } else { "parity segment" };
-                problems.push(Problem { path: path.clone(), message: format!("damaged {what}: {e}") });
+                problems.push(Problem::corrupt(path.clone(), format!("damaged {what}: {e}")));
             }
         }
     }

@@ -307,14 +307,14 @@ pub fn verify(dir: &Path, json: bool) -> Result<ExitCode> {
     // A runtime checkpoint's region tables (`regions/`), where there are any.
     #[cfg(feature = "mpi")]
     for (path, message) in dckpt::runtime::table::check_tables(dir) {
-        report.problems.push(dckpt::verify::Problem { path, message: format!("region table: {message}") });
+        report.problems.push(dckpt::verify::Problem::corrupt(path, format!("region table: {message}")));
     }
     if json {
         crate::report::print_json("verify", &report)?;
         return Ok(if report.problems.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE });
     }
     for p in &report.problems {
-        eprintln!("dckpt: {}: {}", p.path.display(), p.message);
+        eprintln!("dckpt: {}: {} [E{:03}]", p.path.display(), p.message, p.code);
     }
     if report.problems.is_empty() {
         println!("ok: {} ranks, {} versions verified", report.ranks, report.versions);
