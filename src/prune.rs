@@ -55,6 +55,10 @@ pub fn prune_store(root: &Path, keep: u64, dry_run: bool) -> Result<PruneReport>
     }
     let storage: Arc<dyn Storage> = Arc::new(Posix::at(root));
     let ranks = list_ranks(root)?;
+    if ranks.is_empty() {
+        // Not a store (or the wrong level of one): say so rather than prune nothing.
+        return Err(Error::NoStore { dir: root.to_path_buf(), rank: 0 });
+    }
     let mut locks: Vec<Box<dyn LockGuard>> = Vec::new();
     if !dry_run {
         for &rank in &ranks {

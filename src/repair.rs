@@ -224,6 +224,10 @@ pub fn repair_store_with(root: &Path, opts: &RepairOptions) -> Result<RepairRepo
     for r in log.records() {
         ranks.extend(r.entries.iter().map(|e| e.rank));
     }
+    if ranks.is_empty() {
+        // No rank directory and no commit record: not a store (or the wrong level of one).
+        return Err(Error::NoStore { dir: root.to_path_buf(), rank: 0 });
+    }
     let absent: Vec<u32> = ranks.difference(&present).copied().collect();
     if !absent.is_empty() && !present.is_empty() && !opts.ranks_lost {
         return Err(Error::InvalidOption(format!(

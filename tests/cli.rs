@@ -470,3 +470,35 @@ fn a_single_rank_checkpoint_takes_every_method() {
         assert_eq!(std::fs::read(&restored).unwrap(), std::fs::read(&input).unwrap(), "{method}");
     }
 }
+
+#[test]
+fn a_directory_of_the_wrong_level_gets_a_hint_naming_the_right_one() {
+    let t = tempfile::tempdir().unwrap();
+    // A runtime's tier directory: one store per checkpoint name below it.
+    let store = t.path().join("tier").join("heat");
+    let f = t.path().join("in.bin");
+    std::fs::write(&f, noise(10_000, 3)).unwrap();
+    ok(&["checkpoint", "--dir", s(&store), "--version", "1", "--rank", "1", s(&f)]);
+    let tier = t.path().join("tier");
+    let rank_dir = store.join("rank-00001");
+    let out = t.path().join("out.bin");
+    for cmd in [
+        vec!["verify", "--dir"],
+        vec!["inspect", "--dir"],
+        vec!["prune", "--keep", "1", "--dir"],
+        vec!["repair", "--dry-run", "--dir"],
+        vec!["restore", "--version", "1", "--rank", "1", "--output", s(&out), "--dir"],
+    ] {
+        // One level too deep: a rank's directory inside the store.
+        let mut args = cmd.clone();
+        args.push(s(&rank_dir));
+        fails(&args, &format!("hint: {} is rank 1's directory inside the store {}", s(&rank_dir), s(&store)));
+        if cmd[0] != "inspect" {
+            // One level too high: the runtime's tier directory (inspect lists its names instead).
+            let mut args = cmd.clone();
+            args.push(s(&tier));
+            fails(&args, &format!("give the name's directory, e.g. --dir {}", s(&store)));
+        }
+    }
+    assert!(ok(&["inspect", "--dir", s(&tier)]).contains("heat"));
+}

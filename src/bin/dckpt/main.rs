@@ -178,7 +178,7 @@ fn main() -> ExitCode {
         Command::Prune { dir, keep, dry_run, json } => {
             store_cmds::hinted(&dir, store_cmds::prune(&dir, keep, dry_run, json))
         }
-        Command::Inspect { dir, json } => store_cmds::inspect(&dir, json),
+        Command::Inspect { dir, json } => store_cmds::hinted(&dir, store_cmds::inspect(&dir, json)),
         Command::Bench(a) => bench_cmd::bench(a),
         Command::Gen(a) => bench_cmd::generate(a),
         Command::BenchCompression(a) => compress_cmd::run(a),

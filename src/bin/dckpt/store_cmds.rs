@@ -470,9 +470,21 @@ pub fn inspect(dir: &Path, json: bool) -> Result<ExitCode> {
 }
 
 /// `result` of a command run on `dir`, with a hint on standard error when
-/// it found no store because `dir` is a runtime's tier directory: the
-/// stores are one level down, one per checkpoint name.
+/// it found no store because `dir` is the wrong level: a runtime's tier
+/// directory (the stores are one level down, one per checkpoint name), or
+/// one rank's directory inside a store (the store is one level up).
 pub fn hinted(dir: &Path, result: Result<ExitCode>) -> Result<ExitCode> {
+    if let Err(Error::NoStore { .. }) = &result
+        && let Some((store, rank)) = rank_dir_of_store(dir)
+    {
+        eprintln!(
+            "dckpt: hint: {} is rank {rank}'s directory inside the store {}: give the store, \
+             e.g. --dir {} (and --rank {rank} where the command takes one)",
+            dir.display(),
+            store.display(),
+            store.display()
+        );
+    }
     if let Err(Error::NoStore { .. }) = &result {
         let names = checkpoint_names(dir);
         if let Some((first, _)) = names.first() {
@@ -491,6 +503,17 @@ pub fn hinted(dir: &Path, result: Result<ExitCode>) -> Result<ExitCode> {
 
 /// The checkpoint names under a runtime's tier directory `dir`: each
 /// subdirectory holding rank directories, with how many.
+/// The store and rank `dir` is the directory of, if it is one rank's
+/// directory (`rank-NNNNN`) inside a store.
+fn rank_dir_of_store(dir: &Path) -> Option<(PathBuf, u32)> {
+    let rank: u32 = dir.file_name()?.to_str()?.strip_prefix("rank-")?.parse().ok()?;
+    let store = match dir.parent()? {
+        p if p.as_os_str().is_empty() => Path::new("."),
+        p => p,
+    };
+    dckpt::store::list_ranks(store).ok()?.contains(&rank).then(|| (store.to_path_buf(), rank))
+}
+
 fn checkpoint_names(dir: &Path) -> Vec<(String, usize)> {
     let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
     let mut names: Vec<(String, usize)> = entries
