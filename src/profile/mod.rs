@@ -35,16 +35,26 @@ fn who() -> String {
 }
 
 /// A timed step: prints its wall time when dropped, if profiling is on.
+/// While it lives it is also an entered `tracing` span (target [`TARGET`],
+/// name `dckpt_step`, fields `step`, `version`, `rank`), so a subscriber of
+/// the application's (a flame graph, a Chrome trace) sees the steps nested
+/// as they ran; [`crate::log`]'s own output prints only the line.
 pub struct Span {
     what: &'static str,
     version: u64,
     start: Option<Instant>,
+    _entered: Option<tracing::span::EnteredSpan>,
 }
 
 impl Span {
     /// Starts timing step `what` of `version`.
     pub fn new(what: &'static str, version: u64) -> Self {
-        Span { what, version, start: enabled().then(Instant::now) }
+        if !enabled() {
+            return Span { what, version, start: None, _entered: None };
+        }
+        let rank = RANK.load(std::sync::atomic::Ordering::Relaxed);
+        let span = tracing::info_span!(target: TARGET, "dckpt_step", step = what, version, rank);
+        Span { what, version, start: Some(Instant::now()), _entered: Some(span.entered()) }
     }
 }
 
