@@ -8,7 +8,7 @@
 #   cmake                       the install test (find_package(dckpt))
 # Override the list with DCKPT_APT_PACKAGES (e.g. "libmpich-dev mpich ..." for MPICH).
 set -euo pipefail
-packages=${DCKPT_APT_PACKAGES:-"libopenmpi-dev openmpi-bin libclang-dev pkg-config gfortran cmake"}
+packages=${DCKPT_APT_PACKAGES:-"libopenmpi-dev openmpi-bin libclang-dev pkg-config gfortran cmake python3-venv"}
 command -v dpkg >/dev/null 2>&1 || { echo "install-deps: not a Debian/Ubuntu system; install: $packages" >&2; exit 0; }
 missing=()
 for p in $packages; do

@@ -35,6 +35,9 @@ fi
 release=target/release
 for f in "$release/dckpt" "$release/libdckpt.so" "$release/libdckpt.a"; do
     [ -f "$f" ] || { echo "install.sh: $f is missing (cargo build --release)" >&2; exit 1; }
+    # A tests' build (--all-targets, --examples) has the crash points: never installed.
+    ! grep -aq 'store.temp_written' "$f" ||
+        { echo "install.sh: $f was built with the tests' crash points (feature failpoints): run without --no-build" >&2; exit 1; }
 done
 
 install -d "$prefix/bin" "$prefix/lib/pkgconfig" "$prefix/lib/cmake/dckpt" "$prefix/include" "$prefix/share/dckpt"

@@ -113,6 +113,7 @@ mod enabled {
             && point == name
             && HITS.fetch_add(1, Ordering::SeqCst) + 1 == *nth
         {
+            tracing::warn!("crash point {name} reached (hit {nth}): aborting, as DCKPT_CRASH_AT asks");
             std::process::abort();
         }
         if DELAYED.load(Ordering::Relaxed) {

@@ -497,8 +497,21 @@ fn a_directory_of_the_wrong_level_gets_a_hint_naming_the_right_one() {
             // One level too high: the runtime's tier directory (inspect lists its names instead).
             let mut args = cmd.clone();
             args.push(s(&tier));
-            fails(&args, &format!("give the name's directory, e.g. --dir {}", s(&store)));
+            fails(&args, &format!("below it: {}: give one, e.g. --dir {}", s(&store), s(&store)));
         }
+        // Two levels too high: the directory a job was given, holding its tiers.
+        let mut args = cmd.clone();
+        args.push(s(t.path()));
+        fails(&args, &format!("give one, e.g. --dir {}", s(&store)));
     }
     assert!(ok(&["inspect", "--dir", s(&tier)]).contains("heat"));
+    // `.` inside a rank's directory names the store by its real path.
+    let out = Command::new(env!("CARGO_BIN_EXE_dckpt"))
+        .args(["verify", "--dir", "."])
+        .current_dir(&rank_dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let real = std::fs::canonicalize(&store).unwrap();
+    assert!(!out.status.success() && err.contains(&format!("inside the store {}", real.display())), "{err}");
 }

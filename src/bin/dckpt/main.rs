@@ -164,6 +164,13 @@ fn main() -> ExitCode {
     quiet_on_closed_stdout();
     dckpt::log::init(None);
     let cli = Cli::parse();
+    // Every command refuses a misspelled DCKPT_* variable, and crash points
+    // this build lacks, not only those that read a configuration.
+    let names = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok());
+    if let Err(e) = dckpt::config::check_variable_names(names) {
+        eprintln!("dckpt: error: {e} [E{:03}]", e.code());
+        return ExitCode::FAILURE;
+    }
     let result = match cli.command {
         Command::Checkpoint(a) => checkpoint(a),
         Command::Restore(a) => {

@@ -298,12 +298,14 @@ pub fn restore(a: RestoreArgs) -> Result<ExitCode> {
 }
 
 pub fn verify(dir: &Path, json: bool) -> Result<ExitCode> {
-    let bar = crate::progress::bytes_bar(0, "verifying");
+    // Made once the total is known (a bar drawn before would read 0 B/0 B).
+    let mut bar: Option<indicatif::ProgressBar> = None;
     let mut report = dckpt::verify::verify_store_with(dir, &mut |at| {
-        bar.set_length(at.total_bytes);
-        bar.set_position(at.done_bytes);
+        bar.get_or_insert_with(|| crate::progress::bytes_bar(at.total_bytes, "verifying")).set_position(at.done_bytes);
     })?;
-    bar.finish_and_clear();
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
     // A runtime checkpoint's region tables (`regions/`), where there are any.
     #[cfg(feature = "mpi")]
     for (path, message) in dckpt::runtime::table::check_tables(dir) {
@@ -317,7 +319,12 @@ pub fn verify(dir: &Path, json: bool) -> Result<ExitCode> {
         eprintln!("dckpt: {}: {} [E{:03}]", p.path.display(), p.message, p.code);
     }
     if report.problems.is_empty() {
-        println!("ok: {} ranks, {} versions verified", report.ranks, report.versions);
+        println!(
+            "ok: {} ranks, {} versions verified{}",
+            report.ranks,
+            report.versions,
+            if report.versions == 0 { " (no rank holds a checkpoint yet)" } else { "" }
+        );
         Ok(ExitCode::SUCCESS)
     } else {
         eprintln!("dckpt: verify failed: {} problem(s) in {} versions", report.problems.len(), report.versions);
@@ -470,13 +477,15 @@ pub fn inspect(dir: &Path, json: bool) -> Result<ExitCode> {
 }
 
 /// `result` of a command run on `dir`, with a hint on standard error when
-/// it found no store because `dir` is the wrong level: a runtime's tier
-/// directory (the stores are one level down, one per checkpoint name), or
-/// one rank's directory inside a store (the store is one level up).
+/// it found no store because `dir` is the wrong level: one rank's directory
+/// inside a store (the store is above), or a directory with stores below it
+/// (a runtime's tier directory: one store per checkpoint name; or the
+/// directory a job was given, holding its tiers).
 pub fn hinted(dir: &Path, result: Result<ExitCode>) -> Result<ExitCode> {
-    if let Err(Error::NoStore { .. }) = &result
-        && let Some((store, rank)) = rank_dir_of_store(dir)
-    {
+    if !matches!(result, Err(Error::NoStore { .. })) {
+        return result;
+    }
+    if let Some((store, rank)) = rank_dir_of_store(dir) {
         eprintln!(
             "dckpt: hint: {} is rank {rank}'s directory inside the store {}: give the store, \
              e.g. --dir {} (and --rank {rank} where the command takes one)",
@@ -484,34 +493,47 @@ pub fn hinted(dir: &Path, result: Result<ExitCode>) -> Result<ExitCode> {
             store.display(),
             store.display()
         );
-    }
-    if let Err(Error::NoStore { .. }) = &result {
-        let names = checkpoint_names(dir);
-        if let Some((first, _)) = names.first() {
-            let all: Vec<&str> = names.iter().map(|(n, _)| n.as_str()).collect();
+    } else {
+        let below = stores_below(dir, 3);
+        if let Some(first) = below.first() {
+            let shown: Vec<String> = below.iter().take(6).map(|p| p.display().to_string()).collect();
             eprintln!(
-                "dckpt: hint: {} is a runtime directory holding the checkpoint name(s) {}: give the name's \
-                 directory, e.g. --dir {}",
+                "dckpt: hint: {} holds no store itself; below it: {}{}: give one, e.g. --dir {}",
                 dir.display(),
-                all.join(", "),
-                dir.join(first).display()
+                shown.join(", "),
+                if below.len() > shown.len() { ", …" } else { "" },
+                first.display()
             );
         }
     }
     result
 }
 
-/// The checkpoint names under a runtime's tier directory `dir`: each
-/// subdirectory holding rank directories, with how many.
 /// The store and rank `dir` is the directory of, if it is one rank's
-/// directory (`rank-NNNNN`) inside a store.
+/// directory (`rank-NNNNN`, `.` included) inside a store.
 fn rank_dir_of_store(dir: &Path) -> Option<(PathBuf, u32)> {
-    let rank: u32 = dir.file_name()?.to_str()?.strip_prefix("rank-")?.parse().ok()?;
-    let store = match dir.parent()? {
-        p if p.as_os_str().is_empty() => Path::new("."),
-        p => p,
-    };
+    let real = std::fs::canonicalize(dir).ok()?;
+    let rank: u32 = real.file_name()?.to_str()?.strip_prefix("rank-")?.parse().ok()?;
+    let store = real.parent()?;
     dckpt::store::list_ranks(store).ok()?.contains(&rank).then(|| (store.to_path_buf(), rank))
+}
+
+/// The stores (directories holding `rank-NNNNN` directories) up to `depth`
+/// levels below `dir`, in name order, not looking inside a store.
+fn stores_below(dir: &Path, depth: usize) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else { return found };
+    let mut subdirs: Vec<PathBuf> =
+        entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()).collect();
+    subdirs.sort();
+    for sub in subdirs {
+        if dckpt::store::list_ranks(&sub).is_ok_and(|r| !r.is_empty()) {
+            found.push(sub);
+        } else if depth > 1 {
+            found.extend(stores_below(&sub, depth - 1));
+        }
+    }
+    found
 }
 
 fn checkpoint_names(dir: &Path) -> Vec<(String, usize)> {
