@@ -83,10 +83,7 @@ grep -q "a rank died at step 130, as asked" "$work/start.log" && grep -q "restar
     fail "the quick start did not die at 130 and go on from 120" "$work/start.log"
 echo "readme-test: the quick start: heat died at step 130, went on from 120"
 bash -eo pipefail -c "$(block quick-rust-run)" >"$work/quick.log" 2>&1 || fail "the README's Rust program" "$work/quick.log"
-for want in "killed at step 135, as asked" "starting at step 130" "done: field\[6\] = 600.0"; do
-    grep -q "$want" "$work/quick.log" || fail "the README's Rust program: no '$want'" "$work/quick.log"
-done
-echo "readme-test: the README's Rust program: killed at step 135, went on from step 130, right field"
+scripts/check-first-program.sh "$work/quick.log" "Rust program" "field[6] = 600.0"
 
 # The API programs: built with the examples, run.
 rm -rf target/readme
